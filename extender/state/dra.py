@@ -1,0 +1,488 @@
+"""resource.k8s.io objects: ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate.
+
+v1 and v1beta2 share one shape; v1beta1 (requests without the `exactly` wrapper, devices under `basic`) is
+converted here so that every layer above sees one model, whatever Kubernetes release the cluster runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from extender.state.core import NodeSelector, parse_metadata, parse_node_selector
+from extender.state.errors import ObjectError
+from extender.state.fields import (
+    child_path,
+    get_bool,
+    get_int,
+    get_map,
+    get_str,
+    get_str_list,
+    map_items,
+    type_name,
+)
+from extender.state.quantity import QuantityError, parse_quantity
+
+DeviceKey = tuple[str, str, str]
+"""(driver, pool, device): how the allocator and claim results name a device."""
+
+MAX_DEVICES_PER_ALLOCATION = 32
+MAX_SUBREQUESTS = 8
+ALLOCATION_MODE_EXACT = "ExactCount"
+ALLOCATION_MODE_ALL = "All"
+TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
+BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """A device attribute value with its declared type: matchAttribute compares type and value."""
+
+    kind: str  # "int" | "bool" | "string" | "version"
+    value: int | bool | str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    operator: str  # "Exists" | "Equal"
+    value: str
+    effect: str  # "" tolerates every effect
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    name: str
+    counters: Mapping[str, Fraction]
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    counter_set: str
+    counters: Mapping[str, Fraction]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Device:
+    """One published device. Compared and hashed by identity: a slice update replaces its devices, which is
+    exactly when cached selector verdicts about them must stop applying."""
+
+    key: DeviceKey
+    name: str
+    driver: str
+    pool: str
+    slice_name: str
+    attributes: Mapping[str, Attribute]  # fully qualified names
+    capacity: Mapping[str, Fraction]  # fully qualified names
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    taints: tuple[DeviceTaint, ...] = ()
+    allow_multiple_allocations: bool = False
+    # Only with the slice's perDeviceNodeSelection: where this device is reachable.
+    node_name: str = ""
+    node_selector: NodeSelector | None = None
+    all_nodes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    name: str
+    driver: str
+    pool: str
+    pool_generation: int
+    pool_slice_count: int
+    node_name: str
+    node_selector: NodeSelector | None
+    all_nodes: bool
+    per_device_node_selection: bool
+    devices: tuple[Device, ...]
+    shared_counters: tuple[CounterSet, ...]
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...]  # CEL expressions, all must be true
+    extended_resource_name: str = ""
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSubRequest:
+    """The part of a request that picks devices: `exactly` or one `firstAvailable` entry."""
+
+    name: str
+    device_class_name: str
+    selectors: tuple[str, ...]
+    allocation_mode: str
+    count: int
+    admin_access: bool
+    tolerations: tuple[Toleration, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    name: str
+    exactly: DeviceSubRequest | None
+    first_available: tuple[DeviceSubRequest, ...]
+
+    @property
+    def alternatives(self) -> tuple[DeviceSubRequest, ...]:
+        return (self.exactly,) if self.exactly is not None else self.first_available
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConstraint:
+    requests: tuple[str, ...]  # empty: every request of the claim
+    match_attribute: str = ""
+    distinct_attribute: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    requests: tuple[DeviceRequest, ...]
+    constraints: tuple[DeviceConstraint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str  # "<request>" or "<request>/<subrequest>"
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    results: tuple[AllocatedDevice, ...]
+    node_selector: NodeSelector | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRef:
+    resource: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaim:
+    namespace: str
+    name: str
+    uid: str
+    spec: ClaimSpec
+    allocation: Allocation | None
+    reserved_for: tuple[ConsumerRef, ...]
+    owner_uids: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    resource_version: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceClaimTemplate:
+    namespace: str
+    name: str
+    spec: ClaimSpec
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+# --- parsing --------------------------------------------------------------------------------------------------
+
+
+def qualify(name: str, driver: str) -> str:
+    """Attribute and capacity names without a domain belong to the driver's domain."""
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def _parse_attribute(raw: object, path: str) -> Attribute:
+    if not isinstance(raw, Mapping):
+        raise ObjectError(path, f"must be an object, got {type_name(raw)}")
+    present = [kind for kind in ("int", "bool", "string", "version") if raw.get(kind) is not None]
+    if len(present) != 1:
+        raise ObjectError(path, "must have exactly one of int, bool, string, version")
+    kind = present[0]
+    value = raw[kind]
+    expected = {"int": int, "bool": bool, "string": str, "version": str}[kind]
+    if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
+        raise ObjectError(child_path(path, kind), f"must be a {kind}, got {type_name(value)}")
+    return Attribute(kind, value)
+
+
+def _parse_quantity_field(raw: object, path: str) -> Fraction:
+    try:
+        return parse_quantity(raw)
+    except QuantityError as error:
+        raise ObjectError(path, str(error)) from None
+
+
+def _parse_counters(raw: Mapping[str, Any], path: str) -> dict[str, Fraction]:
+    counters: dict[str, Fraction] = {}
+    for name, counter in get_map(raw, "counters", path).items():
+        counter_path = child_path(child_path(path, "counters"), name)
+        if not isinstance(counter, Mapping):
+            raise ObjectError(counter_path, f"must be an object, got {type_name(counter)}")
+        counters[name] = _parse_quantity_field(counter.get("value"), child_path(counter_path, "value"))
+    return counters
+
+
+def _parse_taints(raw: Mapping[str, Any], path: str) -> tuple[DeviceTaint, ...]:
+    taints = []
+    for taint_path, taint in map_items(raw, "taints", path):
+        effect = get_str(taint, "effect", taint_path, required=True)
+        if effect not in TAINT_EFFECTS:
+            raise ObjectError(child_path(taint_path, "effect"), f"unknown effect {effect!r}")
+        taints.append(DeviceTaint(get_str(taint, "key", taint_path, required=True), get_str(taint, "value", taint_path), effect))
+    return tuple(taints)
+
+
+def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: str, pool: str) -> Device:
+    name = get_str(raw, "name", path, required=True)
+    body = raw
+    body_path = path
+    if "basic" in raw:  # v1beta1 wraps the device's fields in `basic`
+        body = get_map(raw, "basic", path)
+        body_path = child_path(path, "basic")
+    attributes = {
+        qualify(attr_name, driver): _parse_attribute(value, child_path(child_path(body_path, "attributes"), attr_name))
+        for attr_name, value in get_map(body, "attributes", body_path).items()
+    }
+    capacity: dict[str, Fraction] = {}
+    for cap_name, value in get_map(body, "capacity", body_path).items():
+        cap_path = child_path(child_path(body_path, "capacity"), cap_name)
+        if not isinstance(value, Mapping):
+            raise ObjectError(cap_path, f"must be an object, got {type_name(value)}")
+        capacity[qualify(cap_name, driver)] = _parse_quantity_field(value.get("value"), child_path(cap_path, "value"))
+    consumes = tuple(
+        CounterConsumption(get_str(item, "counterSet", item_path, required=True), _parse_counters(item, item_path))
+        for item_path, item in map_items(body, "consumesCounters", body_path)
+    )
+    node_selector_raw = get_map(body, "nodeSelector", body_path)
+    return Device(
+        key=(driver, pool, name),
+        name=name,
+        driver=driver,
+        pool=pool,
+        slice_name=slice_name,
+        attributes=attributes,
+        capacity=capacity,
+        consumes_counters=consumes,
+        taints=_parse_taints(body, body_path),
+        allow_multiple_allocations=get_bool(body, "allowMultipleAllocations", body_path),
+        node_name=get_str(body, "nodeName", body_path),
+        node_selector=parse_node_selector(node_selector_raw, child_path(body_path, "nodeSelector"))
+        if node_selector_raw
+        else None,
+        all_nodes=get_bool(body, "allNodes", body_path),
+    )
+
+
+def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
+    meta = parse_metadata(obj, namespaced=False)
+    spec = get_map(obj, "spec", "", required=True)
+    driver = get_str(spec, "driver", "spec", required=True)
+    pool_raw = get_map(spec, "pool", "spec", required=True)
+    pool = get_str(pool_raw, "name", "spec.pool", required=True)
+    node_selector_raw = get_map(spec, "nodeSelector", "spec")
+    node_name = get_str(spec, "nodeName", "spec")
+    all_nodes = get_bool(spec, "allNodes", "spec")
+    per_device = get_bool(spec, "perDeviceNodeSelection", "spec")
+    chosen = sum(bool(x) for x in (node_name, node_selector_raw, all_nodes, per_device))
+    if chosen != 1:
+        raise ObjectError("spec", "exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required")
+    devices = tuple(
+        _parse_device(raw, path, meta.name, driver, pool) for path, raw in map_items(spec, "devices", "spec")
+    )
+    shared = tuple(
+        CounterSet(get_str(raw, "name", path, required=True), _parse_counters(raw, path))
+        for path, raw in map_items(spec, "sharedCounters", "spec")
+    )
+    return ResourceSlice(
+        name=meta.name,
+        driver=driver,
+        pool=pool,
+        pool_generation=get_int(pool_raw, "generation", "spec.pool", minimum=0),
+        pool_slice_count=get_int(pool_raw, "resourceSliceCount", "spec.pool", default=1, minimum=1),
+        node_name=node_name,
+        node_selector=parse_node_selector(node_selector_raw, "spec.nodeSelector") if node_selector_raw else None,
+        all_nodes=all_nodes,
+        per_device_node_selection=per_device,
+        devices=devices,
+        shared_counters=shared,
+        resource_version=meta.resource_version,
+    )
+
+
+def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
+    meta = parse_metadata(obj, namespaced=False)
+    spec = get_map(obj, "spec", "")
+    return DeviceClass(
+        name=meta.name,
+        selectors=_parse_selectors(spec, "spec"),
+        extended_resource_name=get_str(spec, "extendedResourceName", "spec"),
+        resource_version=meta.resource_version,
+    )
+
+
+def _parse_selectors(raw: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    expressions = []
+    for selector_path, selector in map_items(raw, "selectors", path):
+        cel = get_map(selector, "cel", selector_path, required=True)
+        expressions.append(get_str(cel, "expression", child_path(selector_path, "cel"), required=True))
+    return tuple(expressions)
+
+
+def _parse_tolerations(raw: Mapping[str, Any], path: str) -> tuple[Toleration, ...]:
+    tolerations = []
+    for tol_path, tol in map_items(raw, "tolerations", path):
+        operator = get_str(tol, "operator", tol_path, default="Equal")
+        if operator not in ("Equal", "Exists"):
+            raise ObjectError(child_path(tol_path, "operator"), f"unknown operator {operator!r}")
+        effect = get_str(tol, "effect", tol_path)
+        if effect and effect not in TAINT_EFFECTS:
+            raise ObjectError(child_path(tol_path, "effect"), f"unknown effect {effect!r}")
+        tolerations.append(Toleration(get_str(tol, "key", tol_path), operator, get_str(tol, "value", tol_path), effect))
+    return tuple(tolerations)
+
+
+def _parse_subrequest(raw: Mapping[str, Any], path: str, name: str, *, allow_admin: bool) -> DeviceSubRequest:
+    mode = get_str(raw, "allocationMode", path, default=ALLOCATION_MODE_EXACT)
+    if mode not in (ALLOCATION_MODE_EXACT, ALLOCATION_MODE_ALL):
+        raise ObjectError(child_path(path, "allocationMode"), f"unknown allocation mode {mode!r}")
+    count = get_int(raw, "count", path, default=1, minimum=1, maximum=MAX_DEVICES_PER_ALLOCATION)
+    admin = get_bool(raw, "adminAccess", path)
+    if admin and not allow_admin:
+        raise ObjectError(child_path(path, "adminAccess"), "is not allowed in a firstAvailable subrequest")
+    return DeviceSubRequest(
+        name=name,
+        device_class_name=get_str(raw, "deviceClassName", path, required=True),
+        selectors=_parse_selectors(raw, path),
+        allocation_mode=mode,
+        count=count if mode == ALLOCATION_MODE_EXACT else 0,
+        admin_access=admin,
+        tolerations=_parse_tolerations(raw, path),
+    )
+
+
+def _parse_request(raw: Mapping[str, Any], path: str) -> DeviceRequest:
+    name = get_str(raw, "name", path, required=True)
+    if "/" in name:
+        raise ObjectError(child_path(path, "name"), "must not contain '/'")
+    first_available = []
+    for sub_path, sub in map_items(raw, "firstAvailable", path):
+        sub_name = get_str(sub, "name", sub_path, required=True)
+        first_available.append(_parse_subrequest(sub, sub_path, sub_name, allow_admin=False))
+    if len(first_available) > MAX_SUBREQUESTS:
+        raise ObjectError(child_path(path, "firstAvailable"), f"must have at most {MAX_SUBREQUESTS} entries")
+    exactly_raw = get_map(raw, "exactly", path)
+    if exactly_raw:
+        exactly = _parse_subrequest(exactly_raw, child_path(path, "exactly"), name, allow_admin=True)
+    elif not first_available and "deviceClassName" in raw:  # v1beta1: the fields sit on the request itself
+        exactly = _parse_subrequest(raw, path, name, allow_admin=True)
+    else:
+        exactly = None
+    if (exactly is None) == (not first_available):
+        raise ObjectError(path, "exactly one of exactly and firstAvailable is required")
+    return DeviceRequest(name, exactly, tuple(first_available))
+
+
+def parse_claim_spec(spec: Mapping[str, Any], path: str) -> ClaimSpec:
+    devices = get_map(spec, "devices", path)
+    devices_path = child_path(path, "devices")
+    requests = tuple(_parse_request(raw, req_path) for req_path, raw in map_items(devices, "requests", devices_path))
+    names = [request.name for request in requests]
+    if len(set(names)) != len(names):
+        raise ObjectError(child_path(devices_path, "requests"), "request names must be unique")
+    constraints = []
+    for con_path, raw in map_items(devices, "constraints", devices_path):
+        constraint = DeviceConstraint(
+            requests=get_str_list(raw, "requests", con_path),
+            match_attribute=get_str(raw, "matchAttribute", con_path),
+            distinct_attribute=get_str(raw, "distinctAttribute", con_path),
+        )
+        if bool(constraint.match_attribute) == bool(constraint.distinct_attribute):
+            raise ObjectError(con_path, "exactly one of matchAttribute and distinctAttribute is required")
+        for request_name in constraint.requests:
+            if request_name.split("/", 1)[0] not in names:
+                raise ObjectError(child_path(con_path, "requests"), f"unknown request {request_name!r}")
+        constraints.append(constraint)
+    return ClaimSpec(requests, tuple(constraints))
+
+
+def _parse_allocation(status: Mapping[str, Any]) -> Allocation | None:
+    raw = get_map(status, "allocation", "status")
+    if not raw:
+        return None
+    devices = get_map(raw, "devices", "status.allocation")
+    results = tuple(
+        AllocatedDevice(
+            request=get_str(item, "request", path, required=True),
+            driver=get_str(item, "driver", path, required=True),
+            pool=get_str(item, "pool", path, required=True),
+            device=get_str(item, "device", path, required=True),
+            admin_access=get_bool(item, "adminAccess", path),
+        )
+        for path, item in map_items(devices, "results", "status.allocation.devices")
+    )
+    selector_raw = get_map(raw, "nodeSelector", "status.allocation")
+    selector = parse_node_selector(selector_raw, "status.allocation.nodeSelector") if selector_raw else None
+    return Allocation(results, selector)
+
+
+def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
+    meta = parse_metadata(obj, namespaced=True)
+    status = get_map(obj, "status", "")
+    reserved = tuple(
+        ConsumerRef(get_str(ref, "resource", path), get_str(ref, "name", path), get_str(ref, "uid", path))
+        for path, ref in map_items(status, "reservedFor", "status")
+    )
+    return ResourceClaim(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        spec=parse_claim_spec(get_map(obj, "spec", "", required=True), "spec"),
+        allocation=_parse_allocation(status),
+        reserved_for=reserved,
+        owner_uids=meta.owner_uids,
+        annotations=meta.annotations,
+        resource_version=meta.resource_version,
+    )
+
+
+def parse_resource_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTemplate:
+    meta = parse_metadata(obj, namespaced=True)
+    spec = get_map(obj, "spec", "", required=True)
+    return ResourceClaimTemplate(
+        namespace=meta.namespace,
+        name=meta.name,
+        spec=parse_claim_spec(get_map(spec, "spec", "spec", required=True), "spec.spec"),
+    )

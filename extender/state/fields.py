@@ -1,0 +1,124 @@
+"""Typed reads of fields from decoded API objects.
+
+Snapshots and wire requests come from people and programs we do not control; every read checks the type and
+names the field path on failure, so a bad document becomes a clear error instead of a KeyError deep inside the
+allocator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.state.errors import ObjectError
+
+_MISSING: Any = object()
+
+
+def child_path(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+def get_map(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> Mapping[str, Any]:
+    value = obj.get(key, _MISSING)
+    if value is _MISSING or value is None:
+        if required:
+            raise ObjectError(child_path(path, key), "is required")
+        return {}
+    if not isinstance(value, Mapping):
+        raise ObjectError(child_path(path, key), f"must be an object, got {type_name(value)}")
+    return value
+
+
+def get_list(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> list[Any]:
+    value = obj.get(key, _MISSING)
+    if value is _MISSING or value is None:
+        if required:
+            raise ObjectError(child_path(path, key), "is required")
+        return []
+    if not isinstance(value, list):
+        raise ObjectError(child_path(path, key), f"must be a list, got {type_name(value)}")
+    return value
+
+
+def get_str(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False, default: str = "") -> str:
+    value = obj.get(key, _MISSING)
+    if value is _MISSING or value is None:
+        if required:
+            raise ObjectError(child_path(path, key), "is required")
+        return default
+    if not isinstance(value, str):
+        raise ObjectError(child_path(path, key), f"must be a string, got {type_name(value)}")
+    if required and not value:
+        raise ObjectError(child_path(path, key), "must not be empty")
+    return value
+
+
+def get_bool(obj: Mapping[str, Any], key: str, path: str, *, default: bool = False) -> bool:
+    value = obj.get(key, _MISSING)
+    if value is _MISSING or value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ObjectError(child_path(path, key), f"must be a boolean, got {type_name(value)}")
+    return value
+
+
+def get_int(
+    obj: Mapping[str, Any],
+    key: str,
+    path: str,
+    *,
+    default: int = 0,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    value = obj.get(key, _MISSING)
+    if value is _MISSING or value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ObjectError(child_path(path, key), f"must be an integer, got {type_name(value)}")
+    if minimum is not None and value < minimum:
+        raise ObjectError(child_path(path, key), f"must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ObjectError(child_path(path, key), f"must be at most {maximum}, got {value}")
+    return value
+
+
+def get_str_map(obj: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+    raw = get_map(obj, key, path)
+    result: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ObjectError(child_path(child_path(path, key), str(name)), "must map strings to strings")
+        result[name] = value
+    return result
+
+
+def get_str_list(obj: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    raw = get_list(obj, key, path)
+    for index, item in enumerate(raw):
+        if not isinstance(item, str):
+            raise ObjectError(child_path(child_path(path, key), index), f"must be a string, got {type_name(item)}")
+    return tuple(raw)
+
+
+def map_items(obj: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The items of a list of objects, each with its field path, rejecting non-object entries."""
+    items = []
+    list_path = child_path(path, key)
+    for index, item in enumerate(get_list(obj, key, path)):
+        item_path = child_path(list_path, index)
+        if not isinstance(item, Mapping):
+            raise ObjectError(item_path, f"must be an object, got {type_name(item)}")
+        items.append((item_path, item))
+    return items
+
+
+def type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__
+    )

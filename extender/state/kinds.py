@@ -1,0 +1,70 @@
+"""Which API kinds the extender reads, and how each is parsed and keyed.
+
+One table serves the snapshot loader, the live watchers and the snapshot writer, so that adding a kind is one
+entry here rather than three parallel edits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender.state import kueue
+from extender.state.core import parse_config_map, parse_namespace, parse_node, parse_pod
+from extender.state.dra import (
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_claim_template,
+    parse_resource_slice,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    kind: str
+    group: str  # "" for the core group
+    versions: tuple[str, ...]  # served versions we understand, preferred first
+    plural: str
+    namespaced: bool
+    parse: Callable[[Mapping[str, Any]], Any]
+
+
+RESOURCE_GROUP = "resource.k8s.io"
+KUEUE_GROUP = "kueue.x-k8s.io"
+DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+
+KINDS: tuple[KindInfo, ...] = (
+    KindInfo("Node", "", ("v1",), "nodes", False, parse_node),
+    KindInfo("Namespace", "", ("v1",), "namespaces", False, parse_namespace),
+    KindInfo("Pod", "", ("v1",), "pods", True, parse_pod),
+    KindInfo("ConfigMap", "", ("v1",), "configmaps", True, parse_config_map),
+    KindInfo("ResourceSlice", RESOURCE_GROUP, DRA_VERSIONS, "resourceslices", False, parse_resource_slice),
+    KindInfo("DeviceClass", RESOURCE_GROUP, DRA_VERSIONS, "deviceclasses", False, parse_device_class),
+    KindInfo("ResourceClaim", RESOURCE_GROUP, DRA_VERSIONS, "resourceclaims", True, parse_resource_claim),
+    KindInfo(
+        "ResourceClaimTemplate",
+        RESOURCE_GROUP,
+        DRA_VERSIONS,
+        "resourceclaimtemplates",
+        True,
+        parse_resource_claim_template,
+    ),
+    KindInfo("ClusterQueue", KUEUE_GROUP, KUEUE_VERSIONS, "clusterqueues", False, kueue.parse_cluster_queue),
+    KindInfo("Cohort", KUEUE_GROUP, KUEUE_VERSIONS, "cohorts", False, kueue.parse_cohort),
+    KindInfo("LocalQueue", KUEUE_GROUP, KUEUE_VERSIONS, "localqueues", True, kueue.parse_local_queue),
+    KindInfo("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSIONS, "resourceflavors", False, kueue.parse_resource_flavor),
+    KindInfo("Workload", KUEUE_GROUP, KUEUE_VERSIONS, "workloads", True, kueue.parse_workload),
+)
+
+KINDS_BY_NAME: Mapping[str, KindInfo] = {info.kind: info for info in KINDS}
+
+
+def object_key(info: KindInfo, obj: Mapping[str, Any]) -> str:
+    """'namespace/name' for namespaced kinds, 'name' otherwise; the key every index uses."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name", "")
+    if info.namespaced:
+        return f"{meta.get('namespace') or 'default'}/{name}"
+    return str(name)

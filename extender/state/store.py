@@ -1,0 +1,416 @@
+"""The cluster model: every object the extender reads, its incremental indexes, and consistent snapshots.
+
+Sources (a snapshot file, live watches) feed raw objects in; the decision layer reads immutable
+`ClusterSnapshot`s out. Indexes are updated per event, and a snapshot is materialised at most once per change
+burst (on the next read), so neither a busy watch stream nor a busy scheduler pays the other's cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.state.core import POD_CLAIM_NAME_ANNOTATION, ConfigMap, Namespace, Node, Pod, PodClaimRef
+from extender.state.dra import DeviceClass, DeviceKey, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from extender.state.errors import ObjectError
+from extender.state.inventory import (
+    EMPTY_NODE_DEVICES,
+    NodeDevices,
+    Pool,
+    PoolKey,
+    build_pool,
+    devices_for_node,
+)
+from extender.state.kinds import KINDS_BY_NAME, KindInfo, object_key
+
+log = logging.getLogger(__name__)
+
+# How many snapshots' worth of changes stay linked; consumers that fall further behind recompute from scratch.
+CHANGE_CHUNKS_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    version: int
+    kind: str
+    key: str
+
+
+@dataclass(slots=True)
+class ChangeChunk:
+    """The changes between two snapshots, linked to the chunk before; the store cuts the chain when it is old."""
+
+    from_version: int
+    to_version: int
+    changes: tuple[Change, ...]
+    older: ChangeChunk | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTopology:
+    """Which pools each node draws from; rebuilt only when slices or node labels change."""
+
+    pools: Mapping[PoolKey, Pool]
+    shared_pools: tuple[PoolKey, ...]
+    local_pools: Mapping[str, tuple[PoolKey, ...]]
+    shared_version: int
+    local_versions: Mapping[str, int]
+
+
+@dataclass(slots=True)
+class _NodeDevicesCacheEntry:
+    node: Node
+    shared_version: int
+    local_version: int
+    devices: NodeDevices
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """An immutable, consistent view of the cluster; every decision runs against exactly one."""
+
+    version: int
+    objects: Mapping[str, Mapping[str, Any]]  # kind -> key -> parsed object
+    topology: DeviceTopology
+    allocated: Mapping[DeviceKey, int]  # device -> number of claims holding it (adminAccess excluded)
+    generated_claims: Mapping[tuple[str, str, str], str]  # (namespace, pod uid, pod claim name) -> claim key
+    kueue_enabled: bool
+    synced: bool
+    _changes: ChangeChunk | None = field(repr=False)
+    _node_devices_cache: dict[str, _NodeDevicesCacheEntry] = field(repr=False, compare=False)
+
+    @property
+    def pools(self) -> Mapping[PoolKey, Pool]:
+        return self.topology.pools
+
+    # Typed accessors: one line each, so callers do not index `objects` with string literals.
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        return self.objects["Node"]
+
+    @property
+    def namespaces(self) -> Mapping[str, Namespace]:
+        return self.objects["Namespace"]
+
+    @property
+    def pods(self) -> Mapping[str, Pod]:
+        return self.objects["Pod"]
+
+    @property
+    def config_maps(self) -> Mapping[str, ConfigMap]:
+        return self.objects["ConfigMap"]
+
+    @property
+    def slices(self) -> Mapping[str, ResourceSlice]:
+        return self.objects["ResourceSlice"]
+
+    @property
+    def device_classes(self) -> Mapping[str, DeviceClass]:
+        return self.objects["DeviceClass"]
+
+    @property
+    def claims(self) -> Mapping[str, ResourceClaim]:
+        return self.objects["ResourceClaim"]
+
+    @property
+    def claim_templates(self) -> Mapping[str, ResourceClaimTemplate]:
+        return self.objects["ResourceClaimTemplate"]
+
+    @property
+    def cluster_queues(self) -> Mapping[str, Any]:
+        return self.objects["ClusterQueue"]
+
+    @property
+    def cohorts(self) -> Mapping[str, Any]:
+        return self.objects["Cohort"]
+
+    @property
+    def local_queues(self) -> Mapping[str, Any]:
+        return self.objects["LocalQueue"]
+
+    @property
+    def resource_flavors(self) -> Mapping[str, Any]:
+        return self.objects["ResourceFlavor"]
+
+    @property
+    def workloads(self) -> Mapping[str, Any]:
+        return self.objects["Workload"]
+
+    def node_devices(self, node_name: str) -> NodeDevices:
+        """Devices a node can draw from, in pool/slice/device order; cached until its pools or labels change."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return EMPTY_NODE_DEVICES
+        topology = self.topology
+        local_version = topology.local_versions.get(node_name, 0)
+        entry = self._node_devices_cache.get(node_name)
+        if (
+            entry is not None
+            and entry.node is node
+            and entry.shared_version == topology.shared_version
+            and entry.local_version == local_version
+        ):
+            return entry.devices
+        pool_keys = sorted((*topology.local_pools.get(node_name, ()), *topology.shared_pools))
+        result = devices_for_node(node, (topology.pools[key] for key in pool_keys if key in topology.pools))
+        self._node_devices_cache[node_name] = _NodeDevicesCacheEntry(
+            node, topology.shared_version, local_version, result
+        )
+        return result
+
+    def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
+        """The ResourceClaim behind one pod.spec.resourceClaims entry, if it exists yet."""
+        if ref.claim_name:
+            return self.claims.get(f"{pod.namespace}/{ref.claim_name}")
+        generated = pod.claim_statuses.get(ref.name)
+        if generated:
+            return self.claims.get(f"{pod.namespace}/{generated}")
+        key = self.generated_claims.get((pod.namespace, pod.uid, ref.name))
+        return self.claims.get(key) if key else None
+
+    def changes_since(self, version: int) -> list[Change] | None:
+        """Changes after `version`, oldest first, or None when the kept history no longer reaches back that far."""
+        if version == self.version:
+            return []
+        chunks: list[ChangeChunk] = []
+        chunk = self._changes
+        while chunk is not None and chunk.to_version > version:
+            chunks.append(chunk)
+            if chunk.from_version == version:
+                return [change for older in reversed(chunks) for change in older.changes]
+            chunk = chunk.older
+        return None
+
+
+class ClusterStore:
+    """Mutable owner of the cluster model. Thread-safe: sources write, request threads read snapshots."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME}
+        self._raw_versions: dict[str, dict[str, str]] = {kind: {} for kind in KINDS_BY_NAME}
+        self._dirty_kinds: set[str] = set(KINDS_BY_NAME)
+        self._version = 0
+        self._snapshot: ClusterSnapshot | None = None
+        self._pending_changes: list[Change] = []
+        self._chunks: list[ChangeChunk] = []
+        # indexes
+        self._pool_slices: dict[PoolKey, dict[str, ResourceSlice]] = defaultdict(dict)
+        self._pools: dict[PoolKey, Pool] = {}
+        self._local_pools: dict[str, set[PoolKey]] = defaultdict(set)
+        self._shared_pools: set[PoolKey] = set()
+        self._shared_version = 0
+        self._local_versions: dict[str, int] = defaultdict(int)
+        self._allocated: dict[DeviceKey, int] = defaultdict(int)
+        self._claim_devices: dict[str, tuple[DeviceKey, ...]] = {}
+        self._generated_claims: dict[tuple[str, str, str], str] = {}
+        self._node_devices_cache: dict[str, _NodeDevicesCacheEntry] = {}
+        self._pools_dirty = True
+        self._kueue_enabled = True
+        self._synced = False
+
+    # --- writes -------------------------------------------------------------------------------------------------
+
+    def apply(self, kind: str, event_type: str, raw: Mapping[str, Any]) -> None:
+        """One watch event: ADDED / MODIFIED upsert, DELETED removes. A malformed object raises ObjectError."""
+        info = KINDS_BY_NAME[kind]
+        key = object_key(info, raw)
+        with self._lock:
+            if event_type == "DELETED":
+                self._remove(info, key)
+            else:
+                self._upsert(info, key, info.parse(raw))
+            self._version += 1
+
+    def upsert_parsed(self, kind: str, obj: Any) -> None:
+        info = KINDS_BY_NAME[kind]
+        key = _parsed_key(info, obj)
+        with self._lock:
+            self._upsert(info, key, obj)
+            self._version += 1
+
+    def replace(self, kind: str, raws: Iterable[Mapping[str, Any]]) -> list[ObjectError]:
+        """A fresh list of one kind replaces what was known (initial list, relist after 410 Gone).
+
+        Malformed objects are skipped and returned, so one bad object cannot stop the extender from serving.
+        """
+        info = KINDS_BY_NAME[kind]
+        parsed: dict[str, Any] = {}
+        errors: list[ObjectError] = []
+        for raw in raws:
+            key = object_key(info, raw)
+            try:
+                parsed[key] = info.parse(raw)
+            except ObjectError as error:
+                errors.append(error.located(f"{kind} {key}"))
+        with self._lock:
+            for key in list(self._objects[kind]):
+                if key not in parsed:
+                    self._remove(info, key)
+            for key, obj in parsed.items():
+                if self._objects[kind].get(key) is not obj:
+                    self._upsert(info, key, obj)
+            self._version += 1
+        return errors
+
+    def set_kueue_enabled(self, enabled: bool) -> None:
+        with self._lock:
+            self._kueue_enabled = enabled
+            self._version += 1
+            self._dirty_kinds.add("ClusterQueue")
+
+    def set_synced(self, synced: bool) -> None:
+        with self._lock:
+            if self._synced != synced:
+                self._synced = synced
+                self._version += 1
+
+    def _record(self, kind: str, key: str) -> None:
+        self._dirty_kinds.add(kind)
+        self._pending_changes.append(Change(self._version + 1, kind, key))
+
+    def _upsert(self, info: KindInfo, key: str, obj: Any) -> None:
+        kind = info.kind
+        old = self._objects[kind].get(key)
+        self._objects[kind][key] = obj
+        self._record(kind, key)
+        if kind == "ResourceSlice":
+            if old is not None:
+                self._unindex_slice(old)
+            self._index_slice(obj)
+        elif kind == "ResourceClaim":
+            self._index_claim(key, obj)
+        elif kind == "Node" and (old is None or old.labels != obj.labels):
+            self._local_versions[key] += 1
+            self._pools_dirty = True
+
+    def _remove(self, info: KindInfo, key: str) -> None:
+        kind = info.kind
+        old = self._objects[kind].pop(key, None)
+        if old is None:
+            return
+        self._record(kind, key)
+        if kind == "ResourceSlice":
+            self._unindex_slice(old)
+        elif kind == "ResourceClaim":
+            self._index_claim(key, None)
+        elif kind == "Node":
+            self._local_versions[key] += 1
+            self._pools_dirty = True
+
+    def _index_slice(self, resource_slice: ResourceSlice) -> None:
+        pool_key = (resource_slice.driver, resource_slice.pool)
+        self._pool_slices[pool_key][resource_slice.name] = resource_slice
+        self._rebuild_pool(pool_key)
+
+    def _unindex_slice(self, resource_slice: ResourceSlice) -> None:
+        pool_key = (resource_slice.driver, resource_slice.pool)
+        self._pool_slices[pool_key].pop(resource_slice.name, None)
+        self._rebuild_pool(pool_key)
+
+    def _rebuild_pool(self, pool_key: PoolKey) -> None:
+        old = self._pools.get(pool_key)
+        pool = build_pool(pool_key[0], pool_key[1], self._pool_slices[pool_key].values())
+        for touched in (old, pool):
+            if touched is None:
+                continue
+            if touched.node_local:
+                self._local_pools[touched.node_local].discard(pool_key)
+                self._local_versions[touched.node_local] += 1
+            else:
+                self._shared_pools.discard(pool_key)
+                self._shared_version += 1
+        if pool is None:
+            self._pools.pop(pool_key, None)
+            self._pool_slices.pop(pool_key, None)
+        else:
+            self._pools[pool_key] = pool
+            if pool.node_local:
+                self._local_pools[pool.node_local].add(pool_key)
+            else:
+                self._shared_pools.add(pool_key)
+        self._pools_dirty = True
+
+    def _index_claim(self, key: str, claim: ResourceClaim | None) -> None:
+        for device_key in self._claim_devices.pop(key, ()):
+            remaining = self._allocated[device_key] - 1
+            if remaining > 0:
+                self._allocated[device_key] = remaining
+            else:
+                del self._allocated[device_key]
+        for generated_key, claim_key in list(self._generated_claims.items()):
+            if claim_key == key:
+                del self._generated_claims[generated_key]
+        if claim is None:
+            return
+        if claim.allocation is not None:
+            held = tuple(result.key for result in claim.allocation.results if not result.admin_access)
+            self._claim_devices[key] = held
+            for device_key in held:
+                self._allocated[device_key] += 1
+        pod_claim_name = claim.annotations.get(POD_CLAIM_NAME_ANNOTATION)
+        if pod_claim_name:
+            for owner_uid in claim.owner_uids:
+                self._generated_claims[(claim.namespace, owner_uid, pod_claim_name)] = key
+
+    # --- reads --------------------------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def snapshot(self) -> ClusterSnapshot:
+        with self._lock:
+            current = self._snapshot
+            if current is not None and current.version == self._version:
+                return current
+            objects = {
+                kind: (dict(self._objects[kind]) if current is None or kind in self._dirty_kinds else current.objects[kind])
+                for kind in self._objects
+            }
+            self._dirty_kinds.clear()
+            if current is None or self._pools_dirty:
+                topology = DeviceTopology(
+                    pools=dict(self._pools),
+                    shared_pools=tuple(sorted(self._shared_pools)),
+                    local_pools={node: tuple(keys) for node, keys in self._local_pools.items() if keys},
+                    shared_version=self._shared_version,
+                    local_versions=dict(self._local_versions),
+                )
+                self._pools_dirty = False
+            else:
+                topology = current.topology
+            chunk = ChangeChunk(
+                current.version if current is not None else 0,
+                self._version,
+                tuple(self._pending_changes),
+                current._changes if current is not None else None,
+            )
+            self._pending_changes = []
+            self._chunks.append(chunk)
+            if len(self._chunks) > CHANGE_CHUNKS_KEPT:
+                self._chunks.pop(0)
+                self._chunks[0].older = None
+            claims_changed = current is None or objects["ResourceClaim"] is not current.objects["ResourceClaim"]
+            snapshot = ClusterSnapshot(
+                version=self._version,
+                objects=objects,
+                topology=topology,
+                allocated=dict(self._allocated) if claims_changed else current.allocated,
+                generated_claims=dict(self._generated_claims) if claims_changed else current.generated_claims,
+                kueue_enabled=self._kueue_enabled,
+                synced=self._synced,
+                _changes=chunk,
+                _node_devices_cache=self._node_devices_cache,
+            )
+            self._snapshot = snapshot
+            return snapshot
+
+
+def _parsed_key(info: KindInfo, obj: Any) -> str:
+    namespace = getattr(obj, "namespace", "")
+    return f"{namespace}/{obj.name}" if info.namespaced else obj.name

@@ -1,0 +1,182 @@
+"""Builders of API objects (plain dicts, as the API server would send them) for tests and benchmarks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DRIVER = "gpu.example.com"
+GPU_CLASS = "gpu.example.com"
+
+
+def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+
+
+def gpu_device(index: int, *, node_name: str = "", memory: str = "80Gi", model: str = "LATEST-GPU-MODEL",
+               extra_attributes: dict[str, Any] | None = None, taints: list[dict[str, Any]] | None = None,
+               consumes: list[dict[str, Any]] | None = None, name: str | None = None) -> dict[str, Any]:
+    device: dict[str, Any] = {
+        "name": name or f"gpu-{index}",
+        "attributes": {
+            "index": {"int": index},
+            "uuid": {"string": f"gpu-{node_name}-{index}"},
+            "model": {"string": model},
+            "driverVersion": {"version": "1.0.0"},
+            **(extra_attributes or {}),
+        },
+        "capacity": {"memory": {"value": memory}, "compute": {"value": "100"}},
+    }
+    if taints:
+        device["taints"] = taints
+    if consumes:
+        device["consumesCounters"] = consumes
+    return device
+
+
+def gpu_slice(node_name: str, count: int = 8, *, generation: int = 1, slice_count: int = 1,
+              name: str | None = None, devices: list[dict[str, Any]] | None = None, driver: str = DRIVER,
+              pool: str | None = None, shared_counters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "nodeName": node_name,
+        "pool": {"name": pool or node_name, "generation": generation, "resourceSliceCount": slice_count},
+        "devices": devices if devices is not None else [gpu_device(i, node_name=node_name) for i in range(count)],
+    }
+    if shared_counters:
+        spec["sharedCounters"] = shared_counters
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node_name}-{driver}"},
+        "spec": spec,
+    }
+
+
+def device_class(name: str = GPU_CLASS, selectors: list[str] | None = None) -> dict[str, Any]:
+    exprs = selectors if selectors is not None else [f"device.driver == '{DRIVER}'"]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in exprs]},
+    }
+
+
+def exact_request(name: str = "gpu", count: int = 1, *, device_class_name: str = GPU_CLASS,
+                  selectors: list[str] | None = None, mode: str = "ExactCount", admin: bool = False,
+                  tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class_name, "allocationMode": mode}
+    if mode == "ExactCount":
+        exactly["count"] = count
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if admin:
+        exactly["adminAccess"] = True
+    if tolerations:
+        exactly["tolerations"] = tolerations
+    return {"name": name, "exactly": exactly}
+
+
+def first_available_request(name: str, subrequests: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "firstAvailable": subrequests}
+
+
+def subrequest(name: str, count: int = 1, *, device_class_name: str = GPU_CLASS,
+               selectors: list[str] | None = None, mode: str = "ExactCount") -> dict[str, Any]:
+    sub: dict[str, Any] = {"name": name, "deviceClassName": device_class_name, "allocationMode": mode}
+    if mode == "ExactCount":
+        sub["count"] = count
+    if selectors:
+        sub["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return sub
+
+
+def claim_spec(requests: list[dict[str, Any]], constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    devices: dict[str, Any] = {"requests": requests}
+    if constraints:
+        devices["constraints"] = constraints
+    return {"devices": devices}
+
+
+def claim(name: str, namespace_name: str, requests: list[dict[str, Any]], *,
+          constraints: list[dict[str, Any]] | None = None, allocated: list[tuple[str, str, str]] | None = None,
+          allocated_node: str | None = None, reserved_for: list[tuple[str, str]] | None = None,
+          admin_results: bool = False, owner_uid: str = "", pod_claim_name: str = "") -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace_name, "uid": f"uid-claim-{namespace_name}-{name}"},
+        "spec": claim_spec(requests, constraints),
+    }
+    if owner_uid:
+        obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": owner_uid}]
+    if pod_claim_name:
+        obj["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": pod_claim_name}
+    status: dict[str, Any] = {}
+    if allocated is not None:
+        results = [
+            {"request": request, "driver": DRIVER, "pool": pool, "device": device, "adminAccess": admin_results}
+            for (request, pool, device) in allocated
+        ]
+        allocation: dict[str, Any] = {"devices": {"results": results}}
+        if allocated_node:
+            allocation["nodeSelector"] = {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [allocated_node]}]}
+                ]
+            }
+        status["allocation"] = allocation
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": pod_name, "uid": uid} for pod_name, uid in reserved_for]
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def claim_template(name: str, namespace_name: str, requests: list[dict[str, Any]],
+                   constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace_name},
+        "spec": {"spec": claim_spec(requests, constraints)},
+    }
+
+
+def pod(name: str, namespace_name: str, *, templates: dict[str, str] | None = None,
+        claims: dict[str, str] | None = None, queue: str | None = None, node_name: str = "",
+        phase: str = "", uid: str | None = None, claim_statuses: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    resource_claims = [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
+    resource_claims += [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace_name, "uid": uid or f"uid-{namespace_name}-{name}",
+                     "labels": labels, "annotations": annotations or {}},
+        "spec": {
+            "containers": [{"name": "ctr", "image": "busybox",
+                            "resources": {"claims": [{"name": c["name"]} for c in resource_claims]}}],
+            "resourceClaims": resource_claims,
+        },
+        "status": {},
+    }
+    if node_name:
+        obj["spec"]["nodeName"] = node_name
+    if phase:
+        obj["status"]["phase"] = phase
+    if claim_statuses:
+        obj["status"]["resourceClaimStatuses"] = [
+            {"name": k, "resourceClaimName": v} for k, v in claim_statuses.items()
+        ]
+    return obj
