@@ -21,9 +21,17 @@ def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
 
 
-def gpu_device(index: int, *, node_name: str = "", memory: str = "80Gi", model: str = "LATEST-GPU-MODEL",
-               extra_attributes: dict[str, Any] | None = None, taints: list[dict[str, Any]] | None = None,
-               consumes: list[dict[str, Any]] | None = None, name: str | None = None) -> dict[str, Any]:
+def gpu_device(
+    index: int,
+    *,
+    node_name: str = "",
+    memory: str = "80Gi",
+    model: str = "LATEST-GPU-MODEL",
+    extra_attributes: dict[str, Any] | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    consumes: list[dict[str, Any]] | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
     device: dict[str, Any] = {
         "name": name or f"gpu-{index}",
         "attributes": {
@@ -42,9 +50,18 @@ def gpu_device(index: int, *, node_name: str = "", memory: str = "80Gi", model: 
     return device
 
 
-def gpu_slice(node_name: str, count: int = 8, *, generation: int = 1, slice_count: int = 1,
-              name: str | None = None, devices: list[dict[str, Any]] | None = None, driver: str = DRIVER,
-              pool: str | None = None, shared_counters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def gpu_slice(
+    node_name: str,
+    count: int = 8,
+    *,
+    generation: int = 1,
+    slice_count: int = 1,
+    name: str | None = None,
+    devices: list[dict[str, Any]] | None = None,
+    driver: str = DRIVER,
+    pool: str | None = None,
+    shared_counters: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "driver": driver,
         "nodeName": node_name,
@@ -71,9 +88,16 @@ def device_class(name: str = GPU_CLASS, selectors: list[str] | None = None) -> d
     }
 
 
-def exact_request(name: str = "gpu", count: int = 1, *, device_class_name: str = GPU_CLASS,
-                  selectors: list[str] | None = None, mode: str = "ExactCount", admin: bool = False,
-                  tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def exact_request(
+    name: str = "gpu",
+    count: int = 1,
+    *,
+    device_class_name: str = GPU_CLASS,
+    selectors: list[str] | None = None,
+    mode: str = "ExactCount",
+    admin: bool = False,
+    tolerations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     exactly: dict[str, Any] = {"deviceClassName": device_class_name, "allocationMode": mode}
     if mode == "ExactCount":
         exactly["count"] = count
@@ -90,8 +114,14 @@ def first_available_request(name: str, subrequests: list[dict[str, Any]]) -> dic
     return {"name": name, "firstAvailable": subrequests}
 
 
-def subrequest(name: str, count: int = 1, *, device_class_name: str = GPU_CLASS,
-               selectors: list[str] | None = None, mode: str = "ExactCount") -> dict[str, Any]:
+def subrequest(
+    name: str,
+    count: int = 1,
+    *,
+    device_class_name: str = GPU_CLASS,
+    selectors: list[str] | None = None,
+    mode: str = "ExactCount",
+) -> dict[str, Any]:
     sub: dict[str, Any] = {"name": name, "deviceClassName": device_class_name, "allocationMode": mode}
     if mode == "ExactCount":
         sub["count"] = count
@@ -107,10 +137,19 @@ def claim_spec(requests: list[dict[str, Any]], constraints: list[dict[str, Any]]
     return {"devices": devices}
 
 
-def claim(name: str, namespace_name: str, requests: list[dict[str, Any]], *,
-          constraints: list[dict[str, Any]] | None = None, allocated: list[tuple[str, str, str]] | None = None,
-          allocated_node: str | None = None, reserved_for: list[tuple[str, str]] | None = None,
-          admin_results: bool = False, owner_uid: str = "", pod_claim_name: str = "") -> dict[str, Any]:
+def claim(
+    name: str,
+    namespace_name: str,
+    requests: list[dict[str, Any]],
+    *,
+    constraints: list[dict[str, Any]] | None = None,
+    allocated: list[tuple[str, str, str]] | None = None,
+    allocated_node: str | None = None,
+    reserved_for: list[tuple[str, str]] | None = None,
+    admin_results: bool = False,
+    owner_uid: str = "",
+    pod_claim_name: str = "",
+) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -142,8 +181,9 @@ def claim(name: str, namespace_name: str, requests: list[dict[str, Any]], *,
     return obj
 
 
-def claim_template(name: str, namespace_name: str, requests: list[dict[str, Any]],
-                   constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def claim_template(
+    name: str, namespace_name: str, requests: list[dict[str, Any]], constraints: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -152,21 +192,40 @@ def claim_template(name: str, namespace_name: str, requests: list[dict[str, Any]
     }
 
 
-def pod(name: str, namespace_name: str, *, templates: dict[str, str] | None = None,
-        claims: dict[str, str] | None = None, queue: str | None = None, node_name: str = "",
-        phase: str = "", uid: str | None = None, claim_statuses: dict[str, str] | None = None,
-        annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    namespace_name: str,
+    *,
+    templates: dict[str, str] | None = None,
+    claims: dict[str, str] | None = None,
+    queue: str | None = None,
+    node_name: str = "",
+    phase: str = "",
+    uid: str | None = None,
+    claim_statuses: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
     resource_claims = [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
     resource_claims += [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
     obj: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace_name, "uid": uid or f"uid-{namespace_name}-{name}",
-                     "labels": labels, "annotations": annotations or {}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace_name,
+            "uid": uid or f"uid-{namespace_name}-{name}",
+            "labels": labels,
+            "annotations": annotations or {},
+        },
         "spec": {
-            "containers": [{"name": "ctr", "image": "busybox",
-                            "resources": {"claims": [{"name": c["name"]} for c in resource_claims]}}],
+            "containers": [
+                {
+                    "name": "ctr",
+                    "image": "busybox",
+                    "resources": {"claims": [{"name": c["name"]} for c in resource_claims]},
+                }
+            ],
             "resourceClaims": resource_claims,
         },
         "status": {},

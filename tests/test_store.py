@@ -108,8 +108,7 @@ def test_pool_generations_and_completeness():
     pool = snapshot.pools[("gpu.example.com", "n1")]
     assert pool.generation == 2 and pool.incomplete
     assert len(snapshot.node_devices("n1").devices) == 3
-    second = b.gpu_slice("n1", 0, generation=2, slice_count=2, name="new-b",
-                         devices=[b.gpu_device(9, node_name="n1")])
+    second = b.gpu_slice("n1", 0, generation=2, slice_count=2, name="new-b", devices=[b.gpu_device(9, node_name="n1")])
     store.apply("ResourceSlice", "ADDED", second)
     snapshot = store.snapshot()
     assert not snapshot.pools[("gpu.example.com", "n1")].incomplete
@@ -169,8 +168,7 @@ def test_allocated_devices_follow_claim_events():
     store = ClusterStore()
     allocated = b.claim("c1", "ns", [b.exact_request()], allocated=[("gpu", "n1", "gpu-0"), ("gpu", "n1", "gpu-1")])
     store.apply("ResourceClaim", "ADDED", allocated)
-    admin = b.claim("c2", "ns", [b.exact_request(admin=True)], allocated=[("gpu", "n1", "gpu-2")],
-                    admin_results=True)
+    admin = b.claim("c2", "ns", [b.exact_request(admin=True)], allocated=[("gpu", "n1", "gpu-2")], admin_results=True)
     store.apply("ResourceClaim", "ADDED", admin)
     snapshot = store.snapshot()
     assert set(snapshot.allocated) == {("gpu.example.com", "n1", "gpu-0"), ("gpu.example.com", "n1", "gpu-1")}
@@ -210,8 +208,11 @@ def test_generated_claim_lookup_by_annotation_and_owner():
     store = ClusterStore()
     pod_obj = b.pod("p", "ns", templates={"gpu": "tmpl"})
     store.apply("Pod", "ADDED", pod_obj)
-    store.apply("ResourceClaim", "ADDED",
-                b.claim("p-gpu-abc", "ns", [b.exact_request()], owner_uid="uid-ns-p", pod_claim_name="gpu"))
+    store.apply(
+        "ResourceClaim",
+        "ADDED",
+        b.claim("p-gpu-abc", "ns", [b.exact_request()], owner_uid="uid-ns-p", pod_claim_name="gpu"),
+    )
     snapshot = store.snapshot()
     pod = snapshot.pods["ns/p"]
     found = snapshot.claim_for_pod(pod, pod.claims[0])

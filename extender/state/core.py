@@ -44,9 +44,7 @@ def parse_metadata(obj: Mapping[str, Any], *, namespaced: bool) -> Metadata:
     meta = get_map(obj, "metadata", "", required=True)
     name = get_str(meta, "name", "metadata", required=True)
     namespace = get_str(meta, "namespace", "metadata", default="default" if namespaced else "")
-    owner_uids = tuple(
-        get_str(owner, "uid", path) for path, owner in map_items(meta, "ownerReferences", "metadata")
-    )
+    owner_uids = tuple(get_str(owner, "uid", path) for path, owner in map_items(meta, "ownerReferences", "metadata"))
     return Metadata(
         name=name,
         namespace=namespace if namespaced else "",
@@ -146,8 +144,10 @@ def parse_node_selector(raw: Mapping[str, Any], path: str) -> NodeSelector:
 # --- objects --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Node:
+    """Hashed by identity: per-node caches stay valid exactly as long as the store keeps this object."""
+
     name: str
     labels: Mapping[str, str]
     unschedulable: bool = False
@@ -258,4 +258,3 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         claim_statuses=statuses,
         resource_version=meta.resource_version,
     )
-

@@ -261,7 +261,9 @@ def _parse_taints(raw: Mapping[str, Any], path: str) -> tuple[DeviceTaint, ...]:
         effect = get_str(taint, "effect", taint_path, required=True)
         if effect not in TAINT_EFFECTS:
             raise ObjectError(child_path(taint_path, "effect"), f"unknown effect {effect!r}")
-        taints.append(DeviceTaint(get_str(taint, "key", taint_path, required=True), get_str(taint, "value", taint_path), effect))
+        taints.append(
+            DeviceTaint(get_str(taint, "key", taint_path, required=True), get_str(taint, "value", taint_path), effect)
+        )
     return tuple(taints)
 
 

@@ -65,12 +65,12 @@ def build_pool(driver: str, name: str, slices: Iterable[ResourceSlice]) -> Pool 
         for device in resource_slice.devices:
             for consumption in device.consumes_counters:
                 known = counters.get(consumption.counter_set)
-                if known is None or any(counter not in known for counter in consumption.counters):
-                    # The counter set may sit in a slice we have not seen yet; only a complete pool is wrong.
-                    if not incomplete:
-                        invalid_reason = invalid_reason or (
-                            f"device {device.name!r} consumes unknown counters of set {consumption.counter_set!r}"
-                        )
+                unknown = known is None or any(counter not in known for counter in consumption.counters)
+                # The counter set may sit in a slice we have not seen yet; only a complete pool is wrong.
+                if unknown and not incomplete:
+                    invalid_reason = invalid_reason or (
+                        f"device {device.name!r} consumes unknown counters of set {consumption.counter_set!r}"
+                    )
     node_names = {s.node_name for s in current}
     node_local = node_names.pop() if len(node_names) == 1 and all(s.node_name for s in current) else ""
     return Pool(driver, name, generation, tuple(current), incomplete, invalid_reason, counters, node_local)
@@ -120,9 +120,7 @@ def devices_for_node(node: Node, pools: Iterable[Pool]) -> NodeDevices:
     return NodeDevices(tuple(devices), tuple(used_pools))
 
 
-def consumed_counters(
-    pool: Pool, allocated: Mapping[DeviceKey, int]
-) -> dict[str, dict[str, Fraction]]:
+def consumed_counters(pool: Pool, allocated: Mapping[DeviceKey, int]) -> dict[str, dict[str, Fraction]]:
     """Counters of a partitionable pool already taken by allocated devices."""
     consumed: dict[str, dict[str, Fraction]] = {}
     for device in pool.devices:

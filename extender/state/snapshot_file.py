@@ -38,7 +38,9 @@ def iter_documents(text: str) -> Iterator[tuple[str, Any]]:
             documents = documents[0]
     else:
         try:
-            documents = list(yaml.load_all(text, Loader=yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader))
+            documents = list(
+                yaml.load_all(text, Loader=yaml.CSafeLoader if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader)
+            )
         except yaml.YAMLError as error:
             raise SnapshotError(f"invalid YAML: {error}") from None
     for index, document in enumerate(documents):
@@ -78,7 +80,11 @@ def load_snapshot_text(text: str, store: ClusterStore | None = None) -> ClusterS
         try:
             store.apply(kind, "ADDED", document)
         except ObjectError as error:
-            name = (document.get("metadata") or {}).get("name", "?") if isinstance(document.get("metadata"), Mapping) else "?"
+            name = (
+                (document.get("metadata") or {}).get("name", "?")
+                if isinstance(document.get("metadata"), Mapping)
+                else "?"
+            )
             raise SnapshotError(error.located(f"{label} ({kind} {name})").describe()) from None
     store.set_synced(True)
     return store

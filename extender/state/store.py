@@ -276,6 +276,8 @@ class ClusterStore:
     def _upsert(self, info: KindInfo, key: str, obj: Any) -> None:
         kind = info.kind
         old = self._objects[kind].get(key)
+        if kind == "Node" and old is not None and (old.labels, old.unschedulable) == (obj.labels, obj.unschedulable):
+            return  # status heartbeats change nothing we read; keep caches keyed on the old object
         self._objects[kind][key] = obj
         self._record(kind, key)
         if kind == "ResourceSlice":
@@ -369,7 +371,9 @@ class ClusterStore:
             if current is not None and current.version == self._version:
                 return current
             objects = {
-                kind: (dict(self._objects[kind]) if current is None or kind in self._dirty_kinds else current.objects[kind])
+                kind: (
+                    dict(self._objects[kind]) if current is None or kind in self._dirty_kinds else current.objects[kind]
+                )
                 for kind in self._objects
             }
             self._dirty_kinds.clear()

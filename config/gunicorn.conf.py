@@ -1,0 +1,12 @@
+# gunicorn settings for `dra-extender serve --gunicorn-config config/gunicorn.conf.py`.
+# One worker, many threads: the cluster view, the selector caches and the quota reservation ledger must live
+# in ONE process, or two workers would each admit pods against their own ledger and over-commit quota.
+workers = 1
+worker_class = "gthread"
+threads = 8
+# kube-scheduler gives up after httpTimeout (5s by default); a stuck request must not pin a thread longer.
+timeout = 30
+graceful_timeout = 10
+keepalive = 30
+errorlog = "-"
+loglevel = "warning"

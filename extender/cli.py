@@ -1,0 +1,202 @@
+"""`dra-extender`: serve kube-scheduler, explain a pod's ranking, or write a snapshot of a live cluster."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from extender.state.core import parse_pod
+from extender.state.errors import ObjectError
+from extender.state.snapshot_file import SnapshotError
+from extender.state.sources import ClusterSource, SnapshotSource
+from extender.transport.config import ConfigError, ExtenderConfig, load_config
+
+log = logging.getLogger("extender")
+
+DEMO_SNAPSHOT = "demo/cluster.yaml"
+
+
+def demo_snapshot_text() -> str:
+    return resources.files("extender").joinpath(DEMO_SNAPSHOT).read_text(encoding="utf-8")
+
+
+def _add_source_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--snapshot", metavar="FILE", help="serve a cluster snapshot (kubectl get -o yaml dump)")
+    group.add_argument("--kubeconfig", metavar="FILE", help="follow a live cluster through this kubeconfig")
+    group.add_argument("--in-cluster", action="store_true", help="follow the cluster the pod runs in")
+
+
+def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSource, Any]:
+    """The cluster source named on the command line, and a binder when the source is live."""
+    if getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False):
+        from extender.state import live
+
+        if args.kubeconfig:
+            source = live.from_kubeconfig(
+                args.kubeconfig,
+                kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
+                stale_grace_seconds=config.stale_grace_seconds,
+            )
+        else:
+            source = live.in_cluster(
+                kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
+                stale_grace_seconds=config.stale_grace_seconds,
+            )
+        binder = source.binder() if hasattr(source, "binder") else None
+        return source, binder
+    if getattr(args, "snapshot", None):
+        return SnapshotSource(args.snapshot), None
+    return SnapshotSource(text=demo_snapshot_text(), description="the embedded demo cluster"), None
+
+
+def _build_engine(args: argparse.Namespace, config: ExtenderConfig) -> Any:
+    from extender.transport.engine import SchedulingEngine
+
+    source, binder = _source(args, config)
+    engine = SchedulingEngine(source, config, binder=binder)
+    engine.start()
+    return engine
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    from extender.transport.logs import configure_logging
+
+    configure_logging(config.log_format, config.log_level)
+    listen = args.listen or config.listen
+    engine = _build_engine(args, config)
+    log.info(
+        "serving %s on %s",
+        engine.source.description,
+        listen,
+        extra={"source": engine.source.description, "listen": listen},
+    )
+    from extender.transport.app import create_app
+    from extender.transport.server import ExtenderServer, gunicorn_options
+
+    overrides = {}
+    if args.gunicorn_config:
+        overrides = _read_gunicorn_config(args.gunicorn_config)
+    ExtenderServer(create_app(engine), gunicorn_options(listen, overrides)).run()
+    return 0
+
+
+def _read_gunicorn_config(path: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(Path(path).read_text(encoding="utf-8"), path, "exec"), namespace)  # operator-owned config file
+    return {k: v for k, v in namespace.items() if not k.startswith("_") and k != "bind"}
+
+
+def _load_pod(path: str) -> Any:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    documents = [d for d in yaml.safe_load_all(text) if d]
+    pods = [d for d in documents if isinstance(d, dict) and d.get("kind", "Pod") == "Pod"]
+    if not pods:
+        raise SystemExit(f"dra-extender explain: {path} holds no Pod")
+    return pods[0]
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from extender.transport.diagnostics import decision_json, render_table
+
+    raw_pod = _load_pod(args.pod)
+    if args.server:
+        import urllib.error
+        import urllib.request
+
+        url = args.server.rstrip("/") + "/diagnostics/explain"
+        request = urllib.request.Request(url, data=orjson.dumps(raw_pod), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                report = orjson.loads(response.read())
+        except urllib.error.HTTPError as error:
+            print(f"dra-extender explain: {url}: {error.code} {error.read().decode(errors='replace')}", file=sys.stderr)
+            return 1
+        except urllib.error.URLError as error:
+            print(f"dra-extender explain: cannot reach {url}: {error.reason}", file=sys.stderr)
+            return 1
+    else:
+        config = load_config(args.config)
+        logging.basicConfig(level=logging.WARNING)
+        engine = _build_engine(args, config)
+        if args.kubeconfig:
+            _wait_ready(engine)
+        try:
+            pod = parse_pod(raw_pod)
+        except ObjectError as error:
+            print(f"dra-extender explain: {args.pod}: {error.describe()}", file=sys.stderr)
+            return 1
+        report = decision_json(engine.explain(pod))
+        engine.stop()
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(render_table(report))
+    return 0
+
+
+def _wait_ready(engine: Any, timeout: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine.health().ready:
+            return
+        time.sleep(0.2)
+    raise SystemExit("dra-extender: the cluster view did not become ready in time")
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from extender.state import live
+
+    live.write_snapshot_from_kubeconfig(args.kubeconfig, sys.stdout)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dra-extender",
+        description="kube-scheduler extender for DRA devices and Kueue ClusterQueue quota",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="answer kube-scheduler's filter/prioritize(/bind) calls over HTTP")
+    _add_source_flags(serve)
+    serve.add_argument("--config", metavar="FILE", help="extender config file (see config/extender.yaml)")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (default 127.0.0.1:8888)")
+    serve.add_argument("--gunicorn-config", metavar="FILE", help="gunicorn settings file (config/gunicorn.conf.py)")
+    serve.set_defaults(handler=cmd_serve)
+
+    explain = sub.add_parser("explain", help="rank every node for a pod and say why")
+    explain.add_argument("pod", metavar="POD.yaml", help="the pod (YAML or JSON; - for stdin)")
+    _add_source_flags(explain)
+    explain.add_argument("--server", metavar="URL", help="ask a running extender instead (http://127.0.0.1:8888)")
+    explain.add_argument("--config", metavar="FILE")
+    explain.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    explain.set_defaults(handler=cmd_explain)
+
+    snapshot = sub.add_parser("snapshot", help="write a live cluster's state as a snapshot file to stdout")
+    snapshot.add_argument("--kubeconfig", metavar="FILE", required=True)
+    snapshot.set_defaults(handler=cmd_snapshot)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ConfigError, SnapshotError) as error:
+        print(f"dra-extender: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

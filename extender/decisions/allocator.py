@@ -1,0 +1,705 @@
+"""Can a pod's pending ResourceClaims be allocated on one node? The structured allocator's rules, in Python.
+
+Follows k8s.io/dynamic-resource-allocation/structured: depth-first search with backtracking over claims ->
+requests -> device slots, devices in pool/slice/device order, firstAvailable subrequests strictly in order,
+in-use devices skipped before selectors run, constraints, taints and shared counters checked as a device is
+taken, at most 32 devices per claim. Unlike upstream it says *why not* (which claim and request, how many
+devices match, how many are free, which constraint failed), and a search that would run away ends with a
+reason instead of a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from extender.decisions.selection import DeviceMatcher, SelectorFailure
+from extender.state.core import Node
+from extender.state.dra import (
+    ALLOCATION_MODE_ALL,
+    BLOCKING_TAINT_EFFECTS,
+    MAX_DEVICES_PER_ALLOCATION,
+    Attribute,
+    ClaimSpec,
+    Device,
+    DeviceClass,
+    DeviceConstraint,
+    DeviceKey,
+    DeviceRequest,
+    DeviceSubRequest,
+    ResourceClaim,
+)
+from extender.state.inventory import NodeDevices, Pool, PoolKey, consumed_counters
+
+# Devices tried before the search gives up on one node. Upstream has no limit; a pathological claim (many
+# matchAttribute requests over many devices) must cost a reason, not the scheduler's httpTimeout.
+DEFAULT_SEARCH_BUDGET = 20_000
+
+
+# --- inputs ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingClaim:
+    """A claim of the pod that still needs devices: an existing unallocated claim, or one a template would make."""
+
+    label: str  # for people: "claim ns/name" or "claim gpu (from template single-gpu)"
+    pod_claim_name: str
+    claim_key: str  # "" when the claim does not exist yet
+    spec: ClaimSpec
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedClaim:
+    label: str
+    claim: ResourceClaim
+
+
+@dataclass(frozen=True, slots=True)
+class NodeQuestion:
+    """Everything the allocator needs about one node; assembled by the caller from a cluster snapshot."""
+
+    node: Node
+    devices: NodeDevices
+    allocated: Mapping[DeviceKey, int]
+    classes: Mapping[str, DeviceClass]
+
+
+# --- outputs --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenDevice:
+    request: str  # "gpu" or "gpu/older-gpu", as the claim's allocation result would name it
+    device: Device
+    device_class: str
+    admin_access: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    claim: PendingClaim
+    devices: tuple[ChosenDevice, ...]
+    chosen_alternatives: Mapping[str, int]  # request name -> index of the subrequest chosen (0 for `exactly`)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    node: str
+    claims: tuple[ClaimAllocation, ...]
+
+    def devices_by_class(self) -> dict[str, int]:
+        """Devices taken per DeviceClass; adminAccess devices are not taken from anyone."""
+        counts: dict[str, int] = {}
+        for claim in self.claims:
+            for chosen in claim.devices:
+                if not chosen.admin_access:
+                    counts[chosen.device_class] = counts.get(chosen.device_class, 0) + 1
+        return counts
+
+    @property
+    def alternative_rank(self) -> int:
+        """Sum of the chosen firstAvailable positions: 0 when every request got its first choice."""
+        return sum(index for claim in self.claims for index in claim.chosen_alternatives.values())
+
+    @property
+    def device_count(self) -> int:
+        return sum(len(claim.devices) for claim in self.claims)
+
+
+# Why a node cannot serve the pod. `unresolvable`: no amount of preemption on this node could help.
+CATEGORY_NO_DEVICES = "no-matching-devices"
+CATEGORY_TAKEN = "devices-in-use"
+CATEGORY_CONSTRAINT = "constraint"
+CATEGORY_SELECTOR = "selector-error"
+CATEGORY_CLASS = "class-missing"
+CATEGORY_CLAIM_NODE = "claim-on-other-node"
+CATEGORY_POOL = "pool-not-ready"
+CATEGORY_BUDGET = "search-budget"
+CATEGORY_TOO_MANY = "too-many-devices"
+
+
+@dataclass(frozen=True, slots=True)
+class NotAllocatable:
+    node: str
+    category: str
+    summary: str  # the same text on every node where the same thing fails: kube-scheduler aggregates it
+    detail: str  # with this node's numbers, for diagnostics
+    unresolvable: bool
+    claim: str = ""
+    request: str = ""
+    needed: int = 0
+    matching: int = 0
+    free: int = 0
+
+
+AllocationOutcome = Allocation | NotAllocatable
+
+
+# --- the search -----------------------------------------------------------------------------------------------
+
+
+Undo = Callable[[], None]
+
+
+class _BudgetExhaustedError(Exception):
+    pass
+
+
+class _SelectorError(Exception):
+    def __init__(self, failure: SelectorFailure, claim: str, request: str) -> None:
+        super().__init__(failure.describe())
+        self.failure = failure
+        self.claim = claim
+        self.request = request
+
+
+def _tolerated(device: Device, sub: DeviceSubRequest) -> bool:
+    for taint in device.taints:
+        if taint.effect in BLOCKING_TAINT_EFFECTS and not any(tol.tolerates(taint) for tol in sub.tolerations):
+            return False
+    return True
+
+
+@dataclass(slots=True)
+class _Alternative:
+    """One subrequest's candidates on this node, scanned lazily in device order like upstream."""
+
+    sub: DeviceSubRequest
+    request_name: str  # as it appears in results
+    device_class: DeviceClass | None
+    candidates: list[Device] = field(default_factory=list)  # free (or adminAccess), selectable, in order
+    failure: SelectorFailure | None = None  # a selector error met at the end of `candidates`
+    all_devices: list[Device] | None = None  # allocationMode All: every selectable device
+
+
+class _Search:
+    def __init__(
+        self,
+        question: NodeQuestion,
+        claims: Sequence[PendingClaim],
+        matcher: DeviceMatcher,
+        budget: int,
+    ) -> None:
+        self.question = question
+        self.claims = claims
+        self.matcher = matcher
+        self.budget = budget
+        self.allocated = question.allocated
+        self.taking: set[DeviceKey] = set()
+        self.chosen: list[list[ChosenDevice]] = [[] for _ in claims]
+        self.alternatives_chosen: list[dict[str, int]] = [{} for _ in claims]
+        self.match_values: list[dict[int, tuple[Attribute, int]]] = [{} for _ in claims]
+        self.distinct_values: list[dict[int, set[Attribute]]] = [{} for _ in claims]
+        self.pools: dict[PoolKey, Pool] = {pool.key: pool for pool in question.devices.pools}
+        self.counter_use: dict[tuple[PoolKey, str], dict[str, Fraction]] = {}
+        self.counter_base: dict[PoolKey, dict[str, dict[str, Fraction]]] = {}
+        self.alternatives: list[list[list[_Alternative]]] = []
+
+    # candidates ---------------------------------------------------------------------------------------------
+
+    def prepare(self) -> NotAllocatable | None:
+        classes = self.question.classes
+        for claim in self.claims:
+            per_request: list[list[_Alternative]] = []
+            for request in claim.spec.requests:
+                alternatives: list[_Alternative] = []
+                for sub in request.alternatives:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    device_class = classes.get(sub.device_class_name)
+                    if device_class is None:
+                        return self._fail(
+                            CATEGORY_CLASS,
+                            f"{claim.label} request {name}: DeviceClass {sub.device_class_name} does not exist",
+                            "",
+                            unresolvable=True,
+                            claim=claim,
+                            request=name,
+                        )
+                    alternative = _Alternative(sub, name, device_class)
+                    if sub.allocation_mode == ALLOCATION_MODE_ALL:
+                        failure = self._collect_all(alternative)
+                        if failure is not None:
+                            return failure
+                    else:
+                        self._collect_free(alternative)
+                    alternatives.append(alternative)
+                per_request.append(alternatives)
+            self.alternatives.append(per_request)
+        return None
+
+    def _selectable(self, alternative: _Alternative, device: Device) -> bool | SelectorFailure:
+        assert alternative.device_class is not None
+        verdict = self.matcher.class_verdict(alternative.device_class, device)
+        if verdict is True and alternative.sub.selectors:
+            verdict = self.matcher.all_verdict(alternative.sub.selectors, device)
+        return verdict
+
+    def _collect_free(self, alternative: _Alternative) -> None:
+        admin = alternative.sub.admin_access
+        allocated = self.allocated
+        for device in self.question.devices.devices:
+            if not admin and device.key in allocated and not device.allow_multiple_allocations:
+                continue  # upstream checks "in use" first: selectors never run on taken devices
+            verdict = self._selectable(alternative, device)
+            if verdict is True:
+                alternative.candidates.append(device)
+            elif verdict is not False:
+                alternative.failure = verdict
+                return
+
+    def _collect_all(self, alternative: _Alternative) -> NotAllocatable | None:
+        selectable: list[Device] = []
+        for device in self.question.devices.devices:
+            verdict = self._selectable(alternative, device)
+            if verdict is True:
+                selectable.append(device)
+            elif verdict is not False:
+                alternative.failure = verdict
+                break
+        alternative.all_devices = selectable
+        return None
+
+    # search -------------------------------------------------------------------------------------------------
+
+    def run(self) -> bool:
+        return self._request(0, 0)
+
+    def _request(self, claim_index: int, request_index: int) -> bool:
+        if claim_index == len(self.claims):
+            return True
+        requests = self.claims[claim_index].spec.requests
+        if request_index == len(requests):
+            return self._request(claim_index + 1, 0)
+        request = requests[request_index]
+        for alt_index, alternative in enumerate(self.alternatives[claim_index][request_index]):
+            self.alternatives_chosen[claim_index][request.name] = alt_index
+            if alternative.all_devices is not None:
+                if self._take_all(claim_index, request, alternative, request_index):
+                    return True
+            elif self._pick(claim_index, request, alternative, request_index, 0, alternative.sub.count):
+                return True
+        self.alternatives_chosen[claim_index].pop(request.name, None)
+        return False
+
+    def _pick(
+        self,
+        claim_index: int,
+        request: DeviceRequest,
+        alternative: _Alternative,
+        request_index: int,
+        start: int,
+        remaining: int,
+    ) -> bool:
+        if remaining == 0:
+            return self._request(claim_index, request_index + 1)
+        candidates = alternative.candidates
+        for position in range(start, len(candidates)):
+            device = candidates[position]
+            if device.key in self.taking and not alternative.sub.admin_access:
+                continue
+            undo = self._take(claim_index, request, alternative, device)
+            if undo is None:
+                continue
+            if self._pick(claim_index, request, alternative, request_index, position + 1, remaining - 1):
+                return True
+            undo()
+        if alternative.failure is not None:
+            # Upstream would have evaluated the failing selector next, and failed the whole pod.
+            raise _SelectorError(alternative.failure, self.claims[claim_index].label, alternative.request_name)
+        return False
+
+    def _take_all(
+        self, claim_index: int, request: DeviceRequest, alternative: _Alternative, request_index: int
+    ) -> bool:
+        if alternative.failure is not None:
+            raise _SelectorError(alternative.failure, self.claims[claim_index].label, alternative.request_name)
+        devices = alternative.all_devices or []
+        if not devices:
+            return False
+        undos = []
+        for device in devices:
+            in_use = device.key in self.allocated and not device.allow_multiple_allocations
+            if not alternative.sub.admin_access and (in_use or device.key in self.taking):
+                break
+            undo = self._take(claim_index, request, alternative, device)
+            if undo is None:
+                break
+            undos.append(undo)
+        else:
+            if self._request(claim_index, request_index + 1):
+                return True
+        for undo in reversed(undos):
+            undo()
+        return False
+
+    def _take(self, claim_index: int, request: DeviceRequest, alternative: _Alternative, device: Device) -> Undo | None:
+        self.budget -= 1
+        if self.budget < 0:
+            raise _BudgetExhaustedError
+        sub = alternative.sub
+        if not _tolerated(device, sub):
+            return None
+        chosen = self.chosen[claim_index]
+        if len(chosen) >= MAX_DEVICES_PER_ALLOCATION:
+            return None
+        claim = self.claims[claim_index]
+        undo_steps = []
+        for constraint_index, constraint in enumerate(claim.spec.constraints):
+            if not _constraint_applies(constraint, request.name, alternative.request_name):
+                continue
+            undo = self._apply_constraint(claim_index, constraint_index, constraint, device)
+            if undo is None:
+                for step in reversed(undo_steps):
+                    step()
+                return None
+            undo_steps.append(undo)
+        if device.consumes_counters:
+            undo = self._consume_counters(device)
+            if undo is None:
+                for step in reversed(undo_steps):
+                    step()
+                return None
+            undo_steps.append(undo)
+        chosen.append(ChosenDevice(alternative.request_name, device, sub.device_class_name, sub.admin_access))
+        added_to_taking = device.key not in self.taking
+        self.taking.add(device.key)
+
+        def undo_all() -> None:
+            chosen.pop()
+            if added_to_taking:
+                self.taking.discard(device.key)
+            for step in reversed(undo_steps):
+                step()
+
+        return undo_all
+
+    def _apply_constraint(
+        self, claim_index: int, constraint_index: int, constraint: DeviceConstraint, device: Device
+    ) -> Undo | None:
+        if constraint.match_attribute:
+            value = device.attributes.get(constraint.match_attribute)
+            if value is None:
+                return None
+            held = self.match_values[claim_index].get(constraint_index)
+            if held is None:
+                self.match_values[claim_index][constraint_index] = (value, 1)
+                return lambda: self.match_values[claim_index].pop(constraint_index, None)
+            if held[0] != value:
+                return None
+            self.match_values[claim_index][constraint_index] = (held[0], held[1] + 1)
+
+            def release() -> None:
+                current = self.match_values[claim_index][constraint_index]
+                if current[1] <= 1:
+                    del self.match_values[claim_index][constraint_index]
+                else:
+                    self.match_values[claim_index][constraint_index] = (current[0], current[1] - 1)
+
+            return release
+        value = device.attributes.get(constraint.distinct_attribute)
+        if value is None:
+            return None
+        seen = self.distinct_values[claim_index].setdefault(constraint_index, set())
+        if value in seen:
+            return None
+        seen.add(value)
+        return lambda: seen.discard(value)
+
+    def _consume_counters(self, device: Device) -> Undo | None:
+        pool_key = (device.driver, device.pool)
+        pool = self.pools.get(pool_key)
+        if pool is None:
+            return None
+        base = self.counter_base.get(pool_key)
+        if base is None:
+            base = consumed_counters(pool, self.allocated)
+            self.counter_base[pool_key] = base
+        added: list[tuple[dict[str, Fraction], str, Fraction]] = []
+        for consumption in device.consumes_counters:
+            available = pool.shared_counters.get(consumption.counter_set)
+            if available is None:
+                return None
+            in_search = self.counter_use.setdefault((pool_key, consumption.counter_set), {})
+            already = base.get(consumption.counter_set, {})
+            for counter, value in consumption.counters.items():
+                limit = available.get(counter)
+                if limit is None or already.get(counter, 0) + in_search.get(counter, 0) + value > limit:
+                    for bucket, name, amount in added:
+                        bucket[name] -= amount
+                    return None
+                in_search[counter] = in_search.get(counter, Fraction(0)) + value
+                added.append((in_search, counter, value))
+
+        def release() -> None:
+            for bucket, name, amount in added:
+                bucket[name] -= amount
+
+        return release
+
+    # reasons ------------------------------------------------------------------------------------------------
+
+    def _fail(
+        self,
+        category: str,
+        summary: str,
+        detail: str,
+        *,
+        unresolvable: bool,
+        claim: PendingClaim | None = None,
+        request: str = "",
+        needed: int = 0,
+        matching: int = 0,
+        free: int = 0,
+    ) -> NotAllocatable:
+        return NotAllocatable(
+            node=self.question.node.name,
+            category=category,
+            summary=summary,
+            detail=detail or summary,
+            unresolvable=unresolvable,
+            claim=claim.label if claim else "",
+            request=request,
+            needed=needed,
+            matching=matching,
+            free=free,
+        )
+
+    def explain_failure(self) -> NotAllocatable:
+        """After a failed search: the first request that cannot be met even on its own, else a joint reason."""
+        for claim_index, claim in enumerate(self.claims):
+            for request_index in range(len(claim.spec.requests)):
+                alternatives = self.alternatives[claim_index][request_index]
+                shortfalls = [self._shortfall(claim, alt) for alt in alternatives]
+                if all(s is not None for s in shortfalls):
+                    # Report the alternative that came closest (most free devices), unresolvable only if all are.
+                    unresolvable = all(s.unresolvable for s in shortfalls if s is not None)
+                    best = max(shortfalls, key=lambda s: (not s.unresolvable, s.free))  # type: ignore[union-attr]
+                    assert best is not None
+                    if best.unresolvable != unresolvable:
+                        return _replace_unresolvable(best, unresolvable)
+                    return best
+        for claim in self.claims:
+            for constraint in claim.spec.constraints:
+                kind = "matchAttribute" if constraint.match_attribute else "distinctAttribute"
+                attribute = constraint.match_attribute or constraint.distinct_attribute
+                return self._fail(
+                    CATEGORY_CONSTRAINT,
+                    f"{claim.label}: no set of free devices satisfies {kind} {attribute}",
+                    "",
+                    unresolvable=False,
+                    claim=claim,
+                )
+        if any(device.consumes_counters for device in self.question.devices.devices):
+            return self._fail(
+                CATEGORY_TAKEN,
+                "shared counters of the partitionable devices are exhausted",
+                "",
+                unresolvable=False,
+            )
+        labels = ", ".join(claim.label for claim in self.claims)
+        return self._fail(
+            CATEGORY_TAKEN,
+            f"not enough distinct free devices for all requests of {labels} together",
+            "",
+            unresolvable=False,
+        )
+
+    def _shortfall(self, claim: PendingClaim, alternative: _Alternative) -> NotAllocatable | None:
+        """Why this subrequest alone cannot be met on this node, or None if it could be."""
+        sub = alternative.sub
+        selectable = self._count_selectable(alternative)
+        usable = [d for d in alternative.candidates if _tolerated(d, sub)]
+        class_part = f"class {sub.device_class_name}" + (" with its selectors" if sub.selectors else "")
+        name = alternative.request_name
+        if alternative.all_devices is not None:
+            in_use = [
+                d
+                for d in alternative.all_devices
+                if not sub.admin_access and d.key in self.allocated and not d.allow_multiple_allocations
+            ]
+            if not alternative.all_devices:
+                return self._fail(
+                    CATEGORY_NO_DEVICES,
+                    f"{claim.label} request {name}: asks for all devices of {class_part}, none on the node",
+                    "",
+                    unresolvable=True,
+                    claim=claim,
+                    request=name,
+                )
+            if in_use:
+                total = len(alternative.all_devices)
+                return self._fail(
+                    CATEGORY_TAKEN,
+                    f"{claim.label} request {name}: asks for all devices of {class_part}, some are in use",
+                    f"{claim.label} request {name}: asks for all {total} devices of {class_part}; "
+                    f"{len(in_use)} are in use",
+                    unresolvable=False,
+                    claim=claim,
+                    request=name,
+                    needed=total,
+                    matching=total,
+                    free=total - len(in_use),
+                )
+            return None
+        needed = sub.count
+        if len(usable) >= needed:
+            return None
+        if selectable < needed:
+            what = "no device" if selectable == 0 else f"only {selectable} device{'s' if selectable != 1 else ''}"
+            return self._fail(
+                CATEGORY_NO_DEVICES,
+                f"{claim.label} request {name}: not enough devices of {class_part} on the node",
+                f"{claim.label} request {name}: needs {needed} device{'s' if needed != 1 else ''} of {class_part}; "
+                f"{what} on this node match",
+                unresolvable=True,
+                claim=claim,
+                request=name,
+                needed=needed,
+                matching=selectable,
+                free=len(usable),
+            )
+        return self._fail(
+            CATEGORY_TAKEN,
+            f"{claim.label} request {name}: not enough free devices of {class_part}",
+            f"{claim.label} request {name}: needs {needed} device{'s' if needed != 1 else ''} of {class_part}; "
+            f"{selectable} match on this node, {len(usable)} free",
+            unresolvable=False,
+            claim=claim,
+            request=name,
+            needed=needed,
+            matching=selectable,
+            free=len(usable),
+        )
+
+    def _count_selectable(self, alternative: _Alternative) -> int:
+        """Devices the subrequest selects on this node, free or not (only computed for reasons)."""
+        if alternative.all_devices is not None:
+            return len(alternative.all_devices)
+        count = 0
+        for device in self.question.devices.devices:
+            if self._selectable(alternative, device) is True:
+                count += 1
+        return count
+
+
+def _replace_unresolvable(reason: NotAllocatable, unresolvable: bool) -> NotAllocatable:
+    return NotAllocatable(
+        reason.node,
+        reason.category,
+        reason.summary,
+        reason.detail,
+        unresolvable,
+        reason.claim,
+        reason.request,
+        reason.needed,
+        reason.matching,
+        reason.free,
+    )
+
+
+def _constraint_applies(constraint: DeviceConstraint, request_name: str, result_name: str) -> bool:
+    if not constraint.requests:
+        return True
+    return request_name in constraint.requests or result_name in constraint.requests
+
+
+def check_allocated_claims(node: Node, claims: Sequence[AllocatedClaim]) -> NotAllocatable | None:
+    """An allocated claim takes nothing new, but pins the pod to the nodes its allocation reaches."""
+    for allocated in claims:
+        allocation = allocated.claim.allocation
+        if allocation is None or allocation.node_selector is None:
+            continue
+        if not allocation.node_selector.matches(node):
+            return NotAllocatable(
+                node=node.name,
+                category=CATEGORY_CLAIM_NODE,
+                summary=f"{allocated.label} is already allocated to devices not reachable from this node",
+                detail=f"{allocated.label} is already allocated to devices not reachable from this node",
+                unresolvable=True,
+                claim=allocated.label,
+            )
+    return None
+
+
+def allocate(
+    question: NodeQuestion,
+    pending: Sequence[PendingClaim],
+    allocated_claims: Sequence[AllocatedClaim],
+    matcher: DeviceMatcher,
+    *,
+    budget: int = DEFAULT_SEARCH_BUDGET,
+) -> AllocationOutcome:
+    """Allocate all of a pod's pending claims together on one node, or say why that cannot be done."""
+    node = question.node
+    blocked = check_allocated_claims(node, allocated_claims)
+    if blocked is not None:
+        return blocked
+    if not pending:
+        return Allocation(node.name, ())
+    search = _Search(question, pending, matcher, budget)
+    failure = search.prepare()
+    if failure is not None:
+        return failure
+    pool_failure = _pool_problem(search)
+    if pool_failure is not None:
+        return pool_failure
+    try:
+        found = search.run()
+    except _BudgetExhaustedError:
+        return search._fail(
+            CATEGORY_BUDGET,
+            "the device search gave up after trying too many combinations",
+            f"the device search gave up after {budget} device tries; simplify the claims' constraints",
+            unresolvable=False,
+        )
+    except _SelectorError as error:
+        return search._fail(
+            CATEGORY_SELECTOR,
+            f"{error.claim} request {error.request}: {error.failure.describe()}",
+            "",
+            unresolvable=True,
+            request=error.request,
+        )
+    if not found:
+        return search.explain_failure()
+    return Allocation(
+        node.name,
+        tuple(
+            ClaimAllocation(claim, tuple(search.chosen[index]), dict(search.alternatives_chosen[index]))
+            for index, claim in enumerate(pending)
+        ),
+    )
+
+
+def _pool_problem(search: _Search) -> NotAllocatable | None:
+    """All-mode requests must not draw from pools being updated; no request may draw from an invalid pool."""
+    for claim_index, claim in enumerate(search.claims):
+        for per_request in search.alternatives[claim_index]:
+            for alternative in per_request:
+                devices = alternative.all_devices if alternative.all_devices is not None else alternative.candidates
+                for device in devices:
+                    pool = search.pools.get((device.driver, device.pool))
+                    if pool is None:
+                        continue
+                    if pool.invalid_reason:
+                        return search._fail(
+                            CATEGORY_POOL,
+                            f"{claim.label}: resource pool {pool.driver}/{pool.name} is invalid: {pool.invalid_reason}",
+                            "",
+                            unresolvable=True,
+                            claim=claim,
+                            request=alternative.request_name,
+                        )
+                    if alternative.all_devices is not None and pool.incomplete:
+                        return search._fail(
+                            CATEGORY_POOL,
+                            f"{claim.label} request {alternative.request_name}: asks for all devices, but resource "
+                            f"pool {pool.driver}/{pool.name} is being updated",
+                            "",
+                            unresolvable=False,
+                            claim=claim,
+                            request=alternative.request_name,
+                        )
+    return None

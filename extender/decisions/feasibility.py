@@ -1,0 +1,60 @@
+"""Device feasibility of one pod across candidate nodes: the allocator asked once per node.
+
+Work per call is proportional to the candidate nodes: each node's device list comes ready-made from the
+snapshot, selector verdicts come from the shared matcher's memo, and pods without claims never get here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from extender.decisions.allocator import (
+    DEFAULT_SEARCH_BUDGET,
+    AllocationOutcome,
+    NodeQuestion,
+    NotAllocatable,
+    allocate,
+)
+from extender.decisions.pod_claims import PodClaims
+from extender.decisions.selection import DeviceMatcher
+from extender.state.store import ClusterSnapshot
+
+CATEGORY_UNKNOWN_NODE = "unknown-node"
+CATEGORY_CLAIM_MISSING = "claim-missing"
+
+
+def unknown_node(node_name: str) -> NotAllocatable:
+    return NotAllocatable(
+        node=node_name,
+        category=CATEGORY_UNKNOWN_NODE,
+        summary="node is not known to the extender",
+        detail=f"node {node_name} is not in the extender's view of the cluster (not created yet, or deleted)",
+        unresolvable=False,
+    )
+
+
+def device_feasibility(
+    snapshot: ClusterSnapshot,
+    pod_claims: PodClaims,
+    node_names: Iterable[str],
+    matcher: DeviceMatcher,
+    *,
+    budget: int = DEFAULT_SEARCH_BUDGET,
+) -> dict[str, AllocationOutcome]:
+    outcomes: dict[str, AllocationOutcome] = {}
+    if pod_claims.problems:
+        summary = "; ".join(pod_claims.problems)
+        for name in node_names:
+            outcomes[name] = NotAllocatable(name, CATEGORY_CLAIM_MISSING, summary, summary, unresolvable=True)
+        return outcomes
+    nodes = snapshot.nodes
+    allocated = snapshot.allocated
+    classes = snapshot.device_classes
+    for name in node_names:
+        node = nodes.get(name)
+        if node is None:
+            outcomes[name] = unknown_node(name)
+            continue
+        question = NodeQuestion(node, snapshot.node_devices(name), allocated, classes)
+        outcomes[name] = allocate(question, pod_claims.pending, pod_claims.allocated, matcher, budget=budget)
+    return outcomes

@@ -1,0 +1,116 @@
+"""Everything quota decisions need that changes only with Kueue objects or configuration.
+
+Built once per change of ClusterQueues, Cohorts, LocalQueues, ResourceFlavors, Kueue's ConfigMap or our own
+mappings, then reused by every request until one of those changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.decisions.quota_tree import QuotaTree
+from extender.state.core import Node
+from extender.state.errors import ObjectError
+from extender.state.kueue import (
+    ClusterQueue,
+    DeviceClassMappings,
+    LocalQueue,
+    ResourceFlavor,
+    parse_kueue_configmap,
+)
+from extender.state.store import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+QUOTA_KINDS = frozenset({"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace"})
+
+
+@dataclass(frozen=True, slots=True)
+class KueueConfigRef:
+    namespace: str = "kueue-system"
+    name: str = "kueue-manager-config"
+    key: str = "controller_manager_config.yaml"
+
+
+@dataclass(frozen=True)
+class QuotaContext:
+    enabled: bool
+    tree: QuotaTree
+    cluster_queues: Mapping[str, ClusterQueue]
+    local_queues: Mapping[str, LocalQueue]
+    flavors: Mapping[str, ResourceFlavor]
+    mappings: DeviceClassMappings
+    mappings_source: str  # for people: where the deviceClassMappings came from
+    problems: Mapping[str, str] = field(default_factory=dict)  # ClusterQueue -> why it cannot admit anything
+    _node_flavor_cache: dict[tuple[str, int, Node], str | None] = field(default_factory=dict, repr=False)
+
+    def resource_for_class(self, class_name: str) -> str | None:
+        return self.mappings.resource_for_class(class_name)
+
+    def node_flavor(self, cluster_queue: ClusterQueue, resource: str, node: Node) -> str | None:
+        """The first flavor, in the ClusterQueue's order for this resource, whose nodeLabels match the node."""
+        group = cluster_queue.resource_group_for(resource)
+        if group is None:
+            return None
+        cache_key = (cluster_queue.name, id(group), node)
+        if cache_key in self._node_flavor_cache:
+            return self._node_flavor_cache[cache_key]
+        chosen = None
+        for flavor_quotas in group.flavors:
+            flavor = self.flavors.get(flavor_quotas.name)
+            if flavor is not None and flavor.matches_node(node.labels):
+                chosen = flavor.name
+                break
+        if len(self._node_flavor_cache) > 200_000:
+            self._node_flavor_cache.clear()
+        self._node_flavor_cache[cache_key] = chosen
+        return chosen
+
+
+def _mappings_from_cluster(snapshot: ClusterSnapshot, ref: KueueConfigRef) -> tuple[DeviceClassMappings, str]:
+    config_map = snapshot.config_maps.get(f"{ref.namespace}/{ref.name}")
+    if config_map is None:
+        return DeviceClassMappings(), "none (no Kueue ConfigMap and none in the extender's config)"
+    source = f"ConfigMap {ref.namespace}/{ref.name} key {ref.key}"
+    raw: Mapping[str, Any] = {"data": dict(config_map.data), "metadata": {"name": ref.name, "namespace": ref.namespace}}
+    try:
+        return parse_kueue_configmap(raw, key=ref.key), source
+    except (ObjectError, ValueError) as error:
+        log.error("ignoring deviceClassMappings from %s: %s", source, error)
+        return DeviceClassMappings(), f"{source} (invalid: {error})"
+
+
+def build_quota_context(
+    snapshot: ClusterSnapshot,
+    configured_mappings: DeviceClassMappings | None,
+    kueue_config: KueueConfigRef,
+) -> QuotaContext:
+    if configured_mappings is not None and len(configured_mappings):
+        mappings, source = configured_mappings, "the extender's config file"
+    else:
+        mappings, source = _mappings_from_cluster(snapshot, kueue_config)
+    cluster_queues = dict(snapshot.cluster_queues)
+    flavors = {flavor.name: flavor for flavor in snapshot.resource_flavors.values()}
+    tree = QuotaTree(cluster_queues.values(), snapshot.cohorts.values())
+    problems: dict[str, str] = {}
+    for cq in cluster_queues.values():
+        missing = [name for name in cq.flavor_names if name not in flavors]
+        if missing:
+            problems[cq.name] = f"ClusterQueue {cq.name} references missing ResourceFlavor {', '.join(missing)}"
+            continue
+        inactive = tree.inactive_reason(cq.name)
+        if inactive:
+            problems[cq.name] = f"ClusterQueue {cq.name} is inactive: {inactive}"
+    return QuotaContext(
+        enabled=snapshot.kueue_enabled,
+        tree=tree,
+        cluster_queues=cluster_queues,
+        local_queues=dict(snapshot.local_queues),
+        flavors=flavors,
+        mappings=mappings,
+        mappings_source=source,
+        problems=problems,
+    )

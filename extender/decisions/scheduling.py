@@ -1,0 +1,160 @@
+"""The decision for one pod over candidate nodes: devices, then quota, then scores. Pure: no I/O, no Flask.
+
+This is the API the transport layer calls for filter, prioritize and explain. It needs a cluster snapshot,
+the quota context and a ledger that already includes every other pod's reservation; it returns per-node
+verdicts with everything a person needs to understand them, plus the reservation to hold if the pod passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
+from extender.decisions.feasibility import device_feasibility, unknown_node
+from extender.decisions.pod_claims import resolve_pod_claims
+from extender.decisions.quota_context import QuotaContext
+from extender.decisions.quota_decision import (
+    NOT_GOVERNED,
+    UNMAPPED_IGNORE,
+    NodeQuota,
+    QuotaDecision,
+    decide_quota,
+)
+from extender.decisions.quota_tree import QuotaLedger
+from extender.decisions.scoring import (
+    STRATEGIES,
+    STRATEGY_ANNOTATION,
+    STRATEGY_MOST,
+    ScoreBreakdown,
+    ScoringWeights,
+    score_node,
+)
+from extender.decisions.selection import DeviceMatcher
+from extender.state.core import Pod
+from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.reservations import QuotaKey
+from extender.state.store import ClusterSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionOptions:
+    scoring_strategy: str = STRATEGY_MOST
+    weights: ScoringWeights = ScoringWeights()
+    unmapped_classes: str = UNMAPPED_IGNORE
+    search_budget: int = DEFAULT_SEARCH_BUDGET
+    allow_strategy_annotation: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    node: str
+    passed: bool
+    unresolvable: bool = False
+    category: str = ""
+    reason: str = ""  # identical text on every node failing the same way
+    detail: str = ""  # this node's numbers
+    allocation: Allocation | None = None
+    quota: NodeQuota | None = None
+    score: ScoreBreakdown | None = None
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    pod_key: str
+    pod_uid: str
+    snapshot_version: int
+    verdicts: Mapping[str, NodeVerdict]
+    quota: QuotaDecision = NOT_GOVERNED
+    fast_path: bool = False
+    strategy: str = STRATEGY_MOST
+    reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> list[str]:
+        return [name for name, verdict in self.verdicts.items() if verdict.passed]
+
+    def ranked(self) -> list[NodeVerdict]:
+        """Passed nodes by score (highest first), then failed ones; ties by name for a stable order."""
+        return sorted(
+            self.verdicts.values(),
+            key=lambda v: (not v.passed, -(v.score.total if v.score else 0), v.node),
+        )
+
+
+def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
+    requested = pod.annotations.get(STRATEGY_ANNOTATION, "")
+    if options.allow_strategy_annotation and requested in STRATEGIES:
+        return requested
+    return options.scoring_strategy
+
+
+def decide_pod(
+    snapshot: ClusterSnapshot,
+    pod: Pod,
+    node_names: Iterable[str],
+    *,
+    matcher: DeviceMatcher,
+    quota_context: QuotaContext | None,
+    ledger: QuotaLedger | None,
+    options: DecisionOptions = DecisionOptions(),
+) -> PodDecision:
+    names = list(dict.fromkeys(node_names))
+    nodes = snapshot.nodes
+    strategy = pod_strategy(pod, options)
+    if not pod.claims and QUEUE_NAME_LABEL not in pod.labels:
+        # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error.
+        verdicts = {name: NodeVerdict(name, True) if name in nodes else _failed(unknown_node(name)) for name in names}
+        return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
+
+    pod_claims = resolve_pod_claims(snapshot, pod)
+    outcomes: dict[str, AllocationOutcome] = device_feasibility(
+        snapshot, pod_claims, names, matcher, budget=options.search_budget
+    )
+    allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
+    quota = decide_quota(snapshot, pod, allocations, quota_context, ledger, unmapped=options.unmapped_classes)
+    verdicts: dict[str, NodeVerdict] = {}
+    for name in names:
+        outcome = outcomes[name]
+        if isinstance(outcome, NotAllocatable):
+            verdicts[name] = _failed(outcome)
+            continue
+        rejection = quota.node_rejection(name)
+        node_quota = quota.per_node.get(name)
+        if rejection is not None:
+            verdicts[name] = NodeVerdict(
+                name,
+                False,
+                unresolvable=rejection.unresolvable,
+                category=rejection.category,
+                reason=rejection.summary,
+                detail=rejection.summary,
+                allocation=outcome,
+                quota=node_quota,
+            )
+            continue
+        score = score_node(
+            outcome, snapshot.node_devices(name), snapshot.allocated, node_quota, strategy, options.weights
+        )
+        verdicts[name] = NodeVerdict(name, True, allocation=outcome, quota=node_quota, score=score)
+    return PodDecision(
+        pod.key,
+        pod.uid,
+        snapshot.version,
+        verdicts,
+        quota=quota,
+        strategy=strategy,
+        reservation=quota.reservation if any(v.passed for v in verdicts.values()) else {},
+    )
+
+
+def _failed(outcome: NotAllocatable) -> NodeVerdict:
+    return NodeVerdict(
+        outcome.node,
+        False,
+        unresolvable=outcome.unresolvable,
+        category=outcome.category,
+        reason=outcome.summary,
+        detail=outcome.detail,
+    )

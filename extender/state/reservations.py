@@ -1,0 +1,153 @@
+"""Quota held for pods that passed the filter but are not yet seen bound.
+
+kube-scheduler's binding cycle is asynchronous: between our filter verdict for pod A and A's binding becoming
+visible in the API, pod B is already being filtered. Without remembering A's charge, B would be admitted into
+quota A is about to use. A reservation lives until its pod is seen bound (real usage takes over), is seen
+deleted or finished, is filtered again (replaced, never added twice), or its TTL runs out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+QuotaKey = tuple[str, str, str]  # (ClusterQueue, flavor, resource)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    pod_uid: str
+    pod_key: str  # namespace/name, for people
+    cluster_queue: str
+    charges: Mapping[QuotaKey, Fraction]
+    created: float
+    expires: float
+    node: str = ""  # set when bind confirmed the node actually chosen
+    seen: bool = False  # the pod has been seen in the cluster view (so its disappearance means deletion)
+
+    def quota_keys(self) -> Iterable[tuple[QuotaKey, Fraction]]:
+        return self.charges.items()
+
+    @property
+    def flavors(self) -> tuple[str, ...]:
+        return tuple(sorted({flavor for (_, flavor, _) in self.charges}))
+
+
+class ReservationLedger:
+    """Thread-safe. Totals are maintained incrementally so a quota check never sums all reservations."""
+
+    def __init__(self, ttl_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_seconds = ttl_seconds
+        self._clock = clock
+        self._by_pod: dict[str, Reservation] = {}
+        self._totals: dict[QuotaKey, Fraction] = {}
+        self.lock = threading.RLock()  # callers hold it across check-then-reserve
+
+    def now(self) -> float:
+        return self._clock()
+
+    def reserve(
+        self, pod_uid: str, pod_key: str, cluster_queue: str, charges: Mapping[QuotaKey, Fraction]
+    ) -> Reservation:
+        """Hold `charges` for the pod, replacing whatever it held before."""
+        with self.lock:
+            previous = self._by_pod.get(pod_uid)
+            self._drop(pod_uid)
+            now = self._clock()
+            reservation = Reservation(
+                pod_uid,
+                pod_key,
+                cluster_queue,
+                dict(charges),
+                now,
+                now + self.ttl_seconds,
+                seen=previous.seen if previous is not None else False,
+            )
+            self._by_pod[pod_uid] = reservation
+            for key, amount in reservation.quota_keys():
+                self._totals[key] = self._totals.get(key, Fraction(0)) + amount
+            return reservation
+
+    def confirm(self, pod_uid: str, node: str) -> Reservation | None:
+        """Bind chose a node: keep the reservation (fresh TTL) until the binding is seen."""
+        with self.lock:
+            reservation = self._by_pod.get(pod_uid)
+            if reservation is None:
+                return None
+            now = self._clock()
+            confirmed = replace(reservation, node=node, expires=now + self.ttl_seconds)
+            self._by_pod[pod_uid] = confirmed
+            return confirmed
+
+    def release(self, pod_uid: str) -> Reservation | None:
+        with self.lock:
+            return self._drop(pod_uid)
+
+    def _drop(self, pod_uid: str) -> Reservation | None:
+        reservation = self._by_pod.pop(pod_uid, None)
+        if reservation is not None:
+            for key, amount in reservation.quota_keys():
+                remaining = self._totals.get(key, Fraction(0)) - amount
+                if remaining:
+                    self._totals[key] = remaining
+                else:
+                    self._totals.pop(key, None)
+        return reservation
+
+    def expire(self) -> list[Reservation]:
+        with self.lock:
+            now = self._clock()
+            expired = [r for r in self._by_pod.values() if r.expires <= now]
+            for reservation in expired:
+                self._drop(reservation.pod_uid)
+            return expired
+
+    def reconcile(self, pod_states: Callable[[Reservation], str]) -> list[tuple[Reservation, str]]:
+        """Release reservations whose pod the cluster view shows bound, finished or deleted.
+
+        `pod_states` answers, per reservation: "pending" (keep), "seen" (keep, mark seen), or a release reason
+        ("bound", "finished", "deleted"). Expired ones are released too.
+        """
+        released: list[tuple[Reservation, str]] = []
+        with self.lock:
+            for reservation in self.expire():
+                released.append((reservation, "expired"))
+            for reservation in list(self._by_pod.values()):
+                state = pod_states(reservation)
+                if state == "seen" and not reservation.seen:
+                    self._by_pod[reservation.pod_uid] = replace(reservation, seen=True)
+                elif state not in ("pending", "seen"):
+                    self._drop(reservation.pod_uid)
+                    released.append((reservation, state))
+        return released
+
+    def get(self, pod_uid: str) -> Reservation | None:
+        return self._by_pod.get(pod_uid)
+
+    def totals(self) -> dict[QuotaKey, Fraction]:
+        with self.lock:
+            return dict(self._totals)
+
+    def totals_excluding(self, pod_uid: str) -> dict[QuotaKey, Fraction]:
+        """What everyone else holds: a pod filtered again must not be charged against its own reservation."""
+        with self.lock:
+            totals = dict(self._totals)
+            own = self._by_pod.get(pod_uid)
+            if own is not None:
+                for key, amount in own.quota_keys():
+                    remaining = totals.get(key, Fraction(0)) - amount
+                    if remaining:
+                        totals[key] = remaining
+                    else:
+                        totals.pop(key, None)
+            return totals
+
+    def all(self) -> list[Reservation]:
+        with self.lock:
+            return list(self._by_pod.values())
+
+    def __len__(self) -> int:
+        return len(self._by_pod)

@@ -1,0 +1,225 @@
+"""The one object a process runs: cluster source + store, caches, reservations, and the verbs on top.
+
+It wires the pure decision functions to the mutable state: takes a snapshot, builds (or reuses) the quota
+context, asks `decide_pod`, and holds or releases the pod's reservation under one lock so that
+check-then-reserve is atomic across gunicorn threads. It contains no scheduling rules of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from cachetools import LRUCache
+
+from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.quota_tree import QuotaLedger
+from extender.decisions.scheduling import PodDecision, decide_pod
+from extender.decisions.selection import DeviceMatcher
+from extender.decisions.usage import UsageTracker
+from extender.state.core import Pod
+from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
+from extender.state.sources import ClusterSource, SourceHealth
+from extender.state.store import ClusterSnapshot, ClusterStore
+from extender.transport.config import ExtenderConfig
+
+log = logging.getLogger(__name__)
+
+
+class BindError(RuntimeError):
+    """Binding the pod through the API failed; nothing stays reserved for it."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    verb: str  # filter | prioritize | explain
+    at: float  # wall-clock time
+    decision: PodDecision
+    duration_seconds: float
+
+
+# kube-scheduler calls prioritize right after filter in the same cycle; an older filter answer is not reused.
+PRIORITIZE_REUSE_SECONDS = 10.0
+
+Binder = Callable[[str, str, str, str], None]  # (namespace, pod name, pod uid, node)
+
+
+class SchedulingEngine:
+    def __init__(
+        self,
+        source: ClusterSource,
+        config: ExtenderConfig,
+        *,
+        store: ClusterStore | None = None,
+        binder: Binder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.config = config
+        self.store = store if store is not None else ClusterStore()
+        self.binder = binder
+        self.matcher = DeviceMatcher()
+        self.reservations = ReservationLedger(config.reservation_ttl_seconds, clock=clock)
+        self.usage = UsageTracker()
+        self.history: LRUCache[str, DecisionRecord] = LRUCache(maxsize=config.diagnostics_history)
+        self._last_filter: LRUCache[str, tuple[float, PodDecision]] = LRUCache(maxsize=4096)
+        self._history_lock = threading.Lock()
+        self._context_lock = threading.Lock()
+        self._context_key: tuple | None = None
+        self._context: QuotaContext | None = None
+        self.started_at = time.time()
+        self.released_counts: dict[str, int] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.source.start(self.store)
+
+    def stop(self) -> None:
+        self.source.stop()
+
+    def health(self) -> SourceHealth:
+        return self.source.health()
+
+    # --- shared plumbing --------------------------------------------------------------------------------------
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self.store.snapshot()
+
+    def quota_context(self, snapshot: ClusterSnapshot) -> QuotaContext:
+        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed (dict identity in snapshots)."""
+        key = (snapshot.kueue_enabled, *(id(snapshot.objects[kind]) for kind in sorted(QUOTA_KINDS)))
+        with self._context_lock:
+            if self._context is None or key != self._context_key:
+                self._context = build_quota_context(
+                    snapshot, self.config.device_class_mappings, self.config.kueue_config
+                )
+                self._context_key = key
+            return self._context
+
+    def reconcile_reservations(self, snapshot: ClusterSnapshot) -> None:
+        def pod_state(reservation: Reservation) -> str:
+            pod = snapshot.pods.get(reservation.pod_key)
+            if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
+                return "deleted" if reservation.seen else "pending"
+            if pod.node_name:
+                return "bound"
+            if pod.is_terminal:
+                return "finished"
+            if pod.deleting:
+                return "deleted"
+            return "seen"
+
+        for reservation, why in self.reservations.reconcile(pod_state):
+            self.released_counts[why] = self.released_counts.get(why, 0) + 1
+            log.debug("released reservation of %s: %s", reservation.pod_key, why)
+
+    def usage_with_reservations(
+        self, snapshot: ClusterSnapshot, context: QuotaContext, *, excluding_pod: str = ""
+    ) -> dict[QuotaKey, Fraction]:
+        usage = dict(self.usage.usage(snapshot, context))
+        held = self.reservations.totals_excluding(excluding_pod) if excluding_pod else self.reservations.totals()
+        for key, amount in held.items():
+            usage[key] = usage.get(key, Fraction(0)) + amount
+        return usage
+
+    def ledger(self, snapshot: ClusterSnapshot, context: QuotaContext, *, excluding_pod: str = "") -> QuotaLedger:
+        return context.tree.ledger(self.usage_with_reservations(snapshot, context, excluding_pod=excluding_pod))
+
+    def _decide(self, snapshot: ClusterSnapshot, pod: Pod, node_names: Iterable[str]) -> PodDecision:
+        context = self.quota_context(snapshot)
+        needs_quota = context.enabled and bool(context.cluster_queues) and "kueue.x-k8s.io/queue-name" in pod.labels
+        ledger = self.ledger(snapshot, context, excluding_pod=pod.uid or pod.key) if needs_quota else None
+        return decide_pod(
+            snapshot,
+            pod,
+            node_names,
+            matcher=self.matcher,
+            quota_context=context,
+            ledger=ledger,
+            options=self.config.decisions,
+        )
+
+    def _record(self, verb: str, decision: PodDecision, started: float) -> None:
+        record = DecisionRecord(verb, time.time(), decision, time.perf_counter() - started)
+        with self._history_lock:
+            self.history[decision.pod_key] = record
+
+    # --- verbs --------------------------------------------------------------------------------------------------
+
+    def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
+        started = time.perf_counter()
+        snapshot = self.snapshot()
+        if not pod.claims and "kueue.x-k8s.io/queue-name" not in pod.labels:
+            return decide_pod(
+                snapshot,
+                pod,
+                node_names,
+                matcher=self.matcher,
+                quota_context=None,
+                ledger=None,
+                options=self.config.decisions,
+            )
+        with self.reservations.lock:
+            self.reconcile_reservations(snapshot)
+            decision = self._decide(snapshot, pod, node_names)
+            pod_id = pod.uid or pod.key
+            if decision.reservation:
+                self.reservations.reserve(pod_id, pod.key, decision.quota.cluster_queue, decision.reservation)
+            else:
+                self.reservations.release(pod_id)
+        self._last_filter[pod_id] = (time.monotonic(), decision)
+        self._record("filter", decision, started)
+        return decision
+
+    def prioritize(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
+        """Scores for the nodes that passed filter; reuses the filter's decision for the same pod when it has one."""
+        started = time.perf_counter()
+        names = list(node_names)
+        pod_id = pod.uid or pod.key
+        previous = self._last_filter.get(pod_id)
+        if previous is not None:
+            filtered_at, decision = previous
+            fresh = time.monotonic() - filtered_at < PRIORITIZE_REUSE_SECONDS
+            if fresh and all(name in decision.verdicts for name in names):
+                return decision
+        snapshot = self.snapshot()
+        if not pod.claims and "kueue.x-k8s.io/queue-name" not in pod.labels:
+            return decide_pod(
+                snapshot,
+                pod,
+                names,
+                matcher=self.matcher,
+                quota_context=None,
+                ledger=None,
+                options=self.config.decisions,
+            )
+        decision = self._decide(snapshot, pod, names)
+        self._record("prioritize", decision, started)
+        return decision
+
+    def explain(self, pod: Pod, node_names: Iterable[str] | None = None) -> PodDecision:
+        """A what-if ranking: the same decision as filter, over every node by default, reserving nothing."""
+        snapshot = self.snapshot()
+        names = list(node_names) if node_names is not None else sorted(snapshot.nodes)
+        return self._decide(snapshot, pod, names)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        pod_id = uid or f"{namespace}/{name}"
+        if self.binder is None:
+            self.reservations.release(pod_id)
+            raise BindError("binding needs a live cluster source (--kubeconfig or --in-cluster)")
+        try:
+            self.binder(namespace, name, uid, node)
+        except Exception as error:
+            self.reservations.release(pod_id)
+            raise BindError(f"binding {namespace}/{name} to {node} failed: {error}") from error
+        self.reservations.confirm(pod_id, node)
+
+    def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
+        with self._history_lock:
+            return self.history.get(f"{namespace}/{name}")

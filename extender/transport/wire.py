@@ -1,0 +1,154 @@
+"""kube-scheduler's extender wire format (k8s.io/kube-scheduler/extender/v1), both directions.
+
+The Go structs have no json tags, so the scheduler sends capitalised field names and Go's decoder accepts any
+letter case; we accept any case too and always answer with the canonical names, in the form the request used
+(NodeNames in -> NodeNames out, Nodes in -> Nodes out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender.decisions.scheduling import PodDecision
+from extender.state.core import Pod, parse_pod
+from extender.state.errors import ObjectError
+from extender.state.fields import type_name
+
+
+class WireError(ValueError):
+    """The request does not follow the extender protocol; answered with 400 and this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    pod: Pod
+    node_names: list[str]
+    # The NodeList items when the scheduler sent full nodes (nodeCacheCapable false), in request order.
+    node_objects: list[Mapping[str, Any]] | None
+
+
+def _fold(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """Keys folded to lower case; the first spelling wins when a client sends two."""
+    folded: dict[str, Any] = {}
+    for key, value in obj.items():
+        if isinstance(key, str):
+            folded.setdefault(key.lower(), value)
+    return folded
+
+
+def parse_extender_args(body: Any, *, max_nodes: int) -> ExtenderArgs:
+    if not isinstance(body, Mapping):
+        raise WireError(f"request body must be a JSON object (ExtenderArgs), got {type_name(body)}")
+    fields = _fold(body)
+    raw_pod = fields.get("pod")
+    if raw_pod is None:
+        raise WireError("field Pod is required")
+    if not isinstance(raw_pod, Mapping):
+        raise WireError(f"field Pod must be an object, got {type_name(raw_pod)}")
+    try:
+        pod = parse_pod(raw_pod)
+    except ObjectError as error:
+        raise WireError(f"field Pod: {error.describe()}") from None
+
+    node_names_raw = fields.get("nodenames")
+    nodes_raw = fields.get("nodes")
+    if node_names_raw is not None:
+        if not isinstance(node_names_raw, list) or not all(isinstance(n, str) for n in node_names_raw):
+            raise WireError("field NodeNames must be a list of strings")
+        if len(node_names_raw) > max_nodes:
+            raise WireError(f"field NodeNames has {len(node_names_raw)} entries; the limit is {max_nodes}")
+        return ExtenderArgs(pod, list(node_names_raw), None)
+    if nodes_raw is not None:
+        if not isinstance(nodes_raw, Mapping):
+            raise WireError(f"field Nodes must be a NodeList object, got {type_name(nodes_raw)}")
+        items = _fold(nodes_raw).get("items") or []
+        if not isinstance(items, list):
+            raise WireError("field Nodes.items must be a list")
+        if len(items) > max_nodes:
+            raise WireError(f"field Nodes.items has {len(items)} entries; the limit is {max_nodes}")
+        names = []
+        for index, item in enumerate(items):
+            metadata = item.get("metadata") if isinstance(item, Mapping) else None
+            name = metadata.get("name") if isinstance(metadata, Mapping) else None
+            if not isinstance(name, str) or not name:
+                raise WireError(f"field Nodes.items[{index}].metadata.name is required")
+            names.append(name)
+        return ExtenderArgs(pod, names, items)
+    raise WireError("one of NodeNames or Nodes is required")
+
+
+def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
+    """ExtenderFilterResult. Failed nodes go to FailedAndUnresolvableNodes when preemption cannot help."""
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    passed: list[str] = []
+    for name in args.node_names:
+        verdict = decision.verdicts.get(name)
+        if verdict is None:
+            continue
+        if verdict.passed:
+            passed.append(name)
+        elif verdict.unresolvable:
+            unresolvable[name] = verdict.reason
+        else:
+            failed[name] = verdict.reason
+    result: dict[str, Any] = {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+    if args.node_objects is None:
+        result["NodeNames"] = passed
+    else:
+        keep = set(passed)
+        result["Nodes"] = {
+            "apiVersion": "v1",
+            "kind": "NodeList",
+            "metadata": {},
+            "items": [item for item, name in zip(args.node_objects, args.node_names, strict=True) if name in keep],
+        }
+    return result
+
+
+def prioritize_result(args: ExtenderArgs, decision: PodDecision) -> list[dict[str, Any]]:
+    """HostPriorityList: every requested node, 0 for the ones that did not pass."""
+    result = []
+    for name in args.node_names:
+        verdict = decision.verdicts.get(name)
+        score = verdict.score.total if verdict is not None and verdict.passed and verdict.score is not None else 0
+        if verdict is not None and verdict.passed and verdict.score is None:
+            score = 0
+        result.append({"Host": name, "Score": score})
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def parse_binding_args(body: Any) -> BindingArgs:
+    if not isinstance(body, Mapping):
+        raise WireError(f"request body must be a JSON object (ExtenderBindingArgs), got {type_name(body)}")
+    fields = _fold(body)
+    values = {}
+    for key, label in (
+        ("podname", "PodName"),
+        ("podnamespace", "PodNamespace"),
+        ("poduid", "PodUID"),
+        ("node", "Node"),
+    ):
+        value = fields.get(key, "")
+        if not isinstance(value, str):
+            raise WireError(f"field {label} must be a string")
+        if not value and key != "poduid":
+            raise WireError(f"field {label} is required")
+        values[key] = value
+    return BindingArgs(values["podname"], values["podnamespace"], values["poduid"], values["node"])

@@ -1,0 +1,117 @@
+"""A two-team, two-flavor cluster for quota scenario tests, built from plain API objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from extender.state.sources import SnapshotSource
+from extender.transport.config import ExtenderConfig
+from extender.transport.engine import SchedulingEngine
+from tests import builders as b
+
+RESOURCE = "example.com/gpu"
+FLAVOR_LABEL = "example.com/capacity-type"
+
+
+def flavor(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": {FLAVOR_LABEL: name}},
+    }
+
+
+def cluster_queue(
+    name: str,
+    quotas: dict[str, dict[str, Any]],
+    *,
+    cohort: str | None = "pool",
+    try_next: bool = False,
+    stop: str | None = None,
+    namespace_selector: dict | None = None,
+    api_version: str = "kueue.x-k8s.io/v1beta2",
+) -> dict[str, Any]:
+    flavors = []
+    for flavor_name, quota in quotas.items():
+        resource = {"name": RESOURCE, "nominalQuota": quota["nominal"]}
+        for key in ("borrowingLimit", "lendingLimit"):
+            if key in quota:
+                resource[key] = quota[key]
+        flavors.append({"name": flavor_name, "resources": [resource]})
+    spec: dict[str, Any] = {
+        "namespaceSelector": {} if namespace_selector is None else namespace_selector,
+        "resourceGroups": [{"coveredResources": [RESOURCE], "flavors": flavors}],
+    }
+    if cohort:
+        spec["cohortName" if api_version.endswith("v1beta2") else "cohort"] = cohort
+    if try_next:
+        spec["flavorFungibility"] = {"whenCanBorrow": "TryNextFlavor"}
+    if stop:
+        spec["stopPolicy"] = stop
+    return {"apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def local_queue(namespace: str, cq: str, name: str = "q") -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cq},
+    }
+
+
+def kueue_config(mappings: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    mappings = mappings or {RESOURCE: ["gpu.example.com"]}
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "resources": {"deviceClassMappings": [{"name": k, "deviceClassNames": v} for k, v in mappings.items()]},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+        "data": {"controller_manager_config.yaml": yaml.safe_dump(config)},
+    }
+
+
+def nodes_in_flavor(flavor_name: str, count: int, gpus: int) -> list[dict[str, Any]]:
+    objects = []
+    for index in range(count):
+        name = f"{flavor_name}-{index}"
+        objects.append(b.node(name, {FLAVOR_LABEL: flavor_name}))
+        objects.append(b.gpu_slice(name, gpus))
+    return objects
+
+
+def engine_for(
+    objects: list[dict[str, Any]], config: ExtenderConfig | None = None, clock: Any = None
+) -> SchedulingEngine:
+    text = yaml.safe_dump_all(objects)
+    kwargs = {"clock": clock} if clock is not None else {}
+    engine = SchedulingEngine(SnapshotSource(text=text), config or ExtenderConfig(), **kwargs)
+    engine.start()
+    return engine
+
+
+def gpu_pod(
+    name: str, namespace: str = "team-a", template: str = "two", queue: str | None = "q", **kwargs: Any
+) -> dict[str, Any]:
+    return b.pod(name, namespace, templates={"gpu": template}, queue=queue, **kwargs)
+
+
+def templates(namespace: str) -> list[dict[str, Any]]:
+    return [
+        b.claim_template("one", namespace, [b.exact_request("gpu", 1)]),
+        b.claim_template("two", namespace, [b.exact_request("gpu", 2)]),
+        b.claim_template("four", namespace, [b.exact_request("gpu", 4)]),
+        b.claim_template("all", namespace, [b.exact_request("gpu", mode="All")]),
+        b.claim_template(
+            "four-or-two",
+            namespace,
+            [b.first_available_request("gpu", [b.subrequest("four", 4), b.subrequest("two", 2)])],
+        ),
+    ]

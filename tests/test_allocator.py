@@ -1,0 +1,319 @@
+"""The allocator's rules, one by one, on example-driver-shaped slices."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.decisions.allocator import (
+    CATEGORY_CLAIM_NODE,
+    CATEGORY_CLASS,
+    CATEGORY_CONSTRAINT,
+    CATEGORY_NO_DEVICES,
+    CATEGORY_POOL,
+    CATEGORY_SELECTOR,
+    CATEGORY_TAKEN,
+    Allocation,
+    NotAllocatable,
+)
+from extender.decisions.feasibility import device_feasibility
+from extender.decisions.pod_claims import resolve_pod_claims
+from extender.decisions.selection import DeviceMatcher
+from extender.state.core import parse_pod
+from extender.state.store import ClusterStore
+from tests import builders as b
+
+
+def cluster(*objects):
+    store = ClusterStore()
+    for obj in objects:
+        store.apply(obj["kind"], "ADDED", obj)
+    return store
+
+
+def decide(store, pod_obj, nodes=("n1",), matcher=None, budget=20_000):
+    snapshot = store.snapshot()
+    pod = parse_pod(pod_obj)
+    claims = resolve_pod_claims(snapshot, pod)
+    return device_feasibility(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget)
+
+
+def basic(count=4, *extra):
+    return cluster(b.node("n1"), b.gpu_slice("n1", count), b.device_class(), *extra)
+
+
+def template_pod(requests, constraints=None, *, name="p"):
+    return [
+        b.claim_template("t-" + name, "ns", requests, constraints),
+        b.pod(name, "ns", templates={"gpu": "t-" + name}),
+    ]
+
+
+def run(store_objects, requests, constraints=None, nodes=("n1",)):
+    template, pod = template_pod(requests, constraints)
+    store = cluster(*store_objects, template)
+    return decide(store, pod, nodes)
+
+
+BASE = [b.node("n1"), b.gpu_slice("n1", 4), b.device_class()]
+
+
+def devices(outcome):
+    assert isinstance(outcome, Allocation), outcome
+    return [chosen.device.name for claim in outcome.claims for chosen in claim.devices]
+
+
+def test_exact_count_takes_first_devices_in_order():
+    outcome = run(BASE, [b.exact_request("gpu", 2)])["n1"]
+    assert devices(outcome) == ["gpu-0", "gpu-1"]
+    assert outcome.devices_by_class() == {"gpu.example.com": 2}
+
+
+def test_not_enough_devices_is_unresolvable():
+    outcome = run(BASE, [b.exact_request("gpu", 5)])["n1"]
+    assert isinstance(outcome, NotAllocatable)
+    assert outcome.category == CATEGORY_NO_DEVICES and outcome.unresolvable
+    assert outcome.matching == 4 and outcome.needed == 5
+    assert "only 4 devices" in outcome.detail
+
+
+def test_taken_devices_are_resolvable_with_numbers():
+    used = b.claim(
+        "used",
+        "ns",
+        [b.exact_request("gpu", 3)],
+        allocated=[("gpu", "n1", "gpu-0"), ("gpu", "n1", "gpu-1"), ("gpu", "n1", "gpu-2")],
+    )
+    outcome = run([*BASE, used], [b.exact_request("gpu", 2)])["n1"]
+    assert isinstance(outcome, NotAllocatable)
+    assert outcome.category == CATEGORY_TAKEN and not outcome.unresolvable
+    assert (outcome.matching, outcome.free) == (4, 1)
+    ok = run([*BASE, used], [b.exact_request("gpu", 1)])["n1"]
+    assert devices(ok) == ["gpu-3"]
+
+
+def test_all_mode_takes_every_matching_device_and_fails_when_one_is_used():
+    outcome = run(BASE, [b.exact_request("gpu", mode="All")])["n1"]
+    assert devices(outcome) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    used = b.claim("used", "ns", [b.exact_request()], allocated=[("gpu", "n1", "gpu-2")])
+    failed = run([*BASE, used], [b.exact_request("gpu", mode="All")])["n1"]
+    assert isinstance(failed, NotAllocatable) and failed.category == CATEGORY_TAKEN
+
+
+def test_all_mode_with_no_device_fails():
+    store_objects = [b.node("n1"), b.device_class()]
+    outcome = run(store_objects, [b.exact_request("gpu", mode="All")])["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.unresolvable
+
+
+def test_all_mode_refuses_incomplete_pool():
+    objects = [b.node("n1"), b.gpu_slice("n1", 2, slice_count=2), b.device_class()]
+    outcome = run(objects, [b.exact_request("gpu", mode="All")])["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_POOL
+    # ExactCount may still use the slices that are there
+    assert devices(run(objects, [b.exact_request("gpu", 1)])["n1"]) == ["gpu-0"]
+
+
+def test_request_selectors_filter_devices():
+    objects = [
+        b.node("n1"),
+        b.gpu_slice("n1", 0, devices=[b.gpu_device(0, memory="40Gi"), b.gpu_device(1, memory="80Gi")]),
+        b.device_class(),
+    ]
+    selector = "device.capacity['gpu.example.com'].memory.compareTo(quantity('64Gi')) >= 0"
+    assert devices(run(objects, [b.exact_request("gpu", 1, selectors=[selector])])["n1"]) == ["gpu-1"]
+    failed = run(objects, [b.exact_request("gpu", 2, selectors=[selector])])["n1"]
+    assert isinstance(failed, NotAllocatable) and failed.matching == 1 and failed.unresolvable
+
+
+def test_class_selectors_apply():
+    objects = [b.node("n1"), b.gpu_slice("n1", 2), b.device_class("other", ["device.driver == 'nic.example.com'"])]
+    outcome = run(objects, [b.exact_request("gpu", 1, device_class_name="other")])["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.matching == 0 and outcome.unresolvable
+
+
+def test_missing_class_is_a_reason():
+    outcome = run([b.node("n1"), b.gpu_slice("n1", 2)], [b.exact_request("gpu")])["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_CLASS
+
+
+def test_first_available_prefers_earlier_subrequest_and_falls_back():
+    objects = BASE
+    request = b.first_available_request(
+        "gpu",
+        [
+            b.subrequest("bleeding", 1, selectors=["device.attributes['gpu.example.com'].model == 'BLEEDING-EDGE'"]),
+            b.subrequest(
+                "huge", 1, selectors=["device.capacity['gpu.example.com'].memory.compareTo(quantity('1Ti')) >= 0"]
+            ),
+            b.subrequest("older", 1),
+        ],
+    )
+    outcome = run(objects, [request])["n1"]
+    assert isinstance(outcome, Allocation)
+    chosen = outcome.claims[0].devices[0]
+    assert chosen.request == "gpu/older"
+    assert outcome.claims[0].chosen_alternatives == {"gpu": 2}
+    preferred = b.first_available_request(
+        "gpu",
+        [
+            b.subrequest("latest", 1, selectors=["device.attributes['gpu.example.com'].model == 'LATEST-GPU-MODEL'"]),
+            b.subrequest("older", 1),
+        ],
+    )
+    outcome = run(objects, [preferred])["n1"]
+    assert outcome.claims[0].devices[0].request == "gpu/latest"
+    assert outcome.alternative_rank == 0
+
+
+def test_first_available_count_differs_per_alternative():
+    request = b.first_available_request("gpu", [b.subrequest("four", 4), b.subrequest("two", 2)])
+    used = b.claim("used", "ns", [b.exact_request()], allocated=[("gpu", "n1", "gpu-0")])
+    outcome = run([*BASE, used], [request])["n1"]
+    assert [c.request for c in outcome.claims[0].devices] == ["gpu/two", "gpu/two"]
+
+
+def test_match_attribute_constraint():
+    devices_list = [
+        b.gpu_device(0, extra_attributes={"numa": {"int": 0}}),
+        b.gpu_device(1, extra_attributes={"numa": {"int": 1}}),
+        b.gpu_device(2, extra_attributes={"numa": {"int": 1}}),
+    ]
+    objects = [b.node("n1"), b.gpu_slice("n1", 0, devices=devices_list), b.device_class()]
+    constraints = [{"requests": [], "matchAttribute": "gpu.example.com/numa"}]
+    outcome = run(objects, [b.exact_request("a", 1), b.exact_request("b", 1)], constraints)["n1"]
+    assert devices(outcome) == ["gpu-1", "gpu-2"]  # backtracked away from gpu-0
+    failing = run(objects, [b.exact_request("a", 3)], constraints)["n1"]
+    assert isinstance(failing, NotAllocatable)
+
+
+def test_match_attribute_missing_attribute_fails_constraint():
+    objects = [b.node("n1"), b.gpu_slice("n1", 2), b.device_class()]
+    constraints = [{"requests": ["a"], "matchAttribute": "gpu.example.com/numa"}]
+    outcome = run(objects, [b.exact_request("a", 1)], constraints)["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_CONSTRAINT
+
+
+def test_distinct_attribute_constraint():
+    devices_list = [
+        b.gpu_device(0, extra_attributes={"rail": {"string": "x"}}),
+        b.gpu_device(1, extra_attributes={"rail": {"string": "x"}}),
+        b.gpu_device(2, extra_attributes={"rail": {"string": "y"}}),
+    ]
+    objects = [b.node("n1"), b.gpu_slice("n1", 0, devices=devices_list), b.device_class()]
+    constraints = [{"distinctAttribute": "gpu.example.com/rail"}]
+    assert devices(run(objects, [b.exact_request("a", 2)], constraints)["n1"]) == ["gpu-0", "gpu-2"]
+    assert isinstance(run(objects, [b.exact_request("a", 3)], constraints)["n1"], NotAllocatable)
+
+
+def test_admin_access_uses_allocated_devices_without_taking_them():
+    used = b.claim("used", "ns", [b.exact_request("gpu", 4)], allocated=[("gpu", "n1", f"gpu-{i}") for i in range(4)])
+    outcome = run([*BASE, used], [b.exact_request("gpu", mode="All", admin=True)])["n1"]
+    assert len(devices(outcome)) == 4
+    assert outcome.devices_by_class() == {}
+
+
+def test_device_taints_block_unless_tolerated():
+    tainted = [
+        b.gpu_device(0, taints=[{"key": "gpu.example.com/unhealthy", "value": "true", "effect": "NoSchedule"}]),
+        b.gpu_device(1),
+    ]
+    objects = [b.node("n1"), b.gpu_slice("n1", 0, devices=tainted), b.device_class()]
+    assert devices(run(objects, [b.exact_request("gpu", 1)])["n1"]) == ["gpu-1"]
+    assert isinstance(run(objects, [b.exact_request("gpu", 2)])["n1"], NotAllocatable)
+    toleration = [{"key": "gpu.example.com/unhealthy", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    assert len(devices(run(objects, [b.exact_request("gpu", 2, tolerations=toleration)])["n1"])) == 2
+    none_effect = [b.gpu_device(0, taints=[{"key": "k", "value": "v", "effect": "None"}])]
+    objects = [b.node("n1"), b.gpu_slice("n1", 0, devices=none_effect), b.device_class()]
+    assert devices(run(objects, [b.exact_request("gpu", 1)])["n1"]) == ["gpu-0"]
+
+
+def test_partitionable_devices_respect_shared_counters():
+    counters = [{"name": "gpu-0-counters", "counters": {"memory": {"value": "80Gi"}}}]
+
+    def partition(name, memory):
+        device = b.gpu_device(0, name=name)
+        device["consumesCounters"] = [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": memory}}}]
+        return device
+
+    slice_obj = b.gpu_slice(
+        "n1",
+        0,
+        devices=[partition("whole", "80Gi"), partition("half-a", "40Gi"), partition("half-b", "40Gi")],
+        shared_counters=counters,
+    )
+    objects = [b.node("n1"), slice_obj, b.device_class()]
+    # two devices: "whole" uses all memory, so the halves must be picked together
+    assert devices(run(objects, [b.exact_request("gpu", 2)])["n1"]) == ["half-a", "half-b"]
+    assert isinstance(run(objects, [b.exact_request("gpu", 3)])["n1"], NotAllocatable)
+    used = b.claim("used", "ns", [b.exact_request()], allocated=[("gpu", "n1", "half-a")])
+    outcome = run([*objects, used], [b.exact_request("gpu", 1)])["n1"]
+    assert devices(outcome) == ["half-b"]  # whole no longer fits beside half-a
+
+
+def test_already_allocated_claim_pins_node():
+    claim = b.claim("shared", "ns", [b.exact_request()], allocated=[("gpu", "n1", "gpu-0")], allocated_node="n1")
+    store = cluster(b.node("n1"), b.node("n2"), b.gpu_slice("n1", 2), b.gpu_slice("n2", 2), b.device_class(), claim)
+    outcomes = decide(store, b.pod("p", "ns", claims={"gpu": "shared"}), ("n1", "n2"))
+    assert isinstance(outcomes["n1"], Allocation) and outcomes["n1"].device_count == 0
+    assert isinstance(outcomes["n2"], NotAllocatable) and outcomes["n2"].category == CATEGORY_CLAIM_NODE
+
+
+def test_several_claims_are_allocated_together():
+    store = cluster(
+        *BASE,
+        b.claim_template("two", "ns", [b.exact_request("gpu", 2)]),
+        b.claim_template("three", "ns", [b.exact_request("gpu", 3)]),
+    )
+    outcome = decide(store, b.pod("p", "ns", templates={"a": "two", "b": "two"}))["n1"]
+    assert len(devices(outcome)) == 4 and len(set(devices(outcome))) == 4
+    failing = decide(store, b.pod("q", "ns", templates={"a": "two", "b": "three"}))["n1"]
+    assert isinstance(failing, NotAllocatable)
+
+
+def test_missing_claim_and_template_fail_every_node():
+    store = cluster(*BASE)
+    outcomes = decide(store, b.pod("p", "ns", claims={"gpu": "nope"}), ("n1",))
+    assert "does not exist" in outcomes["n1"].summary and outcomes["n1"].unresolvable
+
+
+def test_cel_runtime_error_is_a_reason_not_a_crash():
+    selector = "device.attributes['gpu.example.com'].doesNotExist == 'x'"
+    outcome = run(BASE, [b.exact_request("gpu", 1, selectors=[selector])])["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_SELECTOR
+    assert "doesNotExist" in outcome.summary
+
+
+def test_cel_compile_error_is_a_reason():
+    outcome = run(BASE, [b.exact_request("gpu", 1, selectors=["device.driver =="])])["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_SELECTOR
+
+
+def test_search_budget_exhaustion_is_a_reason():
+    devices_list = [b.gpu_device(i, extra_attributes={"g": {"int": i}}) for i in range(16)]
+    objects = [b.node("n1"), b.gpu_slice("n1", 0, devices=devices_list), b.device_class()]
+    constraints = [{"matchAttribute": "gpu.example.com/g"}]
+    template, pod = template_pod(
+        [b.exact_request("a", 1), b.exact_request("b", 1), b.exact_request("c", 1)], constraints
+    )
+    store = cluster(*objects, template)
+    outcome = decide(store, pod, budget=50)["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == "search-budget"
+
+
+def test_at_most_32_devices_per_claim():
+    objects = [b.node("n1"), b.gpu_slice("n1", 40), b.device_class()]
+    outcome = run(objects, [b.exact_request("gpu", mode="All")])["n1"]
+    assert isinstance(outcome, NotAllocatable)
+
+
+@pytest.mark.parametrize("node_name", ["n1", "n2"])
+def test_devices_of_other_nodes_are_not_used(node_name):
+    store = cluster(
+        b.node("n1"),
+        b.node("n2"),
+        b.gpu_slice("n1", 2),
+        b.device_class(),
+        b.claim_template("t", "ns", [b.exact_request("gpu", 1)]),
+    )
+    outcome = decide(store, b.pod("p", "ns", templates={"gpu": "t"}), (node_name,))[node_name]
+    assert isinstance(outcome, Allocation) == (node_name == "n1")

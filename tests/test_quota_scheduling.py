@@ -1,0 +1,371 @@
+"""Quota scenarios end to end through the engine (no HTTP): flavors, borrowing, reservations, reasons."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from extender.state.core import parse_pod
+from tests import builders as b
+from tests.scenarios import (
+    RESOURCE,
+    cluster_queue,
+    engine_for,
+    flavor,
+    gpu_pod,
+    kueue_config,
+    local_queue,
+    nodes_in_flavor,
+    templates,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def base_objects(team_a_quota, team_b_quota=None, *, try_next=False, od_nodes=2, spot_nodes=2, gpus=8):
+    objects = [
+        b.namespace("team-a"),
+        b.namespace("team-b"),
+        b.device_class(),
+        kueue_config(),
+        flavor("on-demand"),
+        flavor("spot"),
+        *nodes_in_flavor("on-demand", od_nodes, gpus),
+        *nodes_in_flavor("spot", spot_nodes, gpus),
+        cluster_queue("team-a", team_a_quota, try_next=try_next),
+        local_queue("team-a", "team-a"),
+        local_queue("team-b", "team-b"),
+        *templates("team-a"),
+        *templates("team-b"),
+    ]
+    if team_b_quota is not None:
+        objects.append(cluster_queue("team-b", team_b_quota))
+    return objects
+
+
+def all_nodes(engine):
+    return sorted(engine.snapshot().nodes)
+
+
+def filter_pod(engine, pod_obj, nodes=None):
+    pod = parse_pod(pod_obj)
+    return engine.filter(pod, nodes or all_nodes(engine))
+
+
+def test_pod_without_queue_label_is_not_governed():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 0}}))
+    decision = filter_pod(engine, gpu_pod("p", queue=None))
+    assert not decision.quota.governed
+    assert len(decision.passed) == 4
+
+
+def test_first_flavor_chosen_and_only_its_nodes_pass():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 8}, "spot": {"nominal": 8}}))
+    decision = filter_pod(engine, gpu_pod("p"))
+    assert decision.quota.chosen_flavor == "on-demand"
+    assert sorted(decision.passed) == ["on-demand-0", "on-demand-1"]
+    spot = decision.verdicts["spot-0"]
+    assert not spot.passed and not spot.unresolvable
+    assert spot.reason == decision.verdicts["spot-1"].reason  # aggregatable
+    assert "assigned flavor on-demand" in spot.reason
+    assert decision.reservation == {("team-a", "on-demand", RESOURCE): Fraction(2)}
+
+
+def test_reservations_push_the_next_pods_to_the_next_flavor_then_exhaust():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 4}, "spot": {"nominal": 2}}))
+    first = filter_pod(engine, gpu_pod("p1"))
+    second = filter_pod(engine, gpu_pod("p2"))
+    third = filter_pod(engine, gpu_pod("p3"))
+    fourth = filter_pod(engine, gpu_pod("p4"))
+    assert first.quota.chosen_flavor == "on-demand"
+    assert second.quota.chosen_flavor == "on-demand"
+    assert third.quota.chosen_flavor == "spot"
+    assert fourth.passed == []
+    reason = fourth.verdicts["on-demand-0"].reason
+    assert "quota exhausted" in reason and "requested 2, available 0" in reason
+    assert not fourth.verdicts["on-demand-0"].unresolvable
+
+
+def test_same_pod_filtered_twice_is_charged_once():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}))
+    pod = gpu_pod("p1")
+    assert filter_pod(engine, pod).passed
+    again = filter_pod(engine, pod)
+    assert sorted(again.passed) == ["on-demand-0", "on-demand-1"]
+    assert engine.reservations.totals() == {("team-a", "on-demand", RESOURCE): Fraction(2)}
+
+
+def test_reservation_expires_after_ttl():
+    clock = Clock()
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}), clock=clock)
+    assert filter_pod(engine, gpu_pod("p1")).passed
+    assert not filter_pod(engine, gpu_pod("p2")).passed
+    clock.now += 61
+    assert filter_pod(engine, gpu_pod("p3")).passed
+
+
+def test_request_above_potential_available_is_unresolvable():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}))
+    decision = filter_pod(engine, gpu_pod("p", template="four"))
+    verdict = decision.verdicts["on-demand-0"]
+    assert not verdict.passed and verdict.unresolvable
+    assert "can never provide 4" in verdict.reason
+
+
+def test_borrowing_from_cohort():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}, {"on-demand": {"nominal": 6}}))
+    decision = filter_pod(engine, gpu_pod("p", template="four"))
+    assert sorted(decision.passed) == ["on-demand-0", "on-demand-1"]
+    fit = decision.verdicts["on-demand-0"].quota.fits[0]
+    assert fit.outcome.value == "FitsByBorrowing"
+
+
+def test_borrowing_limit_caps_borrowing():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2, "borrowingLimit": 1}}, {"on-demand": {"nominal": 6}}))
+    decision = filter_pod(engine, gpu_pod("p", template="four"))
+    assert decision.passed == []
+    assert decision.verdicts["on-demand-0"].unresolvable  # 4 > potentialAvailable 3
+
+
+def test_lending_limit_keeps_quota_for_owner():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}, {"on-demand": {"nominal": 6, "lendingLimit": 1}}))
+    assert not filter_pod(engine, gpu_pod("p", template="four")).passed  # can borrow at most 1
+    assert filter_pod(engine, gpu_pod("q", template="two")).passed
+
+
+def test_try_next_flavor_prefers_flavor_without_borrowing():
+    objects = base_objects(
+        {"on-demand": {"nominal": 0}, "spot": {"nominal": 4}}, {"on-demand": {"nominal": 8}}, try_next=True
+    )
+    engine = engine_for(objects)
+    decision = filter_pod(engine, gpu_pod("p"))
+    assert decision.quota.chosen_flavor == "spot"
+    may_stop = engine_for(
+        base_objects({"on-demand": {"nominal": 0}, "spot": {"nominal": 4}}, {"on-demand": {"nominal": 8}})
+    )
+    assert filter_pod(may_stop, gpu_pod("p")).quota.chosen_flavor == "on-demand"
+
+
+def test_next_flavor_when_first_flavor_has_no_feasible_node():
+    objects = base_objects({"on-demand": {"nominal": 8}, "spot": {"nominal": 8}}, gpus=2)
+    engine = engine_for(objects)
+    decision = filter_pod(engine, gpu_pod("p", template="two"), ["on-demand-0", "spot-0"])
+    assert decision.quota.chosen_flavor == "on-demand"
+    busy = b.claim(
+        "busy",
+        "team-b",
+        [b.exact_request("gpu", 2)],
+        allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+    )
+    engine = engine_for([*objects, busy])
+    decision = filter_pod(engine, gpu_pod("p", template="two"), ["on-demand-0", "spot-0"])
+    assert decision.quota.chosen_flavor == "spot"
+    assert decision.passed == ["spot-0"]
+
+
+def test_all_and_first_available_are_charged_per_node():
+    objects = base_objects({"on-demand": {"nominal": 16}})
+    used = b.claim(
+        "used", "team-b", [b.exact_request("gpu", 3)], allocated=[("gpu", "on-demand-1", f"gpu-{i}") for i in range(3)]
+    )
+    engine = engine_for([*objects, used])
+    decision = filter_pod(engine, gpu_pod("all", template="all"), ["on-demand-0", "on-demand-1"])
+    assert decision.verdicts["on-demand-0"].quota.charges == {("team-a", "on-demand", RESOURCE): 8}
+    assert not decision.verdicts["on-demand-1"].passed  # some devices in use
+    engine = engine_for(
+        [
+            *objects,
+            b.claim(
+                "used",
+                "team-b",
+                [b.exact_request("gpu", 5)],
+                allocated=[("gpu", "on-demand-1", f"gpu-{i}") for i in range(5)],
+            ),
+        ]
+    )
+    decision = filter_pod(engine, gpu_pod("fa", template="four-or-two"), ["on-demand-0", "on-demand-1"])
+    assert decision.verdicts["on-demand-0"].quota.charges[("team-a", "on-demand", RESOURCE)] == 4
+    assert decision.verdicts["on-demand-1"].quota.charges[("team-a", "on-demand", RESOURCE)] == 2
+    # the reservation holds the larger charge, so no node's placement can overshoot
+    assert decision.reservation == {("team-a", "on-demand", RESOURCE): 4}
+
+
+def test_usage_counts_bound_pods_by_node_flavor():
+    objects = base_objects({"on-demand": {"nominal": 4}})
+    pod = b.pod(
+        "running",
+        "team-a",
+        templates={"gpu": "two"},
+        queue="q",
+        node_name="on-demand-0",
+        phase="Running",
+        claim_statuses={"gpu": "running-gpu"},
+    )
+    claim = b.claim(
+        "running-gpu",
+        "team-a",
+        [b.exact_request("gpu", 2)],
+        allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+        reserved_for=[("running", "uid-team-a-running")],
+    )
+    engine = engine_for([*objects, pod, claim])
+    snapshot = engine.snapshot()
+    context = engine.quota_context(snapshot)
+    assert engine.usage.usage(snapshot, context) == {("team-a", "on-demand", RESOURCE): 2}
+    assert filter_pod(engine, gpu_pod("p1")).passed
+    assert not filter_pod(engine, gpu_pod("p2")).passed
+    finished = dict(pod, status={"phase": "Succeeded"})
+    engine.store.apply("Pod", "MODIFIED", finished)
+    snapshot = engine.snapshot()
+    assert engine.usage.usage(snapshot, engine.quota_context(snapshot)) == {}
+
+
+def test_reservation_released_when_pod_seen_bound_and_usage_takes_over():
+    objects = base_objects({"on-demand": {"nominal": 2}})
+    engine = engine_for(objects)
+    pod = gpu_pod("p1")
+    assert filter_pod(engine, pod).passed
+    assert len(engine.reservations) == 1
+    engine.store.apply("Pod", "ADDED", pod)  # the watch sees it, still pending
+    assert not filter_pod(engine, gpu_pod("p2")).passed
+    bound = b.pod(
+        "p1", "team-a", templates={"gpu": "two"}, queue="q", node_name="on-demand-0", claim_statuses={"gpu": "p1-gpu"}
+    )
+    engine.store.apply(
+        "ResourceClaim",
+        "ADDED",
+        b.claim(
+            "p1-gpu",
+            "team-a",
+            [b.exact_request("gpu", 2)],
+            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+            reserved_for=[("p1", "uid-team-a-p1")],
+        ),
+    )
+    engine.store.apply("Pod", "MODIFIED", bound)
+    decision = filter_pod(engine, gpu_pod("p2"))
+    assert not decision.passed  # usage now holds the 2 GPUs instead of the reservation
+    assert engine.reservations.get("uid-team-a-p1") is None
+    engine.store.apply("Pod", "DELETED", bound)
+    engine.store.apply("ResourceClaim", "DELETED", b.claim("p1-gpu", "team-a", [b.exact_request("gpu", 2)]))
+    assert filter_pod(engine, gpu_pod("p3")).passed
+
+
+def test_deleted_pending_pod_releases_its_reservation():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}))
+    pod = gpu_pod("p1")
+    filter_pod(engine, pod)
+    engine.store.apply("Pod", "ADDED", pod)
+    filter_pod(engine, gpu_pod("other", queue=None))
+    engine.store.apply("Pod", "DELETED", pod)
+    assert filter_pod(engine, gpu_pod("p2")).passed
+
+
+def test_stopped_cluster_queue_rejects_everywhere():
+    objects = base_objects({"on-demand": {"nominal": 8}})
+    objects = [o for o in objects if o.get("kind") != "ClusterQueue"]
+    objects.append(cluster_queue("team-a", {"on-demand": {"nominal": 8}}, stop="Hold"))
+    engine = engine_for(objects)
+    decision = filter_pod(engine, gpu_pod("p"))
+    assert decision.passed == []
+    assert all("stopped (Hold)" in v.reason and v.unresolvable for v in decision.verdicts.values())
+
+
+def test_missing_local_queue_and_cluster_queue():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 8}}))
+    decision = filter_pod(engine, gpu_pod("p", queue="nope"))
+    assert all(v.reason == "LocalQueue team-a/nope does not exist" for v in decision.verdicts.values())
+    decision = filter_pod(engine, gpu_pod("p", namespace="team-b"))
+    assert all(
+        v.reason == "ClusterQueue team-b of LocalQueue team-b/q does not exist" for v in decision.verdicts.values()
+    )
+
+
+def test_namespace_not_selected():
+    objects = [o for o in base_objects({}) if o.get("kind") != "ClusterQueue"]
+    objects.append(
+        cluster_queue("team-a", {"on-demand": {"nominal": 8}}, namespace_selector={"matchLabels": {"team": "a"}})
+    )
+    decision = filter_pod(engine_for(objects), gpu_pod("p"))
+    assert all("does not admit workloads from namespace team-a" in v.reason for v in decision.verdicts.values())
+
+
+def test_resource_not_covered():
+    objects = [o for o in base_objects({}) if o.get("kind") not in ("ClusterQueue", "ConfigMap")]
+    objects += [
+        kueue_config({"other.com/thing": ["gpu.example.com"]}),
+        cluster_queue("team-a", {"on-demand": {"nominal": 8}}),
+    ]
+    decision = filter_pod(engine_for(objects), gpu_pod("p"))
+    assert decision.passed == []
+    assert "no quota for other.com/thing" in decision.verdicts["on-demand-0"].reason
+
+
+def test_v1beta1_cluster_queue_cohort_field():
+    objects = [o for o in base_objects({}) if o.get("kind") != "ClusterQueue"]
+    objects += [
+        cluster_queue("team-a", {"on-demand": {"nominal": 2}}, api_version="kueue.x-k8s.io/v1beta1"),
+        cluster_queue("team-b", {"on-demand": {"nominal": 6}}, api_version="kueue.x-k8s.io/v1beta1"),
+    ]
+    decision = filter_pod(engine_for(objects), gpu_pod("p", template="four"))
+    assert decision.passed  # borrowed from team-b through the v1beta1 `cohort` field
+
+
+def test_hierarchical_cohort_quota():
+    objects = [o for o in base_objects({}) if o.get("kind") != "ClusterQueue"]
+    objects += [
+        cluster_queue("team-a", {"on-demand": {"nominal": 0}}, cohort="child"),
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Cohort",
+            "metadata": {"name": "child"},
+            "spec": {"parentName": "root"},
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Cohort",
+            "metadata": {"name": "root"},
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": [RESOURCE],
+                        "flavors": [{"name": "on-demand", "resources": [{"name": RESOURCE, "nominalQuota": 4}]}],
+                    }
+                ]
+            },
+        },
+    ]
+    engine = engine_for(objects)
+    assert filter_pod(engine, gpu_pod("p1", template="four")).passed
+    assert not filter_pod(engine, gpu_pod("p2", template="one")).passed
+
+
+def test_unmapped_class_ignored_or_rejected():
+    from extender.decisions.scheduling import DecisionOptions
+    from extender.transport.config import ExtenderConfig
+
+    objects = [o for o in base_objects({"on-demand": {"nominal": 0}}) if o.get("kind") != "ConfigMap"]
+    objects.append(kueue_config({"other.com/x": ["other-class"]}))
+    assert filter_pod(engine_for(objects), gpu_pod("p")).passed
+    strict = ExtenderConfig(decisions=DecisionOptions(unmapped_classes="reject"))
+    decision = filter_pod(engine_for(objects, strict), gpu_pod("p"))
+    assert not decision.passed and "no deviceClassMapping" in decision.verdicts["on-demand-0"].reason
+
+
+def test_no_sequence_overcommits():
+    """Many pods filtered back to back never reserve more than Kueue's available."""
+    engine = engine_for(
+        base_objects({"on-demand": {"nominal": 5}, "spot": {"nominal": 3}}, {"on-demand": {"nominal": 2}})
+    )
+    for index in range(20):
+        filter_pod(engine, gpu_pod(f"p{index}", template="one" if index % 2 else "two"))
+    totals = engine.reservations.totals()
+    on_demand = totals.get(("team-a", "on-demand", RESOURCE), 0)
+    spot = totals.get(("team-a", "spot", RESOURCE), 0)
+    assert on_demand <= 7 and spot <= 3  # 5 nominal + 2 borrowable from team-b; spot has no lender
+    assert on_demand + spot == 10  # and everything that fits was handed out
