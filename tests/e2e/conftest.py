@@ -1,0 +1,185 @@
+"""Fixtures of the end-to-end tests: a real control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler built from Go modules) on 127.0.0.1, started once per session.
+
+Outside CI the tests are skipped when `go` (needed for the first build) or ../shared is missing; with
+CI=true those are failures. Component logs are kept when a test fails, in a folder named at the end of the
+run (``E2E_LOG_DIR`` overrides the default ``tests/e2e/.build/logs/<time>``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import build
+from tests.e2e.cluster import (
+    KUEUE_CRD_DIR,
+    SHARED_DIR,
+    Component,
+    ControlPlane,
+    free_port,
+    start_control_plane,
+    start_extender,
+)
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+KEEP_TMP = os.environ.get("E2E_KEEP_TMP", "") == "1"  # keep the whole temp dir, for debugging
+
+_planes: list[ControlPlane] = []
+_failed = pytest.StashKey[bool]()
+_kept_logs = pytest.StashKey[list[Path]]()
+
+
+def _unavailable(message: str) -> None:
+    """Skip outside CI, fail in CI."""
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true: a missing prerequisite is a failure)", pytrace=False)
+    pytest.skip(message)
+
+
+@contextmanager
+def _to_terminal(config: pytest.Config) -> Iterator[None]:
+    """Let prints reach the terminal during fixture setup (the build takes minutes)."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        yield
+        return
+    with capture.global_and_fixture_disabled():
+        yield
+
+
+def _say(config: pytest.Config, message: str) -> None:
+    with _to_terminal(config):
+        print(f"\ne2e: {message}", file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def e2e_binaries(pytestconfig: pytest.Config) -> dict[str, Path]:
+    """Paths of etcd, kube-apiserver, kube-controller-manager, kube-scheduler (built on first use)."""
+    if not SHARED_DIR.is_dir() or not KUEUE_CRD_DIR.is_dir():
+        _unavailable(f"{KUEUE_CRD_DIR} is missing (the shared folder beside the repository)")
+    paths = build.binaries()
+    if not all(os.access(p, os.X_OK) for p in paths.values()):
+        try:
+            build.find_go()
+        except build.BuildError as exc:
+            _unavailable(str(exc))
+    with _to_terminal(pytestconfig):
+        try:
+            return build.ensure_binaries()
+        except build.BuildError as exc:
+            failure = f"building the control plane failed: {exc}"
+    pytest.fail(failure, pytrace=False)
+
+
+@dataclass
+class _Started:
+    plane: ControlPlane
+    tmp: Path
+
+
+def _start(config: pytest.Config, binaries: dict[str, Path], label: str) -> _Started:
+    tmp = Path(tempfile.mkdtemp(prefix=f"dra-e2e-{label}-"))
+    started = time.monotonic()
+    plane: ControlPlane | None = None
+    try:
+        plane = start_control_plane(tmp, binaries, start_scheduler=False)
+        plane.apply_crds(KUEUE_CRD_DIR)
+    except BaseException:
+        if plane is not None:
+            plane.stop()
+        _keep(config, tmp, label)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _planes.append(plane)
+    _say(config, f"control plane '{label}' up in {time.monotonic() - started:.1f}s at {plane.server} ({tmp})")
+    return _Started(plane, tmp)
+
+
+def _keep(config: pytest.Config, workdir: Path, label: str) -> None:
+    """Copy the component logs and generated configs of ``workdir`` to the kept-logs folder."""
+    root = Path(os.environ.get("E2E_LOG_DIR") or build.BUILD_ROOT / "logs" / time.strftime("%Y%m%d-%H%M%S"))
+    destination = root / label
+    destination.mkdir(parents=True, exist_ok=True)
+    for pattern in ("logs/*.log", "*.yaml", "*.kubeconfig"):
+        for path in workdir.glob(pattern):
+            shutil.copy2(path, destination / path.name)
+    config.stash.setdefault(_kept_logs, []).append(destination)
+
+
+def _finish(config: pytest.Config, started: _Started, label: str) -> None:
+    started.plane.stop()
+    _planes.remove(started.plane)
+    if config.stash.get(_failed, False):
+        _keep(config, started.tmp, label)
+    if KEEP_TMP:
+        _say(config, f"kept {started.tmp}")
+    else:
+        shutil.rmtree(started.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def control_plane(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + kube-controller-manager + the default kube-scheduler (in-tree plugins only,
+    no extender), with Kueue's CRDs applied. Shared by the whole session: use your own namespace and
+    node names."""
+    started = _start(pytestconfig, e2e_binaries, "default")
+    try:
+        started.plane.start_scheduler()
+        yield started.plane
+    finally:
+        _finish(pytestconfig, started, "default")
+
+
+@dataclass
+class ExtenderControlPlane:
+    """A control plane whose default-scheduler calls our extender (filter, prioritize)."""
+
+    plane: ControlPlane
+    extender: Component
+    extender_url: str
+
+
+@pytest.fixture(scope="session")
+def extender_control_plane(
+    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]
+) -> Iterator[ExtenderControlPlane]:
+    """A second, separate control plane: our extender (`dra-extender serve`) runs against it and its
+    kube-scheduler has the `extenders:` entry pointing at it. Set E2E_EXTENDER_CONFIG to pass --config."""
+    started = _start(pytestconfig, e2e_binaries, "extender")
+    try:
+        config_file = os.environ.get("E2E_EXTENDER_CONFIG") or None
+        extender = start_extender(
+            started.plane.kubeconfig, free_port(), config_file=config_file, log_dir=started.plane.log_dir
+        )
+        started.plane.components["extender"] = extender
+        started.plane.start_scheduler(extender_url=extender.url)
+        yield ExtenderControlPlane(started.plane, extender, extender.url)
+    finally:
+        _finish(pytestconfig, started, "extender")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report = yield
+    if report.failed and _planes:
+        item.config.stash[_failed] = True
+        for plane in _planes:
+            for component in plane.components.values():
+                state = "running" if component.alive() else f"exited {component.process.returncode}"
+                report.sections.append((f"{component.name} log tail ({state})", component.log_tail(30)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    for folder in config.stash.get(_kept_logs, []):
+        terminalreporter.write_line(f"e2e: component logs kept in {folder}")
