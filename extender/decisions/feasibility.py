@@ -13,8 +13,9 @@ from extender.decisions.allocator import (
     AllocationOutcome,
     NodeQuestion,
     NotAllocatable,
-    allocate,
+    PodAllocator,
 )
+from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import PodClaims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.store import ClusterSnapshot
@@ -38,6 +39,7 @@ def device_feasibility(
     pod_claims: PodClaims,
     node_names: Iterable[str],
     matcher: DeviceMatcher,
+    free_index: FreeDeviceIndex | None = None,
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
 ) -> dict[str, AllocationOutcome]:
@@ -50,11 +52,16 @@ def device_feasibility(
     nodes = snapshot.nodes
     allocated = snapshot.allocated
     classes = snapshot.device_classes
+    free_index = free_index if free_index is not None else FreeDeviceIndex(matcher)
+    allocator = PodAllocator(
+        pod_claims.pending, pod_claims.allocated, classes, matcher, free_index, snapshot, budget=budget
+    )
+    node_devices = snapshot.node_devices
+    on_node = allocator.on_node
     for name in node_names:
         node = nodes.get(name)
         if node is None:
             outcomes[name] = unknown_node(name)
             continue
-        question = NodeQuestion(node, snapshot.node_devices(name), allocated, classes)
-        outcomes[name] = allocate(question, pod_claims.pending, pod_claims.allocated, matcher, budget=budget)
+        outcomes[name] = on_node(NodeQuestion(node, node_devices(name), allocated, classes))
     return outcomes

@@ -309,9 +309,7 @@ class QuotaTree:
     @property
     def implicit_cohorts(self) -> frozenset[str]:
         """Cohorts referenced by name only; Kueue creates them with no quota of their own."""
-        return frozenset(
-            name for name, index in self._cohort_index.items() if not self._nodes[index].explicit
-        )
+        return frozenset(name for name, index in self._cohort_index.items() if not self._nodes[index].explicit)
 
     @property
     def cyclic_cohorts(self) -> frozenset[str]:
@@ -400,9 +398,7 @@ class QuotaTree:
             while current is not None:
                 node = self._nodes[current]
                 path.append(
-                    _Level(
-                        current, node.subtree.get(fr, _ZERO), node.local_quota(fr), node.borrowing_limit(fr)
-                    )
+                    _Level(current, node.subtree.get(fr, _ZERO), node.local_quota(fr), node.borrowing_limit(fr))
                 )
                 current = node.parent
             levels = tuple(path)
@@ -520,9 +516,7 @@ class QuotaLedger:
         current: int | None = index
         while current is not None:
             node = nodes[current]
-            path.append(
-                _Level(current, node.subtree.get(fr, _ZERO), node.local_quota(fr), node.borrowing_limit(fr))
-            )
+            path.append(_Level(current, node.subtree.get(fr, _ZERO), node.local_quota(fr), node.borrowing_limit(fr)))
             current = node.parent
         return self._walk(tuple(path), fr)
 
@@ -584,13 +578,9 @@ class QuotaLedger:
             reason = (
                 ""
                 if requested == 0
-                else (
-                    f"resource {resource} in flavor {flavor} is not covered by ClusterQueue {cluster_queue}"
-                )
+                else (f"resource {resource} in flavor {flavor} is not covered by ClusterQueue {cluster_queue}")
             )
-            return Fit(
-                outcome, cluster_queue, flavor, resource, requested, usage=usage, cohort=cohort, reason=reason
-            )
+            return Fit(outcome, cluster_queue, flavor, resource, requested, usage=usage, cohort=cohort, reason=reason)
         available = max(_ZERO, self._available(queue, fr))
         potential = tree._potential(queue, fr)
         nominal = quota.nominal_quota
@@ -629,19 +619,13 @@ class QuotaLedger:
             reason=reason,
         )
 
-    def fits_all(
-        self, cluster_queue: str, flavor: str, requests: Mapping[str, Fraction | int]
-    ) -> tuple[Fit, ...]:
+    def fits_all(self, cluster_queue: str, flavor: str, requests: Mapping[str, Fraction | int]) -> tuple[Fit, ...]:
         """One verdict per resource; flavor-resources are independent in Kueue's arithmetic."""
-        return tuple(
-            self.fits(cluster_queue, flavor, resource, amount) for resource, amount in requests.items()
-        )
+        return tuple(self.fits(cluster_queue, flavor, resource, amount) for resource, amount in requests.items())
 
     # -- deriving --------------------------------------------------------------------------------------------
 
-    def with_usage_delta(
-        self, cluster_queue: str, flavor: str, resource: str, delta: Fraction | int
-    ) -> QuotaLedger:
+    def with_usage_delta(self, cluster_queue: str, flavor: str, resource: str, delta: Fraction | int) -> QuotaLedger:
         """A ledger with `delta` more (or, negative, less) usage; Kueue's addUsage/removeUsage in O(depth)."""
         return self.with_usage_deltas(((cluster_queue, flavor, resource, delta),))
 

@@ -13,6 +13,7 @@ from fractions import Fraction
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
 from extender.decisions.feasibility import device_feasibility, unknown_node
+from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_decision import (
@@ -57,7 +58,10 @@ class NodeVerdict:
     detail: str = ""  # this node's numbers
     allocation: Allocation | None = None
     quota: NodeQuota | None = None
-    score: ScoreBreakdown | None = None
+
+
+# Pods without claims or queue pass every known node: one shared verdict instead of one object per node.
+FAST_PASS = NodeVerdict("", True)
 
 
 @dataclass(frozen=True)
@@ -70,17 +74,38 @@ class PodDecision:
     fast_path: bool = False
     strategy: str = STRATEGY_MOST
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+    # Scores are computed on demand (prioritize asks for a few nodes; filter needs none), then remembered.
+    _scoring: tuple[ClusterSnapshot, ScoringWeights] | None = field(default=None, repr=False, compare=False)
+    _scores: dict[str, ScoreBreakdown] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def passed(self) -> list[str]:
         return [name for name, verdict in self.verdicts.items() if verdict.passed]
 
-    def ranked(self) -> list[NodeVerdict]:
-        """Passed nodes by score (highest first), then failed ones; ties by name for a stable order."""
-        return sorted(
-            self.verdicts.values(),
-            key=lambda v: (not v.passed, -(v.score.total if v.score else 0), v.node),
+    def score(self, node: str) -> ScoreBreakdown | None:
+        """The node's score breakdown, or None for a node that did not pass (or a fast-path decision)."""
+        cached = self._scores.get(node)
+        if cached is not None:
+            return cached
+        verdict = self.verdicts.get(node)
+        if verdict is None or not verdict.passed or verdict.allocation is None or self._scoring is None:
+            return None
+        snapshot, weights = self._scoring
+        result = score_node(
+            verdict.allocation, snapshot.node_devices(node), snapshot.allocated, verdict.quota, self.strategy, weights
         )
+        self._scores[node] = result
+        return result
+
+    def ranked(self) -> list[tuple[str, NodeVerdict]]:
+        """Passed nodes by score (highest first), then failed ones; ties by name for a stable order."""
+
+        def order(item: tuple[str, NodeVerdict]) -> tuple[bool, int, str]:
+            name, verdict = item
+            score = self.score(name) if verdict.passed else None
+            return (not verdict.passed, -(score.total if score else 0), name)
+
+        return sorted(self.verdicts.items(), key=order)
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
@@ -96,6 +121,7 @@ def decide_pod(
     node_names: Iterable[str],
     *,
     matcher: DeviceMatcher,
+    free_index: FreeDeviceIndex | None = None,
     quota_context: QuotaContext | None,
     ledger: QuotaLedger | None,
     options: DecisionOptions = DecisionOptions(),
@@ -110,7 +136,7 @@ def decide_pod(
 
     pod_claims = resolve_pod_claims(snapshot, pod)
     outcomes: dict[str, AllocationOutcome] = device_feasibility(
-        snapshot, pod_claims, names, matcher, budget=options.search_budget
+        snapshot, pod_claims, names, matcher, free_index, budget=options.search_budget
     )
     allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
     quota = decide_quota(snapshot, pod, allocations, quota_context, ledger, unmapped=options.unmapped_classes)
@@ -134,10 +160,7 @@ def decide_pod(
                 quota=node_quota,
             )
             continue
-        score = score_node(
-            outcome, snapshot.node_devices(name), snapshot.allocated, node_quota, strategy, options.weights
-        )
-        verdicts[name] = NodeVerdict(name, True, allocation=outcome, quota=node_quota, score=score)
+        verdicts[name] = NodeVerdict(name, True, allocation=outcome, quota=node_quota)
     return PodDecision(
         pod.key,
         pod.uid,
@@ -146,6 +169,7 @@ def decide_pod(
         quota=quota,
         strategy=strategy,
         reservation=quota.reservation if any(v.passed for v in verdicts.values()) else {},
+        _scoring=(snapshot, options.weights),
     )
 
 

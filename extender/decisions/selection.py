@@ -10,9 +10,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from extender.decisions.cel import SelectorError, compile_selector
 from extender.state.dra import Device, DeviceClass
+from extender.state.inventory import NodeDevices
 
 # Verdict caches are cleared wholesale past this many entries; clearing costs one CEL pass over live devices.
 MAX_CACHED_VERDICTS = 2_000_000
@@ -34,6 +36,12 @@ class SelectorFailure:
 
 
 Verdict = bool | SelectorFailure
+_MISSING = object()
+
+
+class Selectable(NamedTuple):
+    devices: tuple[Device, ...]
+    plain: bool  # no taints, counters or shared allocation: "free" is just "not allocated"
 
 
 class DeviceMatcher:
@@ -43,6 +51,45 @@ class DeviceMatcher:
         self._verdicts: dict[str, dict[Device, Verdict]] = {}
         self._size = 0
         self._lock = threading.Lock()
+        self._selectable: dict[
+            tuple[str, tuple[str, ...], tuple[str, ...]], dict[NodeDevices, tuple[Device, ...] | None]
+        ] = {}
+        self._selectable_size = 0
+
+    def selectable_on(
+        self, devices: NodeDevices, device_class: DeviceClass, selectors: tuple[str, ...]
+    ) -> Selectable | None:
+        """The node's devices that the class and request selectors select, free or not, in order.
+
+        None when a selector fails on any of them: the caller then takes the exact, upstream-ordered path.
+        Cached per node device list, so it is computed once per slice change, not once per pod.
+        """
+        signature = (device_class.name, device_class.selectors, selectors)
+        per_node = self._selectable.get(signature)
+        if per_node is not None:
+            cached = per_node.get(devices, _MISSING)
+            if cached is not _MISSING:
+                return cached  # type: ignore[return-value]
+        result: list[Device] = []
+        failed = False
+        for device in devices.devices:
+            verdict = self.class_verdict(device_class, device)
+            if verdict is True and selectors:
+                verdict = self.all_verdict(selectors, device)
+            if verdict is True:
+                result.append(device)
+            elif verdict is not False:
+                failed = True
+                break
+        plain = not any(d.taints or d.consumes_counters or d.allow_multiple_allocations for d in result)
+        selectable = None if failed else Selectable(tuple(result), plain)
+        with self._lock:
+            if self._selectable_size >= MAX_CACHED_VERDICTS // 8:
+                self._selectable.clear()
+                self._selectable_size = 0
+            self._selectable.setdefault(signature, {})[devices] = selectable
+            self._selectable_size += 1
+        return selectable
 
     def expression_verdict(self, expression: str, device: Device) -> Verdict:
         per_device = self._verdicts.get(expression)

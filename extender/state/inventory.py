@@ -92,9 +92,12 @@ def device_reaches_node(pool_slice: ResourceSlice, device: Device, node: Node) -
     return device.all_nodes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class NodeDevices:
-    """What one node can draw from: devices in pool/slice/device order, and the pools they come from."""
+    """What one node can draw from: devices in pool/slice/device order, and the pools they come from.
+
+    Hashed by identity: it is rebuilt whenever the node's pools or labels change, so caches keyed on it
+    (which devices a class selects here) retire exactly when they should."""
 
     devices: tuple[Device, ...]
     pools: tuple[Pool, ...]

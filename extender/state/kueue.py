@@ -145,9 +145,7 @@ def _str_list(obj: Mapping[str, Any], key: str, path: str, *, required: bool = F
     return tuple(raw)
 
 
-def _objects(
-    obj: Mapping[str, Any], key: str, path: str, *, required: bool = False
-) -> Iterator[tuple[str, Any]]:
+def _objects(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> Iterator[tuple[str, Any]]:
     """The entries of a list of objects, each with its field path; non-object entries are rejected."""
     list_path = _child(path, key)
     for index, item in enumerate(_list(obj, key, path, required=required)):
@@ -937,9 +935,7 @@ def parse_device_class_mappings(config: Mapping[str, Any]) -> DeviceClassMapping
     path = "resources.deviceClassMappings"
     raw_mappings = list(_objects(_map(config, "resources", ""), "deviceClassMappings", "resources"))
     if len(raw_mappings) > MAX_DEVICE_CLASS_MAPPINGS:
-        raise ObjectError(
-            path, f"must have at most {MAX_DEVICE_CLASS_MAPPINGS} mappings, got {len(raw_mappings)}"
-        )
+        raise ObjectError(path, f"must have at most {MAX_DEVICE_CLASS_MAPPINGS} mappings, got {len(raw_mappings)}")
     mappings = []
     seen_names: set[str] = set()
     class_owner: dict[str, str] = {}
@@ -995,9 +991,7 @@ def parse_device_class_mappings(config: Mapping[str, Any]) -> DeviceClassMapping
     return DeviceClassMappings(tuple(mappings))
 
 
-def parse_kueue_configmap(
-    configmap: Mapping[str, Any], key: str = DEFAULT_CONFIGMAP_KEY
-) -> DeviceClassMappings:
+def parse_kueue_configmap(configmap: Mapping[str, Any], key: str = DEFAULT_CONFIGMAP_KEY) -> DeviceClassMappings:
     """deviceClassMappings from Kueue's manager ConfigMap (default kueue-system/kueue-manager-config)."""
     if not isinstance(configmap, Mapping):
         raise ObjectError("", f"must be an object, got {_type_name(configmap)}")

@@ -77,6 +77,8 @@ class ClusterSnapshot:
     objects: Mapping[str, Mapping[str, Any]]  # kind -> key -> parsed object
     topology: DeviceTopology
     allocated: Mapping[DeviceKey, int]  # device -> number of claims holding it (adminAccess excluded)
+    alloc_versions: Mapping[str, int]  # node -> version of the allocations on its node-local pools
+    shared_alloc_version: int  # version of the allocations on pools that span nodes
     generated_claims: Mapping[tuple[str, str, str], str]  # (namespace, pod uid, pod claim name) -> claim key
     kueue_enabled: bool
     synced: bool
@@ -206,6 +208,10 @@ class ClusterStore:
         self._shared_version = 0
         self._local_versions: dict[str, int] = defaultdict(int)
         self._allocated: dict[DeviceKey, int] = defaultdict(int)
+        # Bumped when an allocation on a node-local pool (or any shared pool) changes, so per-node caches of
+        # free devices stay valid until their own node's devices change hands.
+        self._alloc_versions: dict[str, int] = defaultdict(int)
+        self._shared_alloc_version = 0
         self._claim_devices: dict[str, tuple[DeviceKey, ...]] = {}
         self._generated_claims: dict[tuple[str, str, str], str] = {}
         self._node_devices_cache: dict[str, _NodeDevicesCacheEntry] = {}
@@ -337,7 +343,21 @@ class ClusterStore:
                 self._shared_pools.add(pool_key)
         self._pools_dirty = True
 
+    def _touch_allocation(self, device_key: DeviceKey) -> None:
+        pool = self._pools.get((device_key[0], device_key[1]))
+        if pool is not None and pool.node_local:
+            self._alloc_versions[pool.node_local] += 1
+        else:
+            self._shared_alloc_version += 1
+
     def _index_claim(self, key: str, claim: ResourceClaim | None) -> None:
+        previous = self._claim_devices.get(key, ())
+        current: tuple[DeviceKey, ...] = ()
+        if claim is not None and claim.allocation is not None:
+            current = tuple(result.key for result in claim.allocation.results if not result.admin_access)
+        if previous != current:
+            for device_key in set(previous).symmetric_difference(current):
+                self._touch_allocation(device_key)
         for device_key in self._claim_devices.pop(key, ()):
             remaining = self._allocated[device_key] - 1
             if remaining > 0:
@@ -349,10 +369,9 @@ class ClusterStore:
                 del self._generated_claims[generated_key]
         if claim is None:
             return
-        if claim.allocation is not None:
-            held = tuple(result.key for result in claim.allocation.results if not result.admin_access)
-            self._claim_devices[key] = held
-            for device_key in held:
+        if current:
+            self._claim_devices[key] = current
+            for device_key in current:
                 self._allocated[device_key] += 1
         pod_claim_name = claim.annotations.get(POD_CLAIM_NAME_ANNOTATION)
         if pod_claim_name:
@@ -405,6 +424,8 @@ class ClusterStore:
                 objects=objects,
                 topology=topology,
                 allocated=dict(self._allocated) if claims_changed else current.allocated,
+                alloc_versions=dict(self._alloc_versions) if claims_changed else current.alloc_versions,
+                shared_alloc_version=self._shared_alloc_version,
                 generated_claims=dict(self._generated_claims) if claims_changed else current.generated_claims,
                 kueue_enabled=self._kueue_enabled,
                 synced=self._synced,

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from extender.decisions.scheduling import NodeVerdict, PodDecision
+from extender.decisions.scoring import ScoreBreakdown
 from extender.state.quantity import format_quantity
 from extender.state.store import ClusterSnapshot
 from extender.transport.engine import DecisionRecord, SchedulingEngine
@@ -20,8 +21,8 @@ def _quantity(value: Fraction) -> str | int:
     return int(value) if value.denominator == 1 else format_quantity(value)
 
 
-def verdict_json(verdict: NodeVerdict) -> dict[str, Any]:
-    out: dict[str, Any] = {"node": verdict.node, "passed": verdict.passed}
+def verdict_json(name: str, verdict: NodeVerdict, score: ScoreBreakdown | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"node": name, "passed": verdict.passed}
     if not verdict.passed:
         out.update(
             {
@@ -64,13 +65,13 @@ def verdict_json(verdict: NodeVerdict) -> dict[str, Any]:
                 for fit in verdict.quota.fits
             ],
         }
-    if verdict.score is not None:
+    if score is not None:
         out["score"] = {
-            "total": verdict.score.total,
-            "strategy": verdict.score.strategy,
-            "deviceFit": round(verdict.score.device_fit, 3),
-            "firstAvailable": round(verdict.score.first_available, 3),
-            "quotaHeadroom": round(verdict.score.quota_headroom, 3),
+            "total": score.total,
+            "strategy": score.strategy,
+            "deviceFit": round(score.device_fit, 3),
+            "firstAvailable": round(score.first_available, 3),
+            "quotaHeadroom": round(score.quota_headroom, 3),
         }
     return out
 
@@ -83,8 +84,8 @@ def decision_json(decision: PodDecision, record: DecisionRecord | None = None) -
         "snapshotVersion": decision.snapshot_version,
         "fastPath": decision.fast_path,
         "strategy": decision.strategy,
-        "passed": sum(1 for v in ranked if v.passed),
-        "failed": sum(1 for v in ranked if not v.passed),
+        "passed": sum(1 for _, v in ranked if v.passed),
+        "failed": sum(1 for _, v in ranked if not v.passed),
         "quota": {
             "governed": decision.quota.governed,
             "clusterQueue": decision.quota.cluster_queue,
@@ -94,7 +95,7 @@ def decision_json(decision: PodDecision, record: DecisionRecord | None = None) -
                 for (cq, flavor, resource), amount in decision.reservation.items()
             ],
         },
-        "nodes": [verdict_json(v) for v in ranked],
+        "nodes": [verdict_json(name, v, decision.score(name)) for name, v in ranked],
     }
     if record is not None:
         out["verb"] = record.verb

@@ -16,6 +16,7 @@ from fractions import Fraction
 
 from cachetools import LRUCache
 
+from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota_tree import QuotaLedger
 from extender.decisions.scheduling import PodDecision, decide_pod
@@ -26,6 +27,7 @@ from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
 from extender.transport.config import ExtenderConfig
+from extender.transport.gc_tuning import freeze_loaded_state, tune_for_large_heap
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class SchedulingEngine:
         self.store = store if store is not None else ClusterStore()
         self.binder = binder
         self.matcher = DeviceMatcher()
+        self.free_index = FreeDeviceIndex(self.matcher)
         self.reservations = ReservationLedger(config.reservation_ttl_seconds, clock=clock)
         self.usage = UsageTracker()
         self.history: LRUCache[str, DecisionRecord] = LRUCache(maxsize=config.diagnostics_history)
@@ -77,7 +80,10 @@ class SchedulingEngine:
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        tune_for_large_heap()
         self.source.start(self.store)
+        self.store.snapshot()
+        freeze_loaded_state()
 
     def stop(self) -> None:
         self.source.stop()
@@ -139,6 +145,7 @@ class SchedulingEngine:
             pod,
             node_names,
             matcher=self.matcher,
+            free_index=self.free_index,
             quota_context=context,
             ledger=ledger,
             options=self.config.decisions,

@@ -118,11 +118,8 @@ def prioritize_result(args: ExtenderArgs, decision: PodDecision) -> list[dict[st
     """HostPriorityList: every requested node, 0 for the ones that did not pass."""
     result = []
     for name in args.node_names:
-        verdict = decision.verdicts.get(name)
-        score = verdict.score.total if verdict is not None and verdict.passed and verdict.score is not None else 0
-        if verdict is not None and verdict.passed and verdict.score is None:
-            score = 0
-        result.append({"Host": name, "Score": score})
+        score = decision.score(name)
+        result.append({"Host": name, "Score": score.total if score is not None else 0})
     return result
 
 

@@ -1,0 +1,86 @@
+"""Generated clusters for benchmarks: N nodes x 8 example-driver GPUs, a share of them allocated."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from extender.state.store import ClusterStore
+from tests import builders as b
+
+CAPACITY_SELECTOR = "device.capacity['gpu.example.com'].memory.compareTo(quantity('40Gi')) >= 0"
+
+
+def build_cluster(
+    nodes: int,
+    devices_per_node: int = 8,
+    allocated_share: float = 0.5,
+    *,
+    seed: int = 7,
+    pods: int = 0,
+    with_quota: bool = False,
+) -> ClusterStore:
+    """A store filled through the same code path as a live list (store.replace per kind)."""
+    rng = random.Random(seed)
+    store = ClusterStore()
+    node_objs: list[dict[str, Any]] = []
+    slices: list[dict[str, Any]] = []
+    claims: list[dict[str, Any]] = []
+    pod_objs: list[dict[str, Any]] = []
+    for index in range(nodes):
+        name = f"node-{index:05d}"
+        flavor = "on-demand" if index % 2 == 0 else "spot"
+        node_objs.append(b.node(name, {"example.com/capacity-type": flavor}))
+        memories = ["80Gi", "40Gi", "24Gi", "80Gi"]
+        devices = [b.gpu_device(i, node_name=name, memory=memories[i % 4]) for i in range(devices_per_node)]
+        slices.append(b.gpu_slice(name, devices=devices))
+        taken = [i for i in range(devices_per_node) if rng.random() < allocated_share]
+        if taken:
+            claim_name = f"held-{index}"
+            claims.append(
+                b.claim(
+                    claim_name,
+                    "bench",
+                    [b.exact_request("gpu", len(taken))],
+                    allocated=[("gpu", name, f"gpu-{i}") for i in taken],
+                    allocated_node=name,
+                    reserved_for=[(f"holder-{index}", f"uid-holder-{index}")],
+                )
+            )
+            pod_objs.append(
+                b.pod(
+                    f"holder-{index}",
+                    "bench",
+                    claims={"gpu": claim_name},
+                    queue="q" if with_quota else None,
+                    node_name=name,
+                    phase="Running",
+                    uid=f"uid-holder-{index}",
+                )
+            )
+    for index in range(max(0, pods - len(pod_objs))):
+        pod_objs.append(
+            b.pod(f"filler-{index}", "bench", node_name=node_objs[index % nodes]["metadata"]["name"], phase="Running")
+        )
+    store.replace("Node", node_objs)
+    store.replace("ResourceSlice", slices)
+    store.replace("DeviceClass", [b.device_class()])
+    store.replace("ResourceClaim", claims)
+    store.replace("Pod", pod_objs)
+    store.replace("Namespace", [b.namespace("bench")])
+    store.replace(
+        "ResourceClaimTemplate",
+        [
+            b.claim_template("two-big", "bench", [b.exact_request("gpu", 2, selectors=[CAPACITY_SELECTOR])]),
+            b.claim_template("one", "bench", [b.exact_request("gpu", 1)]),
+            b.claim_template("four", "bench", [b.exact_request("gpu", 4)]),
+            b.claim_template(
+                "pair-matched",
+                "bench",
+                [b.exact_request("a", 1), b.exact_request("b", 1)],
+                [{"matchAttribute": "gpu.example.com/model"}],
+            ),
+        ],
+    )
+    store.set_synced(True)
+    return store

@@ -1,0 +1,21 @@
+"""Garbage-collector settings for a process that holds a large, long-lived cluster model.
+
+A 5000-node cluster is millions of small objects. CPython's cyclic collector would rescan all of them in
+every full collection, which shows up as 100+ ms pauses in the middle of filter requests. The model holds no
+reference cycles worth collecting, so after each bulk load it is moved to the permanent generation
+(gc.freeze) and young-generation collections are made rarer.
+"""
+
+from __future__ import annotations
+
+import gc
+
+
+def tune_for_large_heap() -> None:
+    gc.set_threshold(50_000, 50, 100)
+
+
+def freeze_loaded_state() -> None:
+    """Call after a bulk load (initial list, relist): what exists now is not scanned again."""
+    gc.collect()
+    gc.freeze()
