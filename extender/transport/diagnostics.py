@@ -227,7 +227,10 @@ def render_table(decision: Mapping[str, Any]) -> str:
     for node in decision["nodes"]:
         if node["passed"]:
             rank += 1
-            devices = ", ".join(d["device"].split("/", 1)[-1] for d in node.get("devices", []))
+            devices = ", ".join(
+                d["device"].rsplit("/", 1)[-1] + (f" ({d['request']})" if "/" in d["request"] else "")
+                for d in node.get("devices", [])
+            )
             charges = node.get("quota", {}).get("charges", [])
             charge = "; ".join(f"{c['amount']} {c['resource']} in {c['flavor']}" for c in charges)
             why = f"devices: {devices}" if devices else "no devices needed"
