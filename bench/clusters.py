@@ -7,6 +7,7 @@ from typing import Any
 
 from extender.state.store import ClusterStore
 from tests import builders as b
+from tests.scenarios import cluster_queue, flavor, kueue_config, local_queue
 
 CAPACITY_SELECTOR = "device.capacity['gpu.example.com'].memory.compareTo(quantity('40Gi')) >= 0"
 
@@ -21,17 +22,34 @@ def build_cluster(
     with_quota: bool = False,
 ) -> ClusterStore:
     """A store filled through the same code path as a live list (store.replace per kind)."""
-    rng = random.Random(seed)
     store = ClusterStore()
+    objects = cluster_objects(nodes, devices_per_node, allocated_share, seed=seed, pods=pods, with_quota=with_quota)
+    for kind, items in objects.items():
+        store.replace(kind, items)
+    store.set_synced(True)
+    return store
+
+
+def cluster_objects(
+    nodes: int,
+    devices_per_node: int = 8,
+    allocated_share: float = 0.5,
+    *,
+    seed: int = 7,
+    pods: int = 0,
+    with_quota: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
+    """The API objects of a generated cluster, by kind; half the nodes in each of two flavors."""
+    rng = random.Random(seed)
     node_objs: list[dict[str, Any]] = []
     slices: list[dict[str, Any]] = []
     claims: list[dict[str, Any]] = []
     pod_objs: list[dict[str, Any]] = []
+    memories = ["80Gi", "40Gi", "24Gi", "80Gi"]
     for index in range(nodes):
         name = f"node-{index:05d}"
-        flavor = "on-demand" if index % 2 == 0 else "spot"
-        node_objs.append(b.node(name, {"example.com/capacity-type": flavor}))
-        memories = ["80Gi", "40Gi", "24Gi", "80Gi"]
+        capacity_type = "on-demand" if index % 2 == 0 else "spot"
+        node_objs.append(b.node(name, {"example.com/capacity-type": capacity_type}))
         devices = [b.gpu_device(i, node_name=name, memory=memories[i % 4]) for i in range(devices_per_node)]
         slices.append(b.gpu_slice(name, devices=devices))
         taken = [i for i in range(devices_per_node) if rng.random() < allocated_share]
@@ -59,18 +77,16 @@ def build_cluster(
                 )
             )
     for index in range(max(0, pods - len(pod_objs))):
-        pod_objs.append(
-            b.pod(f"filler-{index}", "bench", node_name=node_objs[index % nodes]["metadata"]["name"], phase="Running")
-        )
-    store.replace("Node", node_objs)
-    store.replace("ResourceSlice", slices)
-    store.replace("DeviceClass", [b.device_class()])
-    store.replace("ResourceClaim", claims)
-    store.replace("Pod", pod_objs)
-    store.replace("Namespace", [b.namespace("bench")])
-    store.replace(
-        "ResourceClaimTemplate",
-        [
+        node_name = node_objs[index % nodes]["metadata"]["name"]
+        pod_objs.append(b.pod(f"filler-{index}", "bench", node_name=node_name, phase="Running"))
+    objects: dict[str, list[dict[str, Any]]] = {
+        "Node": node_objs,
+        "ResourceSlice": slices,
+        "DeviceClass": [b.device_class()],
+        "ResourceClaim": claims,
+        "Pod": pod_objs,
+        "Namespace": [b.namespace("bench")],
+        "ResourceClaimTemplate": [
             b.claim_template("two-big", "bench", [b.exact_request("gpu", 2, selectors=[CAPACITY_SELECTOR])]),
             b.claim_template("one", "bench", [b.exact_request("gpu", 1)]),
             b.claim_template("four", "bench", [b.exact_request("gpu", 4)]),
@@ -81,6 +97,11 @@ def build_cluster(
                 [{"matchAttribute": "gpu.example.com/model"}],
             ),
         ],
-    )
-    store.set_synced(True)
-    return store
+    }
+    if with_quota:
+        quota = {"nominal": 100_000}
+        objects["ConfigMap"] = [kueue_config()]
+        objects["ResourceFlavor"] = [flavor("on-demand"), flavor("spot")]
+        objects["ClusterQueue"] = [cluster_queue("bench", {"on-demand": quota, "spot": quota}, cohort=None)]
+        objects["LocalQueue"] = [local_queue("bench", "bench")]
+    return objects

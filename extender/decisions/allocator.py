@@ -90,15 +90,22 @@ class ClaimAllocation(NamedTuple):
 class Allocation(NamedTuple):
     node: str
     claims: tuple[ClaimAllocation, ...]
+    # Devices taken per DeviceClass, sorted by class; None means "count them from `claims`".
+    known_class_counts: tuple[tuple[str, int], ...] | None = None
 
-    def devices_by_class(self) -> dict[str, int]:
-        """Devices taken per DeviceClass; adminAccess devices are not taken from anyone."""
+    def class_counts(self) -> tuple[tuple[str, int], ...]:
+        """Devices taken per DeviceClass, sorted; adminAccess devices are not taken from anyone."""
+        if self.known_class_counts is not None:
+            return self.known_class_counts
         counts: dict[str, int] = {}
         for claim in self.claims:
             for chosen in claim.devices:
                 if not chosen.admin_access:
                     counts[chosen.device_class] = counts.get(chosen.device_class, 0) + 1
-        return counts
+        return tuple(sorted(counts.items()))
+
+    def devices_by_class(self) -> dict[str, int]:
+        return dict(self.class_counts())
 
     @property
     def alternative_rank(self) -> int:
@@ -742,6 +749,11 @@ class PodAllocator:
         self.budget = budget
         self.simple = self._simple_plan(classes)
         self.chosen_alternatives = [{request.name: 0 for request in claim.spec.requests} for claim in self.pending]
+        # With only ExactCount requests, what a node takes per class is the same on every node that fits.
+        counts: dict[str, int] = {}
+        for step in self.simple or ():
+            counts[step.sub.device_class_name] = counts.get(step.sub.device_class_name, 0) + step.sub.count
+        self.class_counts = tuple(sorted(counts.items()))
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
         plan = []
@@ -813,4 +825,5 @@ class PodAllocator:
                 ClaimAllocation(claim, tuple(chosen[index]), self.chosen_alternatives[index])
                 for index, claim in enumerate(self.pending)
             ),
+            self.class_counts,
         )

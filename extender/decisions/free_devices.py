@@ -35,6 +35,7 @@ class _Entry(NamedTuple):
 class FreeDeviceIndex:
     def __init__(self, matcher: DeviceMatcher) -> None:
         self.matcher = matcher
+        self.driver_usage = DriverUsageIndex()
         self._cache: dict[Signature, dict[NodeDevices, _Entry]] = {}
         self._size = 0
         self._lock = threading.Lock()
@@ -69,3 +70,35 @@ class FreeDeviceIndex:
             self._cache.setdefault(signature, {})[devices] = _Entry(local_version, shared_version, result)
             self._size += 1
         return result
+
+
+class _UsageEntry(NamedTuple):
+    local_version: int
+    shared_version: int
+    usage: dict[str, tuple[int, int]]
+
+
+class DriverUsageIndex:
+    """Per node and driver: (devices, devices in use), for the packing score; same versioning as above."""
+
+    def __init__(self) -> None:
+        self._cache: dict[NodeDevices, _UsageEntry] = {}
+
+    def usage(self, snapshot: ClusterSnapshot, node_name: str, devices: NodeDevices) -> dict[str, tuple[int, int]]:
+        local_version = snapshot.alloc_versions.get(node_name, 0)
+        shared_version = snapshot.shared_alloc_version
+        entry = self._cache.get(devices)
+        if entry is not None and entry.local_version == local_version and entry.shared_version == shared_version:
+            return entry.usage
+        allocated = snapshot.allocated
+        counts: dict[str, list[int]] = {}
+        for device in devices.devices:
+            bucket = counts.setdefault(device.driver, [0, 0])
+            bucket[0] += 1
+            if device.key in allocated:
+                bucket[1] += 1
+        usage = {driver: (total, in_use) for driver, (total, in_use) in counts.items()}
+        if len(self._cache) > MAX_CACHED_NODES:
+            self._cache.clear()
+        self._cache[devices] = _UsageEntry(local_version, shared_version, usage)
+        return usage

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import NamedTuple
 
 from extender.decisions.allocator import Allocation
 from extender.decisions.quota_context import QuotaContext
@@ -24,16 +25,15 @@ UNMAPPED_IGNORE = "ignore"
 UNMAPPED_REJECT = "reject"
 
 
-@dataclass(frozen=True, slots=True)
-class QuotaRejection:
+class QuotaRejection(NamedTuple):
     summary: str
     unresolvable: bool
     category: str
 
 
-@dataclass(frozen=True, slots=True)
-class NodeQuota:
-    """One node's quota numbers: the charge and Kueue's verdict per flavor-resource."""
+class NodeQuota(NamedTuple):
+    """One node's quota numbers: the charge and Kueue's verdict per flavor-resource. (A NamedTuple: one is
+    built per candidate node.)"""
 
     charges: Mapping[QuotaKey, Fraction]
     fits: tuple[Fit, ...]
@@ -124,7 +124,7 @@ def queue_problem(
 def node_charges(allocation: Allocation, context: QuotaContext, unmapped: str) -> tuple[dict[str, Fraction], str]:
     """Quota resource -> amount for this allocation; an error text when an unmapped class must be rejected."""
     charges: dict[str, Fraction] = {}
-    for class_name, count in sorted(allocation.devices_by_class().items()):
+    for class_name, count in allocation.class_counts():
         resource = context.resource_for_class(class_name)
         if resource is None:
             if unmapped == UNMAPPED_REJECT:
@@ -190,65 +190,47 @@ def decide_quota(
 
     per_node: dict[str, NodeQuota] = {}
     flavor_order: list[str] = []
+    # Nodes differ only by (devices taken per class, the node's flavor per charged resource); thousands of
+    # candidate nodes fall into a handful of those, so each combination is judged once.
+    charges_memo: dict[tuple[tuple[str, int], ...], tuple[dict[str, Fraction], str]] = {}
+    quota_memo: dict[tuple[tuple[tuple[str, int], ...], tuple[str | None, ...]], NodeQuota] = {}
     for node_name, allocation in allocations.items():
         node = snapshot.nodes.get(node_name)
         if node is None:
             continue
-        resource_charges, error = node_charges(allocation, context, unmapped)
+        by_class = allocation.class_counts()
+        memoized = charges_memo.get(by_class)
+        if memoized is None:
+            memoized = node_charges(allocation, context, unmapped)
+            charges_memo[by_class] = memoized
+        resource_charges, error = memoized
         if error:
             per_node[node_name] = NodeQuota({}, (), "", QuotaRejection(error, True, CATEGORY_UNMAPPED))
             continue
-        charges: dict[QuotaKey, Fraction] = {}
-        fits: list[Fit] = []
-        primary_flavor = ""
-        rejection = None
-        for resource, amount in resource_charges.items():
-            flavor = context.node_flavor(cluster_queue, resource, node)
-            if flavor is None:
-                if cluster_queue.resource_group_for(resource) is None:
-                    rejection = QuotaRejection(
-                        f"ClusterQueue {cluster_queue.name} has no quota for {resource}", True, CATEGORY_UNCOVERED
-                    )
-                else:
-                    rejection = QuotaRejection(
-                        f"node matches no flavor of ClusterQueue {cluster_queue.name} for {resource}",
-                        True,
-                        CATEGORY_FLAVOR,
-                    )
-                break
-            primary_flavor = primary_flavor or flavor
-            if resource in admitted_flavors and admitted_flavors[resource] != flavor:
-                rejection = QuotaRejection(
-                    f"Kueue admitted this pod's workload to flavor {admitted_flavors[resource]} for {resource}",
-                    True,
-                    CATEGORY_FLAVOR,
-                )
-                break
-            charges[(cluster_queue.name, flavor, resource)] = amount
-            fits.append(ledger_for.fits(cluster_queue.name, flavor, resource, amount))
-        if rejection is None:
-            worst = worst_fit(fits)
-            if worst is not None and not worst.admissible:
-                rejection = _fit_reason(worst)
-        per_node[node_name] = NodeQuota(charges, tuple(fits), primary_flavor, rejection)
-        if primary_flavor and primary_flavor not in flavor_order:
-            flavor_order.append(primary_flavor)
+        node_flavors = tuple(context.node_flavor(cluster_queue, resource, node) for resource in resource_charges)
+        memo_key = (by_class, node_flavors)
+        quota = quota_memo.get(memo_key)
+        if quota is None:
+            quota = _judge(cluster_queue, resource_charges, node_flavors, admitted_flavors, ledger_for)
+            quota_memo[memo_key] = quota
+            if quota.flavor and quota.flavor not in flavor_order:
+                flavor_order.append(quota.flavor)
+        per_node[node_name] = quota
 
     chosen = _choose_flavor(cluster_queue, per_node, flavor_order)
     if chosen:
+        other_flavor = {
+            flavor: QuotaRejection(
+                f"ClusterQueue {cluster_queue.name} assigned flavor {chosen} to this pod; node is in flavor {flavor}",
+                False,
+                CATEGORY_FLAVOR,
+            )
+            for flavor in flavor_order
+            if flavor != chosen
+        }
         for node_name, quota in list(per_node.items()):
             if quota.rejection is None and quota.flavor and quota.flavor != chosen:
-                per_node[node_name] = NodeQuota(
-                    quota.charges,
-                    quota.fits,
-                    quota.flavor,
-                    QuotaRejection(
-                        f"ClusterQueue {cluster_queue.name} assigned flavor {chosen} to this pod; "
-                        f"node is in flavor {quota.flavor}",
-                        False,
-                        CATEGORY_FLAVOR,
-                    ),
-                )
+                per_node[node_name] = quota._replace(rejection=other_flavor[quota.flavor])
     reservation: dict[QuotaKey, Fraction] = {}
     for quota in per_node.values():
         if quota.rejection is None:
@@ -261,6 +243,37 @@ def decide_quota(
         chosen_flavor=chosen,
         reservation=reservation,
     )
+
+
+def _judge(
+    cluster_queue: ClusterQueue,
+    resource_charges: Mapping[str, Fraction],
+    node_flavors: tuple[str | None, ...],
+    admitted_flavors: Mapping[str, str],
+    ledger: QuotaLedger,
+) -> NodeQuota:
+    """Kueue's verdict for charging `resource_charges` in the given flavors (one per resource)."""
+    charges: dict[QuotaKey, Fraction] = {}
+    fits: list[Fit] = []
+    primary_flavor = ""
+    for (resource, amount), flavor in zip(resource_charges.items(), node_flavors, strict=True):
+        if flavor is None:
+            if cluster_queue.resource_group_for(resource) is None:
+                summary = f"ClusterQueue {cluster_queue.name} has no quota for {resource}"
+                return NodeQuota(
+                    charges, tuple(fits), primary_flavor, QuotaRejection(summary, True, CATEGORY_UNCOVERED)
+                )
+            summary = f"node matches no flavor of ClusterQueue {cluster_queue.name} for {resource}"
+            return NodeQuota(charges, tuple(fits), primary_flavor, QuotaRejection(summary, True, CATEGORY_FLAVOR))
+        primary_flavor = primary_flavor or flavor
+        if resource in admitted_flavors and admitted_flavors[resource] != flavor:
+            summary = f"Kueue admitted this pod's workload to flavor {admitted_flavors[resource]} for {resource}"
+            return NodeQuota(charges, tuple(fits), primary_flavor, QuotaRejection(summary, True, CATEGORY_FLAVOR))
+        charges[(cluster_queue.name, flavor, resource)] = amount
+        fits.append(ledger.fits(cluster_queue.name, flavor, resource, amount))
+    worst = worst_fit(fits)
+    rejection = _fit_reason(worst) if worst is not None and not worst.admissible else None
+    return NodeQuota(charges, tuple(fits), primary_flavor, rejection)
 
 
 def _choose_flavor(cluster_queue: ClusterQueue, per_node: Mapping[str, NodeQuota], seen_flavors: list[str]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import NamedTuple
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
 from extender.decisions.feasibility import device_feasibility, unknown_node
@@ -30,6 +31,7 @@ from extender.decisions.scoring import (
     STRATEGY_MOST,
     ScoreBreakdown,
     ScoringWeights,
+    quota_headroom,
     score_node,
 )
 from extender.decisions.selection import DeviceMatcher
@@ -48,8 +50,9 @@ class DecisionOptions:
     allow_strategy_annotation: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class NodeVerdict:
+class NodeVerdict(NamedTuple):
+    """One node's verdict (a NamedTuple: one is built per candidate node of every pod)."""
+
     node: str
     passed: bool
     unresolvable: bool = False
@@ -75,8 +78,11 @@ class PodDecision:
     strategy: str = STRATEGY_MOST
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
     # Scores are computed on demand (prioritize asks for a few nodes; filter needs none), then remembered.
-    _scoring: tuple[ClusterSnapshot, ScoringWeights] | None = field(default=None, repr=False, compare=False)
+    _scoring: tuple[ClusterSnapshot, ScoringWeights, FreeDeviceIndex] | None = field(
+        default=None, repr=False, compare=False
+    )
     _scores: dict[str, ScoreBreakdown] = field(default_factory=dict, repr=False, compare=False)
+    _headroom: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def passed(self) -> list[str]:
@@ -90,10 +96,15 @@ class PodDecision:
         verdict = self.verdicts.get(node)
         if verdict is None or not verdict.passed or verdict.allocation is None or self._scoring is None:
             return None
-        snapshot, weights = self._scoring
-        result = score_node(
-            verdict.allocation, snapshot.node_devices(node), snapshot.allocated, verdict.quota, self.strategy, weights
-        )
+        snapshot, weights, free_index = self._scoring
+        # NodeQuota objects are shared by every node with the same charge and flavor: key the headroom on them.
+        quota_key = id(verdict.quota)
+        headroom = self._headroom.get(quota_key)
+        if headroom is None:
+            headroom = quota_headroom(verdict.quota)
+            self._headroom[quota_key] = headroom
+        usage = free_index.driver_usage.usage(snapshot, node, snapshot.node_devices(node))
+        result = score_node(verdict.allocation, usage, headroom, self.strategy, weights)
         self._scores[node] = result
         return result
 
@@ -134,6 +145,7 @@ def decide_pod(
         verdicts = {name: NodeVerdict(name, True) if name in nodes else _failed(unknown_node(name)) for name in names}
         return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
 
+    free_index = free_index if free_index is not None else FreeDeviceIndex(matcher)
     pod_claims = resolve_pod_claims(snapshot, pod)
     outcomes: dict[str, AllocationOutcome] = device_feasibility(
         snapshot, pod_claims, names, matcher, free_index, budget=options.search_budget
@@ -169,7 +181,7 @@ def decide_pod(
         quota=quota,
         strategy=strategy,
         reservation=quota.reservation if any(v.passed for v in verdicts.values()) else {},
-        _scoring=(snapshot, options.weights),
+        _scoring=(snapshot, options.weights, free_index),
     )
 
 

@@ -9,13 +9,12 @@ the extender weight and adds it to its own, so the score must stay inside 0..10.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 from extender.decisions.allocator import Allocation
 from extender.decisions.quota_decision import NodeQuota
-from extender.state.dra import DeviceKey
-from extender.state.inventory import NodeDevices
 
 MAX_SCORE = 10
 STRATEGY_MOST = "MostAllocated"
@@ -31,43 +30,50 @@ class ScoringWeights:
     quota_headroom: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class ScoreBreakdown:
+class ScoreBreakdown(NamedTuple):
     device_fit: float  # 0..1 before weighting
     first_available: float
     quota_headroom: float
     total: int  # 0..10
     strategy: str
-    parts: Mapping[str, float] = field(default_factory=dict)
 
 
-def _device_fit(
-    allocation: Allocation, devices: NodeDevices, allocated: Mapping[DeviceKey, int], strategy: str
-) -> float:
-    """Share of the node's devices of the pod's classes that are in use once the pod lands."""
-    classes = {chosen.device_class for claim in allocation.claims for chosen in claim.devices}
-    if not classes:
+def _device_fit(allocation: Allocation, driver_usage: Mapping[str, tuple[int, int]], strategy: str) -> float:
+    """Share of the node's devices (of the drivers the pod uses) that are in use once the pod lands."""
+    drivers: set[str] = set()
+    taken = 0
+    for claim in allocation.claims:
+        for chosen in claim.devices:
+            drivers.add(chosen.device.driver)
+            taken += not chosen.admin_access
+    if not drivers:
         return 0.5  # nothing to pack: neutral
-    drivers = {chosen.device.driver for claim in allocation.claims for chosen in claim.devices}
-    relevant = [device for device in devices.devices if device.driver in drivers]
-    if not relevant:
+    total = in_use = 0
+    for driver in drivers:
+        driver_total, driver_in_use = driver_usage.get(driver, (0, 0))
+        total += driver_total
+        in_use += driver_in_use
+    if not total:
         return 0.5
-    in_use = sum(1 for device in relevant if device.key in allocated)
-    taken = sum(1 for claim in allocation.claims for chosen in claim.devices if not chosen.admin_access)
-    used_share = min(1.0, (in_use + taken) / len(relevant))
+    used_share = min(1.0, (in_use + taken) / total)
     return used_share if strategy == STRATEGY_MOST else 1.0 - used_share
 
 
 def _first_available(allocation: Allocation) -> float:
     """1.0 when every firstAvailable request got its first subrequest, falling with the positions chosen."""
-    positions = [index for claim in allocation.claims for index in claim.chosen_alternatives.values()]
-    if not positions:
+    count = chosen = 0
+    for claim in allocation.claims:
+        for index in claim.chosen_alternatives.values():
+            count += 1
+            chosen += index
+    if not chosen:
         return 1.0
     # Each request can be at position 0..7 (at most 8 subrequests).
-    return 1.0 - sum(positions) / (7 * len(positions))
+    return 1.0 - chosen / (7 * count)
 
 
-def _quota_headroom(quota: NodeQuota | None) -> float:
+def quota_headroom(quota: NodeQuota | None) -> float:
+    """Share of the ClusterQueue's reachable quota left after the charge (the tightest resource counts)."""
     if quota is None or not quota.fits:
         return 1.0
     shares = []
@@ -83,15 +89,14 @@ def _quota_headroom(quota: NodeQuota | None) -> float:
 
 def score_node(
     allocation: Allocation,
-    devices: NodeDevices,
-    allocated: Mapping[DeviceKey, int],
-    quota: NodeQuota | None,
+    driver_usage: Mapping[str, tuple[int, int]],
+    headroom: float,
     strategy: str,
     weights: ScoringWeights,
 ) -> ScoreBreakdown:
-    fit = _device_fit(allocation, devices, allocated, strategy)
+    """`driver_usage`: driver -> (devices on the node, devices in use); `headroom` from `quota_headroom`."""
+    fit = _device_fit(allocation, driver_usage, strategy)
     first = _first_available(allocation)
-    headroom = _quota_headroom(quota)
     weight_sum = weights.device_fit + weights.first_available + weights.quota_headroom
     if weight_sum <= 0:
         total = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -91,8 +92,9 @@ def create_app(engine: SchedulingEngine) -> Flask:
         metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
         if decision.fast_path:
             metrics.fast_path.labels("filter").inc()
-        for verdict in decision.verdicts.values():
-            metrics.filter_outcomes.labels("passed" if verdict.passed else verdict.category).inc()
+        outcomes = Counter("passed" if verdict.passed else verdict.category for verdict in decision.verdicts.values())
+        for category, count in outcomes.items():
+            metrics.filter_outcomes.labels(category).inc(count)
         return _json(filter_result(args, decision))
 
     @app.post("/prioritize")

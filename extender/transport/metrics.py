@@ -59,6 +59,10 @@ class _StateCollector(Collector):
     def __init__(self, engine: SchedulingEngine) -> None:
         self.engine = engine
 
+    def describe(self) -> list[GaugeMetricFamily]:
+        """Nothing up front: the families depend on live state, and collecting at registration is wasted work."""
+        return []
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
         engine = self.engine
         held = GaugeMetricFamily("dra_extender_reservations_held", "Pods holding a quota reservation.")

@@ -116,6 +116,8 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
 
 def prioritize_result(args: ExtenderArgs, decision: PodDecision) -> list[dict[str, Any]]:
     """HostPriorityList: every requested node, 0 for the ones that did not pass."""
+    if decision.fast_path:  # nothing of ours to prefer: neutral scores
+        return [{"Host": name, "Score": 0} for name in args.node_names]
     result = []
     for name in args.node_names:
         score = decision.score(name)
