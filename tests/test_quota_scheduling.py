@@ -369,3 +369,38 @@ def test_no_sequence_overcommits():
     spot = totals.get(("team-a", "spot", RESOURCE), 0)
     assert on_demand <= 7 and spot <= 3  # 5 nominal + 2 borrowable from team-b; spot has no lender
     assert on_demand + spot == 10  # and everything that fits was handed out
+
+
+def test_admitted_workload_keeps_kueue_flavor():
+    objects = base_objects({"on-demand": {"nominal": 8}, "spot": {"nominal": 8}})
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "pod-p",
+            "namespace": "team-a",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "uid-team-a-p", "controller": True}
+            ],
+        },
+        "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]},
+        "status": {
+            "admission": {
+                "clusterQueue": "team-a",
+                "podSetAssignments": [{"name": "main", "flavors": {RESOURCE: "spot"}, "count": 1}],
+            },
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "True",
+                    "reason": "x",
+                    "message": "",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        },
+    }
+    engine = engine_for([*objects, workload])
+    decision = filter_pod(engine, gpu_pod("p"))
+    assert sorted(decision.passed) == ["spot-0", "spot-1"]
+    assert "Kueue admitted this pod's workload to flavor spot" in decision.verdicts["on-demand-0"].reason

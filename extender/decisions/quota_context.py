@@ -19,12 +19,14 @@ from extender.state.kueue import (
     DeviceClassMappings,
     LocalQueue,
     ResourceFlavor,
+    Workload,
     parse_kueue_configmap,
 )
 from extender.state.store import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
+_UNKNOWN = object()
 QUOTA_KINDS = frozenset({"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace"})
 
 
@@ -45,7 +47,10 @@ class QuotaContext:
     mappings: DeviceClassMappings
     mappings_source: str  # for people: where the deviceClassMappings came from
     problems: Mapping[str, str] = field(default_factory=dict)  # ClusterQueue -> why it cannot admit anything
-    _node_flavor_cache: dict[tuple[str, int, Node], str | None] = field(default_factory=dict, repr=False)
+    _node_flavor_cache: dict[tuple[str, int], dict[Node, str | None]] = field(default_factory=dict, repr=False)
+    _workloads_by_pod: list[tuple[Mapping[str, Workload], dict[str, Workload]]] = field(
+        default_factory=list, repr=False
+    )
 
     def resource_for_class(self, class_name: str) -> str | None:
         return self.mappings.resource_for_class(class_name)
@@ -55,19 +60,40 @@ class QuotaContext:
         group = cluster_queue.resource_group_for(resource)
         if group is None:
             return None
-        cache_key = (cluster_queue.name, id(group), node)
-        if cache_key in self._node_flavor_cache:
-            return self._node_flavor_cache[cache_key]
+        per_node = self._node_flavor_cache.get((cluster_queue.name, id(group)))
+        if per_node is None:
+            per_node = self._node_flavor_cache.setdefault((cluster_queue.name, id(group)), {})
+        chosen = per_node.get(node, _UNKNOWN)
+        if chosen is not _UNKNOWN:
+            return chosen  # type: ignore[return-value]
         chosen = None
         for flavor_quotas in group.flavors:
             flavor = self.flavors.get(flavor_quotas.name)
             if flavor is not None and flavor.matches_node(node.labels):
                 chosen = flavor.name
                 break
-        if len(self._node_flavor_cache) > 200_000:
-            self._node_flavor_cache.clear()
-        self._node_flavor_cache[cache_key] = chosen
+        if len(per_node) > 200_000:
+            per_node.clear()
+        per_node[node] = chosen
         return chosen
+
+    def admitted_workload(self, workloads: Mapping[str, Workload], pod_uid: str) -> Workload | None:
+        """The admitted Workload a pod owns, through an index rebuilt only when Workloads change."""
+        if not pod_uid or not workloads:
+            return None
+        index = None
+        if self._workloads_by_pod and self._workloads_by_pod[0][0] is workloads:
+            index = self._workloads_by_pod[0][1]
+        if index is None:
+            index = {
+                owner.uid: workload
+                for workload in workloads.values()
+                if workload.admission is not None
+                for owner in workload.owners
+                if owner.uid
+            }
+            self._workloads_by_pod[:] = [(workloads, index)]
+        return index.get(pod_uid)
 
 
 def _mappings_from_cluster(snapshot: ClusterSnapshot, ref: KueueConfigRef) -> tuple[DeviceClassMappings, str]:

@@ -16,7 +16,7 @@ from extender.decisions.allocator import Allocation
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_tree import Fit, FitOutcome, QuotaLedger, worst_fit
 from extender.state.core import Pod
-from extender.state.kueue import QUEUE_NAME_LABEL, ClusterQueue, FungibilityPolicy, Workload
+from extender.state.kueue import QUEUE_NAME_LABEL, ClusterQueue, FungibilityPolicy
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
@@ -74,17 +74,6 @@ CATEGORY_UNMAPPED = "class-not-mapped"
 
 def _reject(summary: str, category: str, *, unresolvable: bool = True) -> QuotaDecision:
     return QuotaDecision(governed=True, pod_rejection=QuotaRejection(summary, unresolvable, category))
-
-
-def admitted_workload(snapshot: ClusterSnapshot, pod: Pod) -> Workload | None:
-    for workload in snapshot.workloads.values():
-        if (
-            workload.namespace == pod.namespace
-            and workload.admission is not None
-            and any(owner.uid == pod.uid for owner in workload.owners)
-        ):
-            return workload
-    return None
 
 
 def queue_problem(
@@ -178,7 +167,7 @@ def decide_quota(
     if rejection is not None:
         return rejection
     assert cluster_queue is not None and ledger_for is not None
-    workload = admitted_workload(snapshot, pod)
+    workload = context.admitted_workload(snapshot.workloads, pod.uid)
     admitted_flavors: dict[str, str] = {}
     if (
         workload is not None
