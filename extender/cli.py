@@ -80,12 +80,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         extra={"source": engine.source.description, "listen": listen},
     )
     from extender.transport.app import create_app
-    from extender.transport.server import ExtenderServer, gunicorn_options
+    from extender.transport.metrics import ExtenderMetrics
+    from extender.transport.server import ExtenderServer, diagnostics_starter, gunicorn_options, tls_options
 
-    overrides = {}
-    if args.gunicorn_config:
-        overrides = _read_gunicorn_config(args.gunicorn_config)
-    ExtenderServer(create_app(engine), gunicorn_options(listen, overrides)).run()
+    overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
+    overrides.update(tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file))
+    if config.diagnostics_listen:
+        metrics = ExtenderMetrics(engine)
+        app = create_app(engine, metrics=metrics, serve_diagnostics=False)
+        diagnostics = create_app(engine, metrics=metrics, serve_scheduling=False)
+        overrides["post_worker_init"] = diagnostics_starter(diagnostics, config.diagnostics_listen)
+    else:
+        app = create_app(engine)
+    ExtenderServer(app, gunicorn_options(listen, overrides)).run()
     return 0
 
 

@@ -404,3 +404,14 @@ def test_admitted_workload_keeps_kueue_flavor():
     decision = filter_pod(engine, gpu_pod("p"))
     assert sorted(decision.passed) == ["spot-0", "spot-1"]
     assert "Kueue admitted this pod's workload to flavor spot" in decision.verdicts["on-demand-0"].reason
+
+
+def test_deadline_fails_unreached_nodes_with_a_resolvable_reason():
+    from extender.transport.config import ExtenderConfig
+
+    engine = engine_for(base_objects({"on-demand": {"nominal": 8}}), ExtenderConfig(request_deadline_seconds=0.0))
+    decision = filter_pod(engine, gpu_pod("p"))
+    assert decision.passed == []
+    verdict = decision.verdicts["on-demand-0"]
+    assert verdict.category == "deadline" and not verdict.unresolvable
+    assert "ran out of time" in verdict.reason

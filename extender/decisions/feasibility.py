@@ -6,7 +6,8 @@ snapshot, selector verdicts come from the shared matcher's memo, and pods withou
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Sequence
 
 from extender.decisions.allocator import (
     DEFAULT_SEARCH_BUDGET,
@@ -21,6 +22,9 @@ from extender.decisions.selection import DeviceMatcher
 from extender.state.store import ClusterSnapshot
 
 CATEGORY_UNKNOWN_NODE = "unknown-node"
+CATEGORY_DEADLINE = "deadline"
+# How many nodes are decided between two looks at the clock.
+DEADLINE_CHECK_EVERY = 32
 CATEGORY_CLAIM_MISSING = "claim-missing"
 
 
@@ -37,12 +41,15 @@ def unknown_node(node_name: str) -> NotAllocatable:
 def device_feasibility(
     snapshot: ClusterSnapshot,
     pod_claims: PodClaims,
-    node_names: Iterable[str],
+    node_names: Sequence[str],
     matcher: DeviceMatcher,
     free_index: FreeDeviceIndex | None = None,
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
+    deadline: float | None = None,
 ) -> dict[str, AllocationOutcome]:
+    """`deadline` (a time.perf_counter() instant): nodes not reached by then fail with a resolvable reason, so
+    the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle."""
     outcomes: dict[str, AllocationOutcome] = {}
     if pod_claims.problems:
         summary = "; ".join(pod_claims.problems)
@@ -58,7 +65,14 @@ def device_feasibility(
     )
     node_devices = snapshot.node_devices
     on_node = allocator.on_node
-    for name in node_names:
+    for index, name in enumerate(node_names):
+        if deadline is not None and index % DEADLINE_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            late = NotAllocatable(
+                "", CATEGORY_DEADLINE, "the extender ran out of time before evaluating this node", "", False
+            )
+            for remaining in list(node_names)[index:]:
+                outcomes.setdefault(remaining, late._replace(node=remaining, detail=late.summary))
+            break
         node = nodes.get(name)
         if node is None:
             outcomes[name] = unknown_node(name)

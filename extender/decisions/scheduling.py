@@ -136,6 +136,7 @@ def decide_pod(
     quota_context: QuotaContext | None,
     ledger: QuotaLedger | None,
     options: DecisionOptions = DecisionOptions(),
+    deadline: float | None = None,
 ) -> PodDecision:
     names = list(dict.fromkeys(node_names))
     nodes = snapshot.nodes
@@ -148,7 +149,7 @@ def decide_pod(
     free_index = free_index if free_index is not None else FreeDeviceIndex(matcher)
     pod_claims = resolve_pod_claims(snapshot, pod)
     outcomes: dict[str, AllocationOutcome] = device_feasibility(
-        snapshot, pod_claims, names, matcher, free_index, budget=options.search_budget
+        snapshot, pod_claims, names, matcher, free_index, budget=options.search_budget, deadline=deadline
     )
     allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
     quota = decide_quota(snapshot, pod, allocations, quota_context, ledger, unmapped=options.unmapped_classes)

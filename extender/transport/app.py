@@ -57,13 +57,38 @@ def openapi_document() -> str:
     return resources.files("extender.transport").joinpath("openapi.yaml").read_text(encoding="utf-8")
 
 
-def create_app(engine: SchedulingEngine) -> Flask:
+SCHEDULING_ROUTES = frozenset(
+    {"/filter", "/prioritize", "/bind", "/healthz", "/readyz", "/openapi.yaml", "/openapi.json"}
+)
+
+
+def create_app(
+    engine: SchedulingEngine,
+    *,
+    metrics: ExtenderMetrics | None = None,
+    serve_scheduling: bool = True,
+    serve_diagnostics: bool = True,
+) -> Flask:
+    """The app for one listener. With a separate diagnostics listener, the scheduling listener serves only
+    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus)."""
     app = Flask("dra-extender")
     app.config["MAX_CONTENT_LENGTH"] = engine.config.max_body_bytes
-    metrics = ExtenderMetrics(engine)
+    metrics = metrics if metrics is not None else ExtenderMetrics(engine)
     app.extensions["dra_engine"] = engine
     app.extensions["dra_metrics"] = metrics
     max_nodes = engine.config.max_nodes_per_request
+
+    def route(method: str, rule: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+        scheduling = rule in SCHEDULING_ROUTES
+        diagnostics = not rule.startswith(("/filter", "/prioritize", "/bind"))
+        wanted = (serve_scheduling and scheduling) or (serve_diagnostics and diagnostics)
+
+        def register(handler: Callable[..., Response]) -> Callable[..., Response]:
+            if wanted:
+                app.add_url_rule(rule, view_func=handler, methods=[method.upper()])
+            return handler
+
+        return register
 
     def timed(verb: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
         def wrap(handler: Callable[..., Response]) -> Callable[..., Response]:
@@ -84,7 +109,7 @@ def create_app(engine: SchedulingEngine) -> Flask:
 
         return wrap
 
-    @app.post("/filter")
+    @route("post", "/filter")
     @timed("filter")
     def filter_verb() -> Response:
         args = parse_extender_args(_body(), max_nodes=max_nodes)
@@ -97,7 +122,7 @@ def create_app(engine: SchedulingEngine) -> Flask:
             metrics.filter_outcomes.labels(category).inc(count)
         return _json(filter_result(args, decision))
 
-    @app.post("/prioritize")
+    @route("post", "/prioritize")
     @timed("prioritize")
     def prioritize_verb() -> Response:
         args = parse_extender_args(_body(), max_nodes=max_nodes)
@@ -107,7 +132,7 @@ def create_app(engine: SchedulingEngine) -> Flask:
             metrics.fast_path.labels("prioritize").inc()
         return _json(prioritize_result(args, decision))
 
-    @app.post("/bind")
+    @route("post", "/bind")
     @timed("bind")
     def bind_verb() -> Response:
         if not engine.config.bind_enabled:
@@ -119,7 +144,7 @@ def create_app(engine: SchedulingEngine) -> Flask:
             return _json({"Error": str(error)})
         return _json({"Error": ""})
 
-    @app.get("/diagnostics/pods/<namespace>/<name>")
+    @route("get", "/diagnostics/pods/<namespace>/<name>")
     @timed("diagnostics")
     def pod_diagnostics(namespace: str, name: str) -> Response:
         record = engine.last_decision(namespace, name)
@@ -127,7 +152,7 @@ def create_app(engine: SchedulingEngine) -> Flask:
             return _error(f"no decision recorded for pod {namespace}/{name}", 404)
         return _json(decision_json(record.decision, record))
 
-    @app.post("/diagnostics/explain")
+    @route("post", "/diagnostics/explain")
     @timed("explain")
     def explain() -> Response:
         data = request.get_data(cache=False)
@@ -157,7 +182,7 @@ def create_app(engine: SchedulingEngine) -> Flask:
         nodes = request.args.getlist("node") or None
         return _json(decision_json(engine.explain(pod, nodes)))
 
-    @app.get("/diagnostics/nodes/<name>")
+    @route("get", "/diagnostics/nodes/<name>")
     @timed("diagnostics")
     def node_diagnostics(name: str) -> Response:
         report = node_json(engine.snapshot(), name)
@@ -165,16 +190,16 @@ def create_app(engine: SchedulingEngine) -> Flask:
             return _error(f"node {name} is not known to the extender", 404)
         return _json(report)
 
-    @app.get("/diagnostics/queues")
+    @route("get", "/diagnostics/queues")
     @timed("diagnostics")
     def queue_diagnostics() -> Response:
         return _json(queues_json(engine))
 
-    @app.get("/healthz")
+    @route("get", "/healthz")
     def healthz() -> Response:
         return _json({"status": "ok"})
 
-    @app.get("/readyz")
+    @route("get", "/readyz")
     def readyz() -> Response:
         health = engine.health()
         snapshot = engine.snapshot()
@@ -188,15 +213,15 @@ def create_app(engine: SchedulingEngine) -> Flask:
         }
         return _json(payload, 200 if ready else 503)
 
-    @app.get("/metrics")
+    @route("get", "/metrics")
     def metrics_endpoint() -> Response:
         return Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
-    @app.get("/openapi.yaml")
+    @route("get", "/openapi.yaml")
     def openapi_yaml() -> Response:
         return Response(openapi_document(), mimetype="application/yaml")
 
-    @app.get("/openapi.json")
+    @route("get", "/openapi.json")
     def openapi_json() -> Response:
         return _json(yaml.safe_load(openapi_document()))
 

@@ -38,6 +38,10 @@ class ExtenderConfig:
     request_deadline_seconds: float = 4.0
     diagnostics_history: int = 2048
     stale_grace_seconds: float = 60.0
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_client_ca_file: str = ""  # set: only clients with a certificate signed by this CA are answered
+    diagnostics_listen: str = ""  # set: diagnostics and metrics move to this separate plain-HTTP listener
     log_format: str = "json"
     log_level: str = "INFO"
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -54,6 +58,7 @@ _TOP_LEVEL = {
     "source",
     "logging",
     "search",
+    "tls",
 }
 
 
@@ -133,7 +138,21 @@ def parse_config(raw: Mapping[str, Any]) -> ExtenderConfig:
     reservations = _section(raw, "reservations", {"ttlSeconds"})
     bind = _section(raw, "bind", {"enabled"})
     limits = _section(raw, "limits", {"maxBodyBytes", "maxNodesPerRequest", "requestDeadlineSeconds"})
-    diagnostics = _section(raw, "diagnostics", {"history"})
+    diagnostics = _section(raw, "diagnostics", {"history", "listen"})
+    tls = _section(raw, "tls", {"certFile", "keyFile", "clientCAFile"})
+    for key in ("certFile", "keyFile", "clientCAFile"):
+        if not isinstance(tls.get(key, ""), str):
+            raise ConfigError(f"tls.{key}: must be a file path")
+    if bool(tls.get("certFile")) != bool(tls.get("keyFile")):
+        raise ConfigError("tls: certFile and keyFile go together")
+    if tls.get("clientCAFile") and not tls.get("certFile"):
+        raise ConfigError("tls.clientCAFile needs tls.certFile and tls.keyFile (client certificates need TLS)")
+    for key in ("certFile", "keyFile", "clientCAFile"):
+        if tls.get(key) and not Path(tls[key]).is_file():
+            raise ConfigError(f"tls.{key}: {tls[key]} does not exist")
+    diagnostics_listen = diagnostics.get("listen", "")
+    if diagnostics_listen and (not isinstance(diagnostics_listen, str) or ":" not in diagnostics_listen):
+        raise ConfigError(f"diagnostics.listen: must be HOST:PORT, got {diagnostics_listen!r}")
     source = _section(raw, "source", {"staleGraceSeconds"})
     logging_section = _section(raw, "logging", {"format", "level"})
     search = _section(raw, "search", {"budget"})
@@ -164,6 +183,10 @@ def parse_config(raw: Mapping[str, Any]) -> ExtenderConfig:
         request_deadline_seconds=_number(limits, "requestDeadlineSeconds", "limits", 4.0, minimum=0.1),
         diagnostics_history=_integer(diagnostics, "history", "diagnostics", 2048, minimum=1),
         stale_grace_seconds=_number(source, "staleGraceSeconds", "source", 60.0, minimum=1),
+        tls_cert_file=tls.get("certFile", ""),
+        tls_key_file=tls.get("keyFile", ""),
+        tls_client_ca_file=tls.get("clientCAFile", ""),
+        diagnostics_listen=diagnostics_listen,
         log_format=log_format,
         log_level=log_level,
     )

@@ -136,7 +136,9 @@ class SchedulingEngine:
     def ledger(self, snapshot: ClusterSnapshot, context: QuotaContext, *, excluding_pod: str = "") -> QuotaLedger:
         return context.tree.ledger(self.usage_with_reservations(snapshot, context, excluding_pod=excluding_pod))
 
-    def _decide(self, snapshot: ClusterSnapshot, pod: Pod, node_names: Iterable[str]) -> PodDecision:
+    def _decide(
+        self, snapshot: ClusterSnapshot, pod: Pod, node_names: Iterable[str], *, started: float | None = None
+    ) -> PodDecision:
         context = self.quota_context(snapshot)
         needs_quota = context.enabled and bool(context.cluster_queues) and "kueue.x-k8s.io/queue-name" in pod.labels
         ledger = self.ledger(snapshot, context, excluding_pod=pod.uid or pod.key) if needs_quota else None
@@ -149,6 +151,7 @@ class SchedulingEngine:
             quota_context=context,
             ledger=ledger,
             options=self.config.decisions,
+            deadline=(started + self.config.request_deadline_seconds) if started is not None else None,
         )
 
     def _record(self, verb: str, decision: PodDecision, started: float) -> None:
@@ -173,7 +176,7 @@ class SchedulingEngine:
             )
         with self.reservations.lock:
             self.reconcile_reservations(snapshot)
-            decision = self._decide(snapshot, pod, node_names)
+            decision = self._decide(snapshot, pod, node_names, started=started)
             pod_id = pod.uid or pod.key
             if decision.reservation:
                 self.reservations.reserve(pod_id, pod.key, decision.quota.cluster_queue, decision.reservation)
@@ -205,7 +208,7 @@ class SchedulingEngine:
                 ledger=None,
                 options=self.config.decisions,
             )
-        decision = self._decide(snapshot, pod, names)
+        decision = self._decide(snapshot, pod, names, started=started)
         self._record("prioritize", decision, started)
         return decision
 

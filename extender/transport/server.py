@@ -7,10 +7,17 @@ together over-admit quota; throughput comes from threads plus per-request work p
 
 from __future__ import annotations
 
+import logging
+import ssl
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
 from gunicorn.app.base import BaseApplication
+from werkzeug.serving import make_server
+
+log = logging.getLogger(__name__)
 
 
 class ExtenderServer(BaseApplication):
@@ -27,6 +34,31 @@ class ExtenderServer(BaseApplication):
 
     def load(self) -> Flask:
         return self._app
+
+
+def tls_options(cert_file: str, key_file: str, client_ca_file: str) -> dict[str, Any]:
+    """gunicorn's TLS settings; with a client CA, a client without a certificate from it is refused in the
+    handshake, as kube-scheduler's extender tlsConfig (certFile/keyFile/caFile) expects."""
+    if not cert_file:
+        return {}
+    options: dict[str, Any] = {"certfile": cert_file, "keyfile": key_file}
+    if client_ca_file:
+        options.update({"ca_certs": client_ca_file, "cert_reqs": ssl.CERT_REQUIRED})
+    return options
+
+
+def diagnostics_starter(app: Flask, listen: str) -> Callable[[Any], None]:
+    """A gunicorn post_worker_init hook serving `app` on its own plain-HTTP listener inside the worker, so
+    diagnostics and metrics see the same engine while the scheduling listener stays private (and TLS)."""
+
+    def start(_worker: Any) -> None:
+        host, _, port = listen.rpartition(":")
+        server = make_server(host or "127.0.0.1", int(port), app, threaded=True)
+        thread = threading.Thread(target=server.serve_forever, name="diagnostics-listener", daemon=True)
+        thread.start()
+        log.info("diagnostics and metrics on http://%s", listen)
+
+    return start
 
 
 def gunicorn_options(listen: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,0 +1,174 @@
+"""TLS with client certificates: only a kube-scheduler-style client with a certificate from our CA is served,
+and diagnostics can live on a separate plain listener."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_server_process import free_port
+
+BIN = Path(sys.executable).parent / "dra-extender"
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl command not installed")
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(directory: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1, a client certificate from the CA and one self-signed."""
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        cwd=directory,
+    )
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={name}",
+            cwd=directory,
+        )
+        (directory / f"{name}.ext").write_text(extension + "\n")
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "1",
+            "-extfile",
+            f"{name}.ext",
+            cwd=directory,
+        )
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "rogue.key",
+        "-out",
+        "rogue.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=rogue",
+        cwd=directory,
+    )
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tls")
+    make_pki(directory)
+    port, diagnostics_port = free_port(), free_port()
+    config = directory / "extender.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "tls": {
+                    "certFile": str(directory / "server.crt"),
+                    "keyFile": str(directory / "server.key"),
+                    "clientCAFile": str(directory / "ca.crt"),
+                },
+                "diagnostics": {"listen": f"127.0.0.1:{diagnostics_port}"},
+            }
+        )
+    )
+    log = (directory / "server.log").open("w")
+    process = subprocess.Popen(
+        [str(BIN), "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", diagnostics_port, timeout=2)
+            connection.request("GET", "/readyz")
+            if connection.getresponse().status == 200:
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        raise AssertionError((directory / "server.log").read_text())
+    yield directory, port, diagnostics_port
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def client_context(directory: Path, cert: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(directory / "ca.crt"))
+    if cert:
+        context.load_cert_chain(str(directory / f"{cert}.crt"), str(directory / f"{cert}.key"))
+    return context
+
+
+def filter_over_tls(port: int, context: ssl.SSLContext) -> int:
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=5)
+    body = json.dumps({"Pod": {"metadata": {"name": "p", "namespace": "default"}}, "NodeNames": ["gpu-od-1"]})
+    connection.request("POST", "/filter", body, {"Content-Type": "application/json"})
+    return connection.getresponse().status
+
+
+def test_scheduler_with_client_certificate_is_served(tls_server):
+    directory, port, _ = tls_server
+    assert filter_over_tls(port, client_context(directory, "client")) == 200
+
+
+@pytest.mark.parametrize("cert", [None, "rogue"])
+def test_client_without_valid_certificate_is_refused(tls_server, cert):
+    directory, port, _ = tls_server
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        filter_over_tls(port, client_context(directory, cert))
+
+
+def test_diagnostics_on_separate_plain_listener(tls_server):
+    directory, port, diagnostics_port = tls_server
+    connection = http.client.HTTPConnection("127.0.0.1", diagnostics_port, timeout=5)
+    connection.request("GET", "/metrics")
+    assert connection.getresponse().status == 200
+    connection = http.client.HTTPConnection("127.0.0.1", diagnostics_port, timeout=5)
+    connection.request("POST", "/filter", "{}", {"Content-Type": "application/json"})
+    assert connection.getresponse().status == 404  # scheduling verbs are not on the diagnostics listener
+    secure = http.client.HTTPSConnection("127.0.0.1", port, context=client_context(directory, "client"), timeout=5)
+    secure.request("GET", "/diagnostics/queues")
+    assert secure.getresponse().status == 404  # and diagnostics are not on the scheduling listener
