@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint fmt bench clean
+.PHONY: install run test lint fmt bench differential clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,16 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Benchmarks print measured numbers; they are not part of make test.
 bench: $(STAMP)
-	$(BIN)/python -m tests.bench.run_all
+	$(BIN)/python -m bench.allocator_bench
+	$(BIN)/python -m bench.http_bench
+	$(BIN)/python -m bench.sync_bench
+	$(BIN)/python -m bench.compare_upstream
+
+# The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
+differential: $(STAMP)
+	DIFF_SCENARIOS=20000 $(BIN)/pytest -q -m oracle tests/differential
 
 clean:
 	rm -rf $(VENV) build *.egg-info
