@@ -73,8 +73,9 @@ def main() -> None:
         snapshot = store.snapshot()
         tracker.usage(snapshot, context)
         update_costs.append(time.perf_counter() - begin)
+    p50 = statistics.median(update_costs) * 1000
     print(
-        f"one ResourceClaim update (apply + snapshot + usage delta): p50 {statistics.median(update_costs) * 1000:.2f} ms,"
+        f"one ResourceClaim update (apply + snapshot + usage delta): p50 {p50:.2f} ms,"
         f" max {max(update_costs) * 1000:.2f} ms; full usage recomputes: {tracker.full_recomputes}"
     )
 
