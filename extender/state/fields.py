@@ -38,9 +38,9 @@ def get_list(obj: Mapping[str, Any], key: str, path: str, *, required: bool = Fa
         if required:
             raise ObjectError(child_path(path, key), "is required")
         return []
-    if not isinstance(value, list):
+    if not isinstance(value, list | tuple):
         raise ObjectError(child_path(path, key), f"must be a list, got {type_name(value)}")
-    return value
+    return list(value)
 
 
 def get_str(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False, default: str = "") -> str:
@@ -96,19 +96,32 @@ def get_str_map(obj: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
     return result
 
 
-def get_str_list(obj: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
-    raw = get_list(obj, key, path)
+def get_optional_str(obj: Mapping[str, Any], key: str, path: str) -> str | None:
+    """A string field whose absence (or emptiness) means "not set"."""
+    return get_str(obj, key, path) or None
+
+
+def get_optional_int(obj: Mapping[str, Any], key: str, path: str, *, minimum: int | None = None) -> int | None:
+    if obj.get(key) is None:
+        return None
+    return get_int(obj, key, path, minimum=minimum)
+
+
+def get_str_list(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> tuple[str, ...]:
+    raw = get_list(obj, key, path, required=required)
     for index, item in enumerate(raw):
         if not isinstance(item, str):
             raise ObjectError(child_path(child_path(path, key), index), f"must be a string, got {type_name(item)}")
     return tuple(raw)
 
 
-def map_items(obj: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Mapping[str, Any]]]:
+def map_items(
+    obj: Mapping[str, Any], key: str, path: str, *, required: bool = False
+) -> list[tuple[str, Mapping[str, Any]]]:
     """The items of a list of objects, each with its field path, rejecting non-object entries."""
     items = []
     list_path = child_path(path, key)
-    for index, item in enumerate(get_list(obj, key, path)):
+    for index, item in enumerate(get_list(obj, key, path, required=required)):
         item_path = child_path(list_path, index)
         if not isinstance(item, Mapping):
             raise ObjectError(item_path, f"must be an object, got {type_name(item)}")

@@ -13,7 +13,7 @@ flavorFungibility values `Borrow`/`Preempt`), the model holds the v1beta2 meanin
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -23,6 +23,18 @@ from typing import Any, TypeVar
 import yaml
 
 from extender.state.errors import ObjectError
+from extender.state.fields import (
+    child_path,
+    get_bool,
+    get_map,
+    get_optional_int,
+    get_optional_str,
+    get_str,
+    get_str_list,
+    get_str_map,
+    map_items,
+    type_name,
+)
 from extender.state.quantity import QuantityError, format_quantity, parse_quantity
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -50,114 +62,14 @@ def _no_entries() -> Mapping[str, Any]:
     return _EMPTY_MAP
 
 
-# --- typed field reads --------------------------------------------------------------------------------------
-# Kept private to this module so that the Kueue models have no dependency on sibling parsers' internals.
-
-
-def _child(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def _type_name(value: object) -> str:
-    if value is None:
-        return "null"
-    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}
-    return names.get(type(value), type(value).__name__)
-
-
-def _map(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> Mapping[str, Any]:
-    value = obj.get(key, _MISSING)
-    if value is _MISSING or value is None:
-        if required:
-            raise ObjectError(_child(path, key), "is required")
-        return _EMPTY_MAP
-    if not isinstance(value, Mapping):
-        raise ObjectError(_child(path, key), f"must be an object, got {_type_name(value)}")
-    return value
-
-
-def _list(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> list[Any]:
-    value = obj.get(key, _MISSING)
-    if value is _MISSING or value is None:
-        if required:
-            raise ObjectError(_child(path, key), "is required")
-        return []
-    if not isinstance(value, list | tuple):
-        raise ObjectError(_child(path, key), f"must be a list, got {_type_name(value)}")
-    return list(value)
-
-
-def _str(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False, default: str = "") -> str:
-    value = obj.get(key, _MISSING)
-    if value is _MISSING or value is None:
-        if required:
-            raise ObjectError(_child(path, key), "is required")
-        return default
-    if not isinstance(value, str):
-        raise ObjectError(_child(path, key), f"must be a string, got {_type_name(value)}")
-    if required and not value:
-        raise ObjectError(_child(path, key), "must not be empty")
-    return value
-
-
-def _optional_str(obj: Mapping[str, Any], key: str, path: str) -> str | None:
-    value = _str(obj, key, path)
-    return value or None
-
-
-def _bool(obj: Mapping[str, Any], key: str, path: str, *, default: bool = False) -> bool:
-    value = obj.get(key, _MISSING)
-    if value is _MISSING or value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ObjectError(_child(path, key), f"must be a boolean, got {_type_name(value)}")
-    return value
-
-
-def _optional_int(obj: Mapping[str, Any], key: str, path: str, *, minimum: int | None = None) -> int | None:
-    value = obj.get(key, _MISSING)
-    if value is _MISSING or value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ObjectError(_child(path, key), f"must be an integer, got {_type_name(value)}")
-    if minimum is not None and value < minimum:
-        raise ObjectError(_child(path, key), f"must be at least {minimum}, got {value}")
-    return value
-
-
+# Immutable, unlike the shared helper's dict: these models are shared by every snapshot.
 def _str_map(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, str]:
-    raw = _map(obj, key, path)
-    result: dict[str, str] = {}
-    for name, value in raw.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise ObjectError(_child(_child(path, key), str(name)), "must map strings to strings")
-        result[name] = value
-    return MappingProxyType(result)
-
-
-def _str_list(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> tuple[str, ...]:
-    raw = _list(obj, key, path, required=required)
-    for index, item in enumerate(raw):
-        if not isinstance(item, str):
-            raise ObjectError(_child(_child(path, key), index), f"must be a string, got {_type_name(item)}")
-    return tuple(raw)
-
-
-def _objects(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> Iterator[tuple[str, Any]]:
-    """The entries of a list of objects, each with its field path; non-object entries are rejected."""
-    list_path = _child(path, key)
-    for index, item in enumerate(_list(obj, key, path, required=required)):
-        item_path = _child(list_path, index)
-        if not isinstance(item, Mapping):
-            raise ObjectError(item_path, f"must be an object, got {_type_name(item)}")
-        yield item_path, item
+    return MappingProxyType(get_str_map(obj, key, path))
 
 
 def _quantity(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> Fraction | None:
     value = obj.get(key, _MISSING)
-    field_path = _child(path, key)
+    field_path = child_path(path, key)
     if value is _MISSING or value is None:
         if required:
             raise ObjectError(field_path, "is required")
@@ -173,7 +85,7 @@ def _quantity(obj: Mapping[str, Any], key: str, path: str, *, required: bool = F
 
 
 def _optional_enum(obj: Mapping[str, Any], key: str, path: str, enum: type[_E]) -> _E | None:
-    text = _str(obj, key, path)
+    text = get_str(obj, key, path)
     if not text:
         return None
     try:
@@ -181,7 +93,7 @@ def _optional_enum(obj: Mapping[str, Any], key: str, path: str, enum: type[_E]) 
     except ValueError:
         allowed = ", ".join(member.value for member in enum)
         message = f"unsupported value {text!r}; must be one of {allowed}"
-        raise ObjectError(_child(path, key), message) from None
+        raise ObjectError(child_path(path, key), message) from None
 
 
 def _enum(obj: Mapping[str, Any], key: str, path: str, enum: type[_E], default: _E) -> _E:
@@ -196,11 +108,11 @@ def _check_kind(obj: Mapping[str, Any], kind: str, api_versions: tuple[str, ...]
     an error; a *different* kind or an unknown version is, because its fields would be misread.
     """
     if not isinstance(obj, Mapping):
-        raise ObjectError("", f"must be an object, got {_type_name(obj)}")
-    found_kind = _str(obj, "kind", "")
+        raise ObjectError("", f"must be an object, got {type_name(obj)}")
+    found_kind = get_str(obj, "kind", "")
     if found_kind and found_kind != kind:
         raise ObjectError("kind", f"expected {kind}, got {found_kind!r}")
-    api_version = _str(obj, "apiVersion", "")
+    api_version = get_str(obj, "apiVersion", "")
     if api_version and api_version not in api_versions:
         expected = ", ".join(api_versions)
         raise ObjectError("apiVersion", f"unsupported {api_version!r}; expected one of {expected}")
@@ -208,12 +120,12 @@ def _check_kind(obj: Mapping[str, Any], kind: str, api_versions: tuple[str, ...]
 
 
 def _name(obj: Mapping[str, Any]) -> str:
-    return _str(_map(obj, "metadata", "", required=True), "name", "metadata", required=True)
+    return get_str(get_map(obj, "metadata", "", required=True), "name", "metadata", required=True)
 
 
 def _namespace(obj: Mapping[str, Any]) -> str:
     # Same default as the object keys used by the state indexes ("namespace/name").
-    return _str(_map(obj, "metadata", "", required=True), "namespace", "metadata", default="default")
+    return get_str(get_map(obj, "metadata", "", required=True), "namespace", "metadata", default="default")
 
 
 # --- label selectors ----------------------------------------------------------------------------------------
@@ -269,24 +181,24 @@ class LabelSelector:
 def parse_label_selector(raw: object, path: str) -> LabelSelector:
     """Parse a LabelSelector, validating operators and values as ValidateLabelSelector does."""
     if not isinstance(raw, Mapping):
-        raise ObjectError(path, f"must be an object, got {_type_name(raw)}")
+        raise ObjectError(path, f"must be an object, got {type_name(raw)}")
     requirements = []
-    for item_path, item in _objects(raw, "matchExpressions", path):
-        key = _str(item, "key", item_path, required=True)
-        operator = _str(item, "operator", item_path, required=True)
-        values = _str_list(item, "values", item_path)
+    for item_path, item in map_items(raw, "matchExpressions", path):
+        key = get_str(item, "key", item_path, required=True)
+        operator = get_str(item, "operator", item_path, required=True)
+        values = get_str_list(item, "values", item_path)
         try:
             op = SelectorOperator(operator)
         except ValueError:
             allowed = ", ".join(member.value for member in SelectorOperator)
             raise ObjectError(
-                _child(item_path, "operator"), f"unsupported operator {operator!r}; must be one of {allowed}"
+                child_path(item_path, "operator"), f"unsupported operator {operator!r}; must be one of {allowed}"
             ) from None
         if op in (SelectorOperator.IN, SelectorOperator.NOT_IN) and not values:
-            raise ObjectError(_child(item_path, "values"), f"must be specified when operator is {op.value}")
+            raise ObjectError(child_path(item_path, "values"), f"must be specified when operator is {op.value}")
         if op in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST) and values:
             message = f"may not be specified when operator is {op.value}"
-            raise ObjectError(_child(item_path, "values"), message)
+            raise ObjectError(child_path(item_path, "values"), message)
         requirements.append(LabelSelectorRequirement(key, op, frozenset(values)))
     return LabelSelector(_str_map(raw, "matchLabels", path), tuple(requirements))
 
@@ -331,12 +243,12 @@ def _parse_resource_groups(
     groups = []
     seen_resources: set[str] = set()
     seen_flavors: set[str] = set()
-    for group_path, group in _objects(spec, "resourceGroups", path):
-        covered = _str_list(group, "coveredResources", group_path, required=True)
+    for group_path, group in map_items(spec, "resourceGroups", path):
+        covered = get_str_list(group, "coveredResources", group_path, required=True)
         if not covered:
-            raise ObjectError(_child(group_path, "coveredResources"), "must have at least 1 item")
+            raise ObjectError(child_path(group_path, "coveredResources"), "must have at least 1 item")
         for index, resource in enumerate(covered):
-            resource_path = _child(_child(group_path, "coveredResources"), index)
+            resource_path = child_path(child_path(group_path, "coveredResources"), index)
             if not resource:
                 raise ObjectError(resource_path, "must not be empty")
             if resource in seen_resources:
@@ -344,24 +256,24 @@ def _parse_resource_groups(
                 raise ObjectError(resource_path, message)
             seen_resources.add(resource)
         flavors = []
-        for flavor_path, flavor in _objects(group, "flavors", group_path, required=True):
-            flavor_name = _str(flavor, "name", flavor_path, required=True)
+        for flavor_path, flavor in map_items(group, "flavors", group_path, required=True):
+            flavor_name = get_str(flavor, "name", flavor_path, required=True)
             if flavor_name in seen_flavors:
-                raise ObjectError(_child(flavor_path, "name"), f"duplicate flavor {flavor_name!r}")
+                raise ObjectError(child_path(flavor_path, "name"), f"duplicate flavor {flavor_name!r}")
             seen_flavors.add(flavor_name)
             resources = []
-            raw_resources = list(_objects(flavor, "resources", flavor_path, required=True))
+            raw_resources = list(map_items(flavor, "resources", flavor_path, required=True))
             if len(raw_resources) != len(covered):
                 raise ObjectError(
-                    _child(flavor_path, "resources"),
+                    child_path(flavor_path, "resources"),
                     f"flavors must have the same number of resources as the coveredResources "
                     f"({len(raw_resources)} != {len(covered)})",
                 )
             for index, (quota_path, quota) in enumerate(raw_resources):
-                name = _str(quota, "name", quota_path, required=True)
+                name = get_str(quota, "name", quota_path, required=True)
                 if name != covered[index]:
                     raise ObjectError(
-                        _child(quota_path, "name"),
+                        child_path(quota_path, "name"),
                         f"must match the name in coveredResources ({name!r} != {covered[index]!r})",
                     )
                 nominal = _quantity(quota, "nominalQuota", quota_path, required=True)
@@ -371,19 +283,19 @@ def _parse_resource_groups(
                 for limit_name, limit in (("borrowingLimit", borrowing), ("lendingLimit", lending)):
                     if limit is not None and not has_parent:
                         message = f"must be nil when {owner} is empty"
-                        raise ObjectError(_child(quota_path, limit_name), message)
+                        raise ObjectError(child_path(quota_path, limit_name), message)
                 if lending_at_most_nominal and lending is not None and lending > nominal:
                     raise ObjectError(
-                        _child(quota_path, "lendingLimit"),
+                        child_path(quota_path, "lendingLimit"),
                         f"must be less than or equal to the nominalQuota "
                         f"({format_quantity(lending)} > {format_quantity(nominal)})",
                     )
                 resources.append(ResourceQuota(name, nominal, borrowing, lending))
             if not resources:
-                raise ObjectError(_child(flavor_path, "resources"), "must have at least 1 item")
+                raise ObjectError(child_path(flavor_path, "resources"), "must have at least 1 item")
             flavors.append(FlavorQuotas(flavor_name, tuple(resources)))
         if not flavors:
-            raise ObjectError(_child(group_path, "flavors"), "must have at least 1 item")
+            raise ObjectError(child_path(group_path, "flavors"), "must have at least 1 item")
         groups.append(ResourceGroup(covered, tuple(flavors)))
     return tuple(groups)
 
@@ -437,7 +349,7 @@ class FlavorFungibility:
 def _parse_fungibility_policy(
     raw: Mapping[str, Any], key: str, path: str, default: FungibilityPolicy, *, allow_v1beta1: bool
 ) -> FungibilityPolicy:
-    text = _str(raw, key, path)
+    text = get_str(raw, key, path)
     if not text:
         return default
     if allow_v1beta1 and text in _V1BETA1_FUNGIBILITY:
@@ -449,12 +361,12 @@ def _parse_fungibility_policy(
         if allow_v1beta1:
             allowed.append("Borrow" if key == "whenCanBorrow" else "Preempt")
         message = f"unsupported value {text!r}; must be one of {', '.join(allowed)}"
-        raise ObjectError(_child(path, key), message) from None
+        raise ObjectError(child_path(path, key), message) from None
 
 
 def _parse_fungibility(spec: Mapping[str, Any], path: str, *, allow_v1beta1: bool) -> FlavorFungibility:
-    raw = _map(spec, "flavorFungibility", path)
-    fungibility_path = _child(path, "flavorFungibility")
+    raw = get_map(spec, "flavorFungibility", path)
+    fungibility_path = child_path(path, "flavorFungibility")
     borrow = _parse_fungibility_policy(
         raw, "whenCanBorrow", fungibility_path, FungibilityPolicy.MAY_STOP_SEARCH, allow_v1beta1=allow_v1beta1
     )
@@ -469,7 +381,7 @@ def _parse_fungibility(spec: Mapping[str, Any], path: str, *, allow_v1beta1: boo
     both_try_next = borrow is preempt is FungibilityPolicy.TRY_NEXT_FLAVOR
     if preference is not None and not both_try_next:
         raise ObjectError(
-            _child(fungibility_path, "preference"),
+            child_path(fungibility_path, "preference"),
             "preference can only be set when both whenCanBorrow and whenCanPreempt are TryNextFlavor",
         )
     return FlavorFungibility(borrow, preempt, preference)
@@ -519,13 +431,13 @@ class ClusterQueue:
 def parse_cluster_queue(obj: Mapping[str, Any]) -> ClusterQueue:
     api_version = _check_kind(obj, "ClusterQueue", KUEUE_API_VERSIONS)
     name = _name(obj)
-    spec = _map(obj, "spec", "")
+    spec = get_map(obj, "spec", "")
     if api_version == V1BETA1:
-        cohort = _optional_str(spec, "cohort", "spec")
+        cohort = get_optional_str(spec, "cohort", "spec")
     elif api_version == V1BETA2:
-        cohort = _optional_str(spec, "cohortName", "spec")
+        cohort = get_optional_str(spec, "cohortName", "spec")
     else:  # version unknown (API list item): accept either spelling, preferring v1beta2's
-        cohort = _optional_str(spec, "cohortName", "spec") or _optional_str(spec, "cohort", "spec")
+        cohort = get_optional_str(spec, "cohortName", "spec") or get_optional_str(spec, "cohort", "spec")
     selector = None
     if spec.get("namespaceSelector") is not None:
         selector = parse_label_selector(spec["namespaceSelector"], "spec.namespaceSelector")
@@ -540,7 +452,7 @@ def parse_cluster_queue(obj: Mapping[str, Any]) -> ClusterQueue:
         resource_groups=groups,
         flavor_fungibility=_parse_fungibility(spec, "spec", allow_v1beta1=api_version != V1BETA2),
         api_version=api_version or V1BETA2,
-        uid=_str(_map(obj, "metadata", ""), "uid", "metadata"),
+        uid=get_str(get_map(obj, "metadata", ""), "uid", "metadata"),
     )
 
 
@@ -563,8 +475,8 @@ class Cohort:
 def parse_cohort(obj: Mapping[str, Any]) -> Cohort:
     api_version = _check_kind(obj, "Cohort", KUEUE_API_VERSIONS)
     name = _name(obj)
-    spec = _map(obj, "spec", "")
-    parent = _optional_str(spec, "parentName", "spec")
+    spec = get_map(obj, "spec", "")
+    parent = get_optional_str(spec, "parentName", "spec")
     # Unlike a ClusterQueue, a Cohort's lendingLimit may exceed its own nominalQuota: its subtree lends too.
     groups = _parse_resource_groups(
         spec, "spec", has_parent=parent is not None, owner="parent", lending_at_most_nominal=False
@@ -622,32 +534,32 @@ class ResourceFlavor:
 def parse_resource_flavor(obj: Mapping[str, Any]) -> ResourceFlavor:
     _check_kind(obj, "ResourceFlavor", KUEUE_API_VERSIONS)
     name = _name(obj)
-    spec = _map(obj, "spec", "")
+    spec = get_map(obj, "spec", "")
     taints = []
-    for taint_path, taint in _objects(spec, "nodeTaints", "spec"):
-        effect = _str(taint, "effect", taint_path, required=True)
+    for taint_path, taint in map_items(spec, "nodeTaints", "spec"):
+        effect = get_str(taint, "effect", taint_path, required=True)
         if effect not in _TAINT_EFFECTS:
-            raise ObjectError(_child(taint_path, "effect"), f"unsupported taint effect {effect!r}")
-        key = _str(taint, "key", taint_path, required=True)
-        taints.append(Taint(key, effect, _str(taint, "value", taint_path)))
+            raise ObjectError(child_path(taint_path, "effect"), f"unsupported taint effect {effect!r}")
+        key = get_str(taint, "key", taint_path, required=True)
+        taints.append(Taint(key, effect, get_str(taint, "value", taint_path)))
     tolerations = []
-    for toleration_path, toleration in _objects(spec, "tolerations", "spec"):
-        operator = _str(toleration, "operator", toleration_path, default="Equal")
+    for toleration_path, toleration in map_items(spec, "tolerations", "spec"):
+        operator = get_str(toleration, "operator", toleration_path, default="Equal")
         if operator not in ("Equal", "Exists"):
-            raise ObjectError(_child(toleration_path, "operator"), f"unsupported operator {operator!r}")
-        key = _str(toleration, "key", toleration_path)
+            raise ObjectError(child_path(toleration_path, "operator"), f"unsupported operator {operator!r}")
+        key = get_str(toleration, "key", toleration_path)
         if not key and operator != "Exists":
-            raise ObjectError(_child(toleration_path, "operator"), "must be Exists when 'key' is empty")
-        effect = _str(toleration, "effect", toleration_path)
+            raise ObjectError(child_path(toleration_path, "operator"), "must be Exists when 'key' is empty")
+        effect = get_str(toleration, "effect", toleration_path)
         if effect and effect not in _TAINT_EFFECTS:
-            raise ObjectError(_child(toleration_path, "effect"), f"unsupported taint effect {effect!r}")
+            raise ObjectError(child_path(toleration_path, "effect"), f"unsupported taint effect {effect!r}")
         tolerations.append(
             Toleration(
                 key=key,
                 operator=operator,
-                value=_str(toleration, "value", toleration_path),
+                value=get_str(toleration, "value", toleration_path),
                 effect=effect,
-                toleration_seconds=_optional_int(toleration, "tolerationSeconds", toleration_path),
+                toleration_seconds=get_optional_int(toleration, "tolerationSeconds", toleration_path),
             )
         )
     return ResourceFlavor(
@@ -655,7 +567,7 @@ def parse_resource_flavor(obj: Mapping[str, Any]) -> ResourceFlavor:
         node_labels=_str_map(spec, "nodeLabels", "spec"),
         node_taints=tuple(taints),
         tolerations=tuple(tolerations),
-        topology_name=_optional_str(spec, "topologyName", "spec"),
+        topology_name=get_optional_str(spec, "topologyName", "spec"),
     )
 
 
@@ -676,11 +588,11 @@ class LocalQueue:
 
 def parse_local_queue(obj: Mapping[str, Any]) -> LocalQueue:
     _check_kind(obj, "LocalQueue", KUEUE_API_VERSIONS)
-    spec = _map(obj, "spec", "")
+    spec = get_map(obj, "spec", "")
     return LocalQueue(
         namespace=_namespace(obj),
         name=_name(obj),
-        cluster_queue=_str(spec, "clusterQueue", "spec", required=True),
+        cluster_queue=get_str(spec, "clusterQueue", "spec", required=True),
         stop_policy=_enum(spec, "stopPolicy", "spec", StopPolicy, StopPolicy.NONE),
     )
 
@@ -755,52 +667,52 @@ class Workload:
 def _parse_admission(status: Mapping[str, Any]) -> Admission | None:
     if status.get("admission") is None:
         return None
-    raw = _map(status, "admission", "status")
+    raw = get_map(status, "admission", "status")
     path = "status.admission"
     assignments = []
-    for assignment_path, assignment in _objects(raw, "podSetAssignments", path, required=True):
+    for assignment_path, assignment in map_items(raw, "podSetAssignments", path, required=True):
         usage: dict[str, Fraction] = {}
-        usage_path = _child(assignment_path, "resourceUsage")
-        for resource, value in _map(assignment, "resourceUsage", assignment_path).items():
+        usage_path = child_path(assignment_path, "resourceUsage")
+        for resource, value in get_map(assignment, "resourceUsage", assignment_path).items():
             quantity = _quantity({resource: value}, resource, usage_path, required=True)
             assert quantity is not None
             usage[str(resource)] = quantity
         assignments.append(
             PodSetAssignment(
-                name=_str(assignment, "name", assignment_path, default="main") or "main",
+                name=get_str(assignment, "name", assignment_path, default="main") or "main",
                 flavors=_str_map(assignment, "flavors", assignment_path),
                 resource_usage=MappingProxyType(usage),
-                count=_optional_int(assignment, "count", assignment_path, minimum=0),
+                count=get_optional_int(assignment, "count", assignment_path, minimum=0),
             )
         )
-    return Admission(_str(raw, "clusterQueue", path, required=True), tuple(assignments))
+    return Admission(get_str(raw, "clusterQueue", path, required=True), tuple(assignments))
 
 
 def parse_workload(obj: Mapping[str, Any]) -> Workload:
     _check_kind(obj, "Workload", KUEUE_API_VERSIONS)
-    metadata = _map(obj, "metadata", "", required=True)
+    metadata = get_map(obj, "metadata", "", required=True)
     owners = []
-    for owner_path, owner in _objects(metadata, "ownerReferences", "metadata"):
+    for owner_path, owner in map_items(metadata, "ownerReferences", "metadata"):
         owners.append(
             OwnerReference(
-                api_version=_str(owner, "apiVersion", owner_path),
-                kind=_str(owner, "kind", owner_path, required=True),
-                name=_str(owner, "name", owner_path, required=True),
-                uid=_str(owner, "uid", owner_path),
-                controller=_bool(owner, "controller", owner_path),
+                api_version=get_str(owner, "apiVersion", owner_path),
+                kind=get_str(owner, "kind", owner_path, required=True),
+                name=get_str(owner, "name", owner_path, required=True),
+                uid=get_str(owner, "uid", owner_path),
+                controller=get_bool(owner, "controller", owner_path),
             )
         )
-    status = _map(obj, "status", "")
+    status = get_map(obj, "status", "")
     conditions: dict[str, bool] = {}
-    for condition_path, condition in _objects(status, "conditions", "status"):
-        conditions[_str(condition, "type", condition_path, required=True)] = (
-            _str(condition, "status", condition_path) == "True"
+    for condition_path, condition in map_items(status, "conditions", "status"):
+        conditions[get_str(condition, "type", condition_path, required=True)] = (
+            get_str(condition, "status", condition_path) == "True"
         )
     return Workload(
         namespace=_namespace(obj),
         name=_name(obj),
-        uid=_str(metadata, "uid", "metadata"),
-        queue_name=_str(_map(obj, "spec", ""), "queueName", "spec"),
+        uid=get_str(metadata, "uid", "metadata"),
+        queue_name=get_str(get_map(obj, "spec", ""), "queueName", "spec"),
         admission=_parse_admission(status),
         owners=tuple(owners),
         conditions=MappingProxyType(conditions),
@@ -894,25 +806,25 @@ class DeviceClassMappings:
 def _parse_sources(mapping: Mapping[str, Any], path: str) -> tuple[DeviceClassSource, ...]:
     sources = []
     kinds = set()
-    for source_path, source in _objects(mapping, "sources", path):
+    for source_path, source in map_items(mapping, "sources", path):
         present = [kind for kind in DeviceClassSourceKind if source.get(kind.value) is not None]
         if len(present) != 1:
             message = "exactly one source type must be set per entry (counter or capacity)"
             raise ObjectError(source_path, message)
         kind = present[0]
-        detail = _map(source, kind.value, source_path)
-        detail_path = _child(source_path, kind.value)
+        detail = get_map(source, kind.value, source_path)
+        detail_path = child_path(source_path, kind.value)
         sources.append(
             DeviceClassSource(
                 kind=kind,
-                name=_str(detail, "name", detail_path, required=True),
-                driver=_str(detail, "driver", detail_path, required=True),
+                name=get_str(detail, "name", detail_path, required=True),
+                driver=get_str(detail, "driver", detail_path, required=True),
             )
         )
         kinds.add(kind)
     if len(kinds) > 1:
         message = "cannot mix counter and capacity sources in the same mapping"
-        raise ObjectError(_child(path, "sources"), message)
+        raise ObjectError(child_path(path, "sources"), message)
     return tuple(sources)
 
 
@@ -923,17 +835,17 @@ def parse_device_class_mappings(config: Mapping[str, Any]) -> DeviceClassMapping
     start with is refused here too, rather than silently charging quota differently from Kueue.
     """
     if not isinstance(config, Mapping):
-        raise ObjectError("", f"must be an object, got {_type_name(config)}")
-    kind = _str(config, "kind", "")
+        raise ObjectError("", f"must be an object, got {type_name(config)}")
+    kind = get_str(config, "kind", "")
     if kind and kind != "Configuration":
         raise ObjectError("kind", f"expected Configuration, got {kind!r}")
-    api_version = _str(config, "apiVersion", "")
+    api_version = get_str(config, "apiVersion", "")
     if api_version and api_version not in CONFIG_API_VERSIONS:
         raise ObjectError(
             "apiVersion", f"unsupported {api_version!r}; expected one of {', '.join(CONFIG_API_VERSIONS)}"
         )
     path = "resources.deviceClassMappings"
-    raw_mappings = list(_objects(_map(config, "resources", ""), "deviceClassMappings", "resources"))
+    raw_mappings = list(map_items(get_map(config, "resources", ""), "deviceClassMappings", "resources"))
     if len(raw_mappings) > MAX_DEVICE_CLASS_MAPPINGS:
         raise ObjectError(path, f"must have at most {MAX_DEVICE_CLASS_MAPPINGS} mappings, got {len(raw_mappings)}")
     mappings = []
@@ -941,17 +853,17 @@ def parse_device_class_mappings(config: Mapping[str, Any]) -> DeviceClassMapping
     class_owner: dict[str, str] = {}
     class_counters: dict[str, set[str]] = {}
     for mapping_path, raw in raw_mappings:
-        name = _str(raw, "name", mapping_path, required=True)
+        name = get_str(raw, "name", mapping_path, required=True)
         problem = _qualified_name_problem(name)
         if problem is None and len(name) > 253:
             problem = "must not exceed 253 characters"
         if problem:
-            raise ObjectError(_child(mapping_path, "name"), f"invalid resource name {name!r}: {problem}")
+            raise ObjectError(child_path(mapping_path, "name"), f"invalid resource name {name!r}: {problem}")
         if name in seen_names:
-            raise ObjectError(_child(mapping_path, "name"), f"duplicate mapping name {name!r}")
+            raise ObjectError(child_path(mapping_path, "name"), f"duplicate mapping name {name!r}")
         seen_names.add(name)
-        classes = _str_list(raw, "deviceClassNames", mapping_path, required=True)
-        classes_path = _child(mapping_path, "deviceClassNames")
+        classes = get_str_list(raw, "deviceClassNames", mapping_path, required=True)
+        classes_path = child_path(mapping_path, "deviceClassNames")
         if not classes:
             raise ObjectError(classes_path, "at least one device class name is required")
         if len(classes) > MAX_DEVICE_CLASSES_PER_MAPPING:
@@ -964,7 +876,7 @@ def parse_device_class_mappings(config: Mapping[str, Any]) -> DeviceClassMapping
         counter = sources[0].name if sources and sources[0].kind is DeviceClassSourceKind.COUNTER else ""
         seen_here: set[str] = set()
         for index, class_name in enumerate(classes):
-            class_path = _child(classes_path, index)
+            class_path = child_path(classes_path, index)
             problem = _qualified_name_problem(class_name)
             if problem is None and len(class_name) > 253:
                 problem = "must not exceed 253 characters"
@@ -994,12 +906,12 @@ def parse_device_class_mappings(config: Mapping[str, Any]) -> DeviceClassMapping
 def parse_kueue_configmap(configmap: Mapping[str, Any], key: str = DEFAULT_CONFIGMAP_KEY) -> DeviceClassMappings:
     """deviceClassMappings from Kueue's manager ConfigMap (default kueue-system/kueue-manager-config)."""
     if not isinstance(configmap, Mapping):
-        raise ObjectError("", f"must be an object, got {_type_name(configmap)}")
-    data = _map(configmap, "data", "", required=True)
-    field_path = _child("data", key)
+        raise ObjectError("", f"must be an object, got {type_name(configmap)}")
+    data = get_map(configmap, "data", "", required=True)
+    field_path = child_path("data", key)
     if data.get(key) is None:
         raise ObjectError(field_path, "is required")
-    text = _str(data, key, "data")  # present but empty: a Configuration with defaults, no mappings
+    text = get_str(data, key, "data")  # present but empty: a Configuration with defaults, no mappings
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -1007,7 +919,7 @@ def parse_kueue_configmap(configmap: Mapping[str, Any], key: str = DEFAULT_CONFI
     if document is None:
         return DeviceClassMappings()
     if not isinstance(document, Mapping):
-        raise ObjectError(field_path, f"must hold a Configuration object, got {_type_name(document)}")
+        raise ObjectError(field_path, f"must hold a Configuration object, got {type_name(document)}")
     try:
         return parse_device_class_mappings(document)
     except ObjectError as exc:
