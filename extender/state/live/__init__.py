@@ -1,0 +1,45 @@
+"""Live cluster state from an API server through list+watch (the `--kubeconfig` / `--in-cluster` sources).
+
+Sits in the state layer: it fills a ClusterStore and knows nothing of decisions or HTTP serving. The
+transport layer builds a LiveSource with `from_kubeconfig` or `in_cluster`, reads `health()` and `stats()`,
+and uses `Binder` for the optional bind verb and `write_snapshot` for `dra-extender snapshot`.
+"""
+
+from extender.state.live.api import ApiConfigError, ApiError, KubeApi, load_in_cluster, load_kubeconfig
+from extender.state.live.binder import Binder, BindingError
+from extender.state.live.resources import (
+    DEFAULT_KUEUE_CONFIGMAP,
+    KUEUE_ABSENT_MESSAGE,
+    Discovery,
+    Resource,
+    discover,
+    list_objects,
+)
+from extender.state.live.snapshot_writer import write_snapshot, write_snapshot_from_kubeconfig
+from extender.state.live.source import LiveSource, from_kubeconfig, in_cluster
+from extender.state.live.watcher import Backoff, ResourceStats, ResourceWatcher, WatchSettings
+
+__all__ = [
+    "DEFAULT_KUEUE_CONFIGMAP",
+    "KUEUE_ABSENT_MESSAGE",
+    "ApiConfigError",
+    "ApiError",
+    "Backoff",
+    "Binder",
+    "BindingError",
+    "Discovery",
+    "KubeApi",
+    "LiveSource",
+    "Resource",
+    "ResourceStats",
+    "ResourceWatcher",
+    "WatchSettings",
+    "discover",
+    "from_kubeconfig",
+    "in_cluster",
+    "list_objects",
+    "load_in_cluster",
+    "load_kubeconfig",
+    "write_snapshot",
+    "write_snapshot_from_kubeconfig",
+]

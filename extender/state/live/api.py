@@ -1,0 +1,216 @@
+"""HTTP access to the API server through the official client's configuration and connection pool.
+
+The client's generated model classes cost far more CPU than the API server spends on a large list, so requests
+go through the client's own urllib3 pool (which already carries the kubeconfig's TLS, proxy and credential
+setup, including token refresh hooks) and bodies are decoded with orjson. Going to the pool rather than
+`ApiClient.call_api` also keeps this module independent of the generator version: `call_api`'s signature
+changed between client releases, the pool did not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import orjson
+import urllib3
+from kubernetes import config as kube_config
+from kubernetes.client import ApiClient, Configuration
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "dra-quota-extender"
+CONNECT_TIMEOUT_SECONDS = 10.0
+# Enough connections for one long-lived watch per kind plus lists, discovery and binds at the same time;
+# below that urllib3 discards connections on release and logs a warning each time.
+MIN_POOL_SIZE = 32
+
+
+class ApiConfigError(ValueError):
+    """No usable API server configuration (missing kubeconfig, not running in a pod, ...)."""
+
+
+class ApiError(Exception):
+    """The API server answered with an error status; carries its Status message for people to read."""
+
+    def __init__(self, status: int, reason: str, message: str, *, method: str = "", path: str = "") -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.method = method
+        self.path = path
+        super().__init__(self.describe())
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    def describe(self) -> str:
+        where = f"{self.method} {self.path}: " if self.method else ""
+        reason = f" {self.reason}" if self.reason else ""
+        message = f": {self.message}" if self.message else ""
+        return f"{where}HTTP {self.status}{reason}{message}"
+
+
+def status_details(body: bytes) -> tuple[str, str]:
+    """(reason, message) of a metav1.Status body; the raw text when the body is not one (proxies, LBs)."""
+    try:
+        status = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return "", body[:500].decode("utf-8", "replace").strip()
+    if not isinstance(status, Mapping):
+        return "", str(status)[:500]
+    return str(status.get("reason") or ""), str(status.get("message") or "")
+
+
+def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None) -> Configuration:
+    config = Configuration()
+    try:
+        kube_config.load_kube_config(
+            config_file=os.fspath(path), context=context, client_configuration=config, persist_config=False
+        )
+    except (kube_config.ConfigException, OSError) as error:
+        raise ApiConfigError(f"cannot use kubeconfig {os.fspath(path)}: {error}") from None
+    return config
+
+
+def load_in_cluster() -> Configuration:
+    config = Configuration()
+    try:
+        kube_config.load_incluster_config(client_configuration=config)
+    except kube_config.ConfigException as error:
+        raise ApiConfigError(f"cannot use in-cluster configuration: {error}") from None
+    return config
+
+
+def keepalive_socket_options(idle: int = 30, interval: int = 10, count: int = 3) -> list[tuple[int, int, int]]:
+    """TCP keepalive on every connection, as client-go asks the kernel for.
+
+    A watch on a quiet collection can carry nothing for minutes, so only the transport can tell a dead peer
+    (a vanished load balancer, a partitioned node: no FIN ever arrives) from silence; with these values it
+    does so within about a minute, the default stale grace, instead of the kernel's two hours.
+    """
+    options = list(urllib3.connection.HTTPConnection.default_socket_options)  # keeps TCP_NODELAY
+    options.append((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1))
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    return options
+
+
+class KubeApi:
+    """Raw JSON requests against one API server; safe to share between threads (the pool is)."""
+
+    def __init__(self, config: Configuration) -> None:
+        if not config.host:
+            raise ApiConfigError("the API client configuration has no host")
+        if (config.connection_pool_maxsize or 0) < MIN_POOL_SIZE:
+            config.connection_pool_maxsize = MIN_POOL_SIZE
+        if getattr(config, "socket_options", None) is None:
+            config.socket_options = keepalive_socket_options()
+        self.config = config
+        self.host = config.host.rstrip("/")
+        self._client = ApiClient(config)
+        self._pool = self._client.rest_client.pool_manager
+        self._closed = threading.Event()
+
+    def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        # auth_settings() runs the configuration's refresh hook, so expiring tokens (exec plugins, projected
+        # service account tokens) are renewed on every request, as the generated API classes would.
+        for setting in self.config.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[str(setting["key"])] = str(setting["value"])
+        if self.config.username or self.config.password:
+            basic = self.config.get_basic_auth_token()
+            if basic:
+                headers.setdefault("authorization", basic)
+        if extra:
+            headers.update(extra)
+        return headers
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        read_timeout: float | None = 60.0,
+    ) -> urllib3.BaseHTTPResponse:
+        """The open response (body not read yet); an error status is raised as ApiError with its message."""
+        url = self.host + path + (f"?{urlencode(query)}" if query else "")
+        payload = orjson.dumps(body) if body is not None else None
+        extra = {"Content-Type": "application/json"} if payload is not None else None
+        response = self._pool.request(
+            method,
+            url,
+            body=payload,
+            headers=self._headers(extra),
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_SECONDS, read=read_timeout),
+            preload_content=False,
+            retries=False,  # the callers retry with their own backoff, and a POST must not be repeated blindly
+        )
+        if response.status >= 400:
+            try:
+                data = response.data
+            finally:
+                response.release_conn()
+            reason, message = status_details(data or b"")
+            raise ApiError(response.status, reason or str(response.reason or ""), message, method=method, path=path)
+        return response
+
+    def get_json(self, path: str, *, query: Mapping[str, str] | None = None, read_timeout: float | None = 60.0) -> Any:
+        response = self.request("GET", path, query=query, read_timeout=read_timeout)
+        try:
+            return orjson.loads(response.data)
+        finally:
+            response.release_conn()
+
+    def post_json(self, path: str, body: Mapping[str, Any], *, read_timeout: float | None = 30.0) -> Any:
+        response = self.request("POST", path, body=body, read_timeout=read_timeout)
+        try:
+            data = response.data
+        finally:
+            response.release_conn()
+        return orjson.loads(data) if data else None
+
+    def close(self) -> None:
+        if not self._closed.is_set():
+            self._closed.set()
+            self._pool.clear()
+
+
+def path_segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def iter_lines(response: urllib3.BaseHTTPResponse, *, chunk_size: int = 65536) -> Iterator[bytes]:
+    """Newline-delimited frames of a streaming body as they arrive.
+
+    `read1` returns whatever the server has flushed (one or more chunks) instead of waiting for `chunk_size`
+    bytes, which a quiet watch would otherwise never deliver. A frame split over several chunks is reassembled.
+    """
+    buffer = bytearray()
+    read1 = getattr(response, "read1", None)
+    chunks: Iterator[bytes] = iter(lambda: read1(chunk_size), b"") if read1 is not None else response.stream(None)
+    for chunk in chunks:
+        if not chunk:
+            break
+        start = len(buffer)
+        buffer += chunk
+        newline = buffer.find(b"\n", start)
+        if newline < 0:
+            continue
+        *lines, rest = bytes(buffer).split(b"\n")
+        buffer = bytearray(rest)
+        for line in lines:
+            if line.strip():
+                yield line
+    if bytes(buffer).strip():
+        yield bytes(buffer)

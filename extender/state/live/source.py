@@ -1,0 +1,312 @@
+"""The live cluster as a ClusterSource: discovery, one watcher thread per collection, health and counters.
+
+`start()` returns at once and everything that talks to the network runs in background threads, so an API
+server that is down when the extender starts shows up as "not ready" with a reason (and heals by itself)
+instead of a crash loop. Kinds the server does not serve yet (Kueue installed after the extender, a DRA API
+enabled later) are looked for periodically and picked up without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict
+from typing import Any
+
+from kubernetes.client import Configuration
+
+from extender.state.kinds import KINDS_BY_NAME, KUEUE_GROUP, RESOURCE_GROUP
+from extender.state.live.api import KubeApi, load_in_cluster, load_kubeconfig
+from extender.state.live.binder import Binder
+from extender.state.live.resources import (
+    DEFAULT_KUEUE_CONFIGMAP,
+    DRA_ABSENT_MESSAGE,
+    KUEUE_ABSENT_MESSAGE,
+    Discovery,
+    discover,
+)
+from extender.state.live.watcher import Backoff, ResourceStats, ResourceWatcher, WatchSettings
+from extender.state.sources import SourceHealth
+from extender.state.store import ClusterStore
+
+log = logging.getLogger(__name__)
+
+STOP_JOIN_SECONDS = 5.0
+
+
+class LiveSource:
+    """List+watch of every kind the extender reads; implements extender.state.sources.ClusterSource."""
+
+    def __init__(
+        self,
+        api_client_config: Configuration,
+        *,
+        kueue_configmap: tuple[str, str] = DEFAULT_KUEUE_CONFIGMAP,
+        stale_grace_seconds: float = 60.0,
+        resync_seconds: float | None = None,
+        kueue_recheck_seconds: float = 30.0,
+        watch_timeout_seconds: float = 300.0,
+        request_timeout_seconds: float = 60.0,
+        list_page_size: int = 500,
+        backoff_initial_seconds: float = 0.5,
+        backoff_max_seconds: float = 30.0,
+        description: str = "",
+    ) -> None:
+        self.config = api_client_config
+        self.kueue_configmap = kueue_configmap
+        self.stale_grace_seconds = stale_grace_seconds
+        self.kueue_recheck_seconds = kueue_recheck_seconds
+        self.settings = WatchSettings(
+            watch_timeout_seconds=watch_timeout_seconds,
+            request_timeout_seconds=request_timeout_seconds,
+            list_page_size=list_page_size,
+            backoff_initial_seconds=backoff_initial_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            resync_seconds=resync_seconds,
+        )
+        self.description = description or f"live cluster at {api_client_config.host}"
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self._store: ClusterStore | None = None
+        self._api: KubeApi | None = None
+        self._supervisor: threading.Thread | None = None
+        self._watchers: dict[str, ResourceWatcher] = {}  # kind -> watcher
+        self._initial_kinds: frozenset[str] = frozenset()
+        self._kueue_pending: frozenset[str] = frozenset()  # Kueue kinds started late, not listed yet
+        self._kueue_enabled = False
+        self._discovery: Discovery | None = None
+        self._discovery_error = ""
+        self._reported_missing: dict[str, str] = {}
+        self._started_at = 0.0
+
+    # --- ClusterSource ------------------------------------------------------------------------------------------
+
+    def start(self, store: ClusterStore) -> None:
+        with self._lock:
+            if self._supervisor is not None:
+                raise RuntimeError("LiveSource.start() called twice")
+            self._store = store
+            self._api = KubeApi(self.config)
+            self._started_at = time.monotonic()
+            self._supervisor = threading.Thread(target=self._supervise, name="live-source", daemon=True)
+        store.set_synced(False)
+        self._supervisor.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            watchers = list(self._watchers.values())
+            supervisor = self._supervisor
+        for watcher in watchers:
+            watcher.stop()
+        deadline = time.monotonic() + STOP_JOIN_SECONDS
+        for watcher in watchers:
+            watcher.join(max(0.0, deadline - time.monotonic()))
+        if supervisor is not None:
+            supervisor.join(max(0.0, deadline - time.monotonic()))
+        if self._api is not None:
+            self._api.close()
+
+    def health(self) -> SourceHealth:
+        now = time.monotonic()
+        with self._lock:
+            if self._supervisor is None:
+                return SourceHealth(False, "not started")
+            if self._discovery is None:
+                detail = self._discovery_error or "in progress"
+                return SourceHealth(False, f"discovering API resources at {self.config.host}: {detail}")
+            watchers = list(self._watchers.values())
+            kueue_enabled = self._kueue_enabled
+        freshness: dict[str, float] = {}
+        waiting: list[str] = []
+        stale: list[str] = []
+        for watcher in watchers:
+            age = watcher.freshness(now)
+            if age is None:
+                error = watcher.last_error
+                waiting.append(f"{watcher.name} ({error})" if error else watcher.name)
+            else:
+                freshness[watcher.name] = round(age, 3)
+            disconnected = watcher.disconnected_for(now)
+            if watcher.listed and disconnected > self.stale_grace_seconds:
+                error = watcher.last_error
+                stale.append(f"{watcher.name} for {disconnected:.0f}s" + (f" ({error})" if error else ""))
+        problems = []
+        if waiting:
+            problems.append("waiting for the initial list of " + ", ".join(sorted(waiting)))
+        if stale:
+            problems.append(f"disconnected longer than {self.stale_grace_seconds:g}s: " + ", ".join(sorted(stale)))
+        if problems:
+            return SourceHealth(False, "; ".join(problems), freshness)
+        message = f"watching {len(watchers)} resources at {self.config.host}"
+        if not kueue_enabled:
+            message += f"; {KUEUE_ABSENT_MESSAGE}"
+        return SourceHealth(True, message, freshness)
+
+    # --- extras for the CLI, metrics and tests ------------------------------------------------------------------
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Block until every initially discovered collection has been listed once (or the timeout passes)."""
+        return self._synced.wait(timeout)
+
+    @property
+    def kueue_enabled(self) -> bool:
+        with self._lock:
+            return self._kueue_enabled
+
+    @property
+    def discovery(self) -> Discovery | None:
+        with self._lock:
+            return self._discovery
+
+    def stats(self) -> dict[str, ResourceStats]:
+        """Per-collection counters (events applied, relists, reconnects, last sync...), keyed by plural name."""
+        with self._lock:
+            watchers = list(self._watchers.values())
+        return {watcher.name: watcher.stats() for watcher in watchers}
+
+    def binder(self) -> Binder:
+        """A Binder on the same API server and credentials; callable as (namespace, pod, uid, node)."""
+        return Binder(self.config)
+
+    def stats_dicts(self) -> dict[str, dict[str, Any]]:
+        """The same counters as plain dicts, for JSON diagnostics."""
+        return {name: asdict(stats) for name, stats in self.stats().items()}
+
+    # --- background work ----------------------------------------------------------------------------------------
+
+    def _supervise(self) -> None:
+        backoff = Backoff(self.settings.backoff_initial_seconds, self.settings.backoff_max_seconds)
+        while not self._stopping.is_set():
+            try:
+                discovery = self._discover()
+            except Exception as error:
+                message = f"{type(error).__name__}: {error}"
+                with self._lock:
+                    self._discovery_error = message
+                log.warning("API discovery at %s failed: %s; retrying", self.config.host, message)
+                self._stopping.wait(backoff.next())
+                continue
+            self._apply_discovery(discovery, initial=True)
+            break
+        while not self._stopping.wait(self.kueue_recheck_seconds):
+            with self._lock:
+                missing = self._discovery is not None and bool(self._discovery.missing)
+            if not missing:
+                continue
+            try:
+                discovery = self._discover()
+            except Exception as error:
+                log.debug("API re-discovery failed: %s", error)
+                continue
+            self._apply_discovery(discovery, initial=False)
+
+    def _discover(self) -> Discovery:
+        assert self._api is not None
+        return discover(
+            self._api, kueue_configmap=self.kueue_configmap, read_timeout=self.settings.request_timeout_seconds
+        )
+
+    def _apply_discovery(self, discovery: Discovery, *, initial: bool) -> None:
+        store = self._store
+        assert store is not None and self._api is not None
+        started: list[ResourceWatcher] = []
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._discovery = discovery
+            self._discovery_error = ""
+            new = [resource for kind, resource in discovery.resources.items() if kind not in self._watchers]
+            new_kueue = frozenset(r.kind for r in new if r.info.group == KUEUE_GROUP)
+            for resource in new:
+                watcher = ResourceWatcher(self._api, resource, store, self.settings, on_listed=self._listed)
+                self._watchers[resource.kind] = watcher
+                started.append(watcher)
+            if initial:
+                self._initial_kinds = frozenset(r.kind for r in new)
+                self._kueue_enabled = discovery.kueue_available
+            elif new_kueue and not self._kueue_enabled:
+                self._kueue_pending = new_kueue
+        if initial:
+            store.set_kueue_enabled(discovery.kueue_available)
+            self._log_discovery(discovery)
+        elif new_kueue and self._kueue_pending:
+            log.warning("Kueue CRDs found: starting quota watchers for %s", ", ".join(sorted(new_kueue)))
+        self._report_missing(discovery)
+        if started:
+            log.info("watching %s", ", ".join(watcher.resource.describe() for watcher in started))
+        for watcher in started:
+            watcher.start()
+
+    def _log_discovery(self, discovery: Discovery) -> None:
+        versions = {
+            group: resource.version
+            for resource in discovery.resources.values()
+            for group in (resource.info.group,)
+            if group
+        }
+        log.info(
+            "API server %s serves %s",
+            self.config.host,
+            ", ".join(f"{group}/{version}" for group, version in sorted(versions.items())) or "no extension APIs",
+        )
+        if not discovery.dra_available:
+            log.error(DRA_ABSENT_MESSAGE)
+        if not discovery.kueue_available:
+            log.warning(KUEUE_ABSENT_MESSAGE)
+
+    def _report_missing(self, discovery: Discovery) -> None:
+        """One line per kind and reason, not one every re-check."""
+        for kind, reason in discovery.missing.items():
+            if self._reported_missing.get(kind) == reason:
+                continue
+            self._reported_missing[kind] = reason
+            group = _group_of(kind)
+            if group == KUEUE_GROUP and not discovery.kueue_available:
+                continue  # covered by the single "Kueue CRDs not found" line
+            if group == RESOURCE_GROUP and not discovery.dra_available:
+                continue
+            log.warning("not watching %s: %s", kind, reason)
+
+    def _listed(self, watcher: ResourceWatcher) -> None:
+        store = self._store
+        assert store is not None
+        announce_synced = False
+        enable_kueue = False
+        with self._lock:
+            listed = {kind for kind, w in self._watchers.items() if w.listed}
+            if not self._synced.is_set() and self._initial_kinds <= listed:
+                announce_synced = True
+            if self._kueue_pending and self._kueue_pending <= listed:
+                self._kueue_pending = frozenset()
+                self._kueue_enabled = True
+                enable_kueue = True
+        if enable_kueue:
+            store.set_kueue_enabled(True)
+            log.warning("Kueue quota watchers synced: quota features on")
+        if announce_synced:
+            store.set_synced(True)
+            self._synced.set()
+            log.info(
+                "initial lists of %d resources done in %.1fs",
+                len(self._initial_kinds),
+                time.monotonic() - self._started_at,
+            )
+
+
+def _group_of(kind: str) -> str:
+    info = KINDS_BY_NAME.get(kind)
+    return info.group if info is not None else ""
+
+
+def from_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None, **options: Any) -> LiveSource:
+    """A LiveSource for `--kubeconfig FILE`; options are LiveSource's keyword arguments."""
+    return LiveSource(load_kubeconfig(path, context=context), **options)
+
+
+def in_cluster(**options: Any) -> LiveSource:
+    """A LiveSource from the pod's service account (`--in-cluster`)."""
+    return LiveSource(load_in_cluster(), **options)
