@@ -50,8 +50,7 @@ def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSo
                 kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
                 stale_grace_seconds=config.stale_grace_seconds,
             )
-        binder = source.binder() if hasattr(source, "binder") else None
-        return source, binder
+        return source, source.binder().create_binding
     if getattr(args, "snapshot", None):
         return SnapshotSource(args.snapshot), None
     return SnapshotSource(text=demo_snapshot_text(), description="the embedded demo cluster"), None

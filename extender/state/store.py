@@ -226,11 +226,13 @@ class ClusterStore:
         info = KINDS_BY_NAME[kind]
         key = object_key(info, raw)
         with self._lock:
+            before = len(self._pending_changes)
             if event_type == "DELETED":
                 self._remove(info, key)
             else:
                 self._upsert(info, key, info.parse(raw))
-            self._version += 1
+            if len(self._pending_changes) != before:  # a no-op (a Node heartbeat) makes no new snapshot
+                self._version += 1
 
     def upsert_parsed(self, kind: str, obj: Any) -> None:
         info = KINDS_BY_NAME[kind]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.transport.engine import SchedulingEngine
@@ -63,7 +63,7 @@ class _StateCollector(Collector):
         """Nothing up front: the families depend on live state, and collecting at registration is wasted work."""
         return []
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         engine = self.engine
         held = GaugeMetricFamily("dra_extender_reservations_held", "Pods holding a quota reservation.")
         held.add_metric([], len(engine.reservations))
@@ -80,6 +80,9 @@ class _StateCollector(Collector):
         for resource, age in sorted(health.freshness_seconds.items()):
             freshness.add_metric([resource], age)
         yield freshness
+        stats = getattr(engine.source, "stats_dicts", None)
+        if stats is not None:
+            yield from _watch_families(stats())
         snapshot = engine.snapshot()
         version = GaugeMetricFamily("dra_extender_state_version", "Change counter of the cluster view.")
         version.add_metric([], snapshot.version)
@@ -108,3 +111,21 @@ class _StateCollector(Collector):
                             usage_family.add_metric(labels, float(used))
         yield available
         yield usage_family
+
+
+_WATCH_COUNTERS = {
+    "events_applied": ("dra_extender_watch_events_total", "Watch events applied, per resource."),
+    "relists": ("dra_extender_watch_relists_total", "Full relists (initial, 410 Gone), per resource."),
+    "reconnects": ("dra_extender_watch_reconnects_total", "Watch reconnects after errors, per resource."),
+    "malformed": ("dra_extender_watch_malformed_total", "Objects skipped because they could not be parsed."),
+}
+
+
+def _watch_families(stats: dict[str, dict[str, object]]) -> Iterator[CounterMetricFamily]:
+    for key, (name, help_text) in _WATCH_COUNTERS.items():
+        family = CounterMetricFamily(name, help_text, labels=["resource"])
+        for resource, values in sorted(stats.items()):
+            value = values.get(key)
+            if isinstance(value, int | float):
+                family.add_metric([resource], float(value))
+        yield family
