@@ -84,11 +84,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
     overrides.update(tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file))
-    if config.diagnostics_listen:
+    diagnostics_listen = args.diagnostics_listen or config.diagnostics_listen
+    if diagnostics_listen:
         metrics = ExtenderMetrics(engine)
         app = create_app(engine, metrics=metrics, serve_diagnostics=False)
         diagnostics = create_app(engine, metrics=metrics, serve_scheduling=False)
-        overrides["post_worker_init"] = diagnostics_starter(diagnostics, config.diagnostics_listen)
+        overrides["post_worker_init"] = diagnostics_starter(diagnostics, diagnostics_listen)
     else:
         app = create_app(engine)
     ExtenderServer(app, gunicorn_options(listen, overrides)).run()
@@ -178,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_flags(serve)
     serve.add_argument("--config", metavar="FILE", help="extender config file (see config/extender.yaml)")
     serve.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (default 127.0.0.1:8888)")
+    serve.add_argument(
+        "--diagnostics-listen",
+        metavar="HOST:PORT",
+        help="serve diagnostics, metrics and health on this separate listener (overrides diagnostics.listen)",
+    )
     serve.add_argument("--gunicorn-config", metavar="FILE", help="gunicorn settings file (config/gunicorn.conf.py)")
     serve.set_defaults(handler=cmd_serve)
 

@@ -154,7 +154,7 @@ def check_extender_sidecar(docs: list[Doc]) -> None:
     command = [*extender["command"], *extender["args"]]
     assert command[:5] == ["dra-extender", "serve", "--in-cluster", "--config", "/etc/dra-extender/extender.yaml"]
     port = next(p for p in extender["ports"] if p["name"] == "http")
-    assert port["containerPort"] == 8888
+    assert port["containerPort"] == 9090
     assert extender["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert extender["image"].split(":")[0].endswith("dra-quota-extender")
@@ -175,7 +175,7 @@ def check_metrics_service(docs: list[Doc]) -> None:
     labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
     (port,) = service["spec"]["ports"]
-    assert port["port"] == 8888 and port["targetPort"] == "http"
+    assert port["port"] == 9090 and port["targetPort"] == "http"
     assert service["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
 
 
@@ -287,7 +287,7 @@ def test_restrict_ingress_component_admits_only_labelled_namespaces() -> None:
     policy = one(resources_of(RESTRICT), "NetworkPolicy")
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]
-    assert [p["port"] for p in rule["ports"]] == [8888, 10259]
+    assert [p["port"] for p in rule["ports"]] == [9090, 10259]
     assert set(rule["from"][0]) == {"namespaceSelector"}
 
 
