@@ -201,9 +201,14 @@ def test_kustomization_generates_the_configmaps_from_the_shared_config_files() -
     k = kustomization(MANIFESTS)
     generators = {g["name"]: g["files"] for g in k["configMapGenerator"]}
     assert generators == {
-        "dra-extender-config": ["../config/extender.yaml"],
-        "dra-quota-scheduler-config": ["../config/kube-scheduler-config.yaml"],
+        "dra-extender-config": ["config/extender.yaml"],
+        "dra-quota-scheduler-config": ["config/kube-scheduler-config.yaml"],
     }
+    for name in ("extender.yaml", "kube-scheduler-config.yaml"):
+        copy = (MANIFESTS / "config" / name).read_text(encoding="utf-8")
+        assert copy == (MANIFESTS.parent / "config" / name).read_text(encoding="utf-8"), (
+            f"config/{name} changed: run manifests/sync-configs.sh to refresh manifests/config/"
+        )
     images = {i["name"]: i for i in k["images"]}
     assert images["dra-quota-extender"]["newName"] == "dra-quota-extender"
     assert re.fullmatch(r"v1\.(3[4-9]|[4-9]\d)\.\d+", images["registry.k8s.io/kube-scheduler"]["newTag"])
@@ -293,7 +298,7 @@ def test_restrict_ingress_component_admits_only_labelled_namespaces() -> None:
 
 def test_readme_documents_the_build_and_the_extenders_stanza() -> None:
     readme = (MANIFESTS / "README.md").read_text(encoding="utf-8")
-    assert "kubectl kustomize --load-restrictor LoadRestrictionsNone manifests/ | kubectl apply -f -" in readme
+    assert "kubectl apply -k manifests/" in readme
     assert "extenders:" in readme and "urlPrefix: http://127.0.0.1:8888" in readme
 
 
@@ -305,7 +310,7 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not insta
 def kustomize_build(directory: Path) -> list[Doc]:
     assert KUBECTL is not None
     result = subprocess.run(
-        [KUBECTL, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(directory)],
+        [KUBECTL, "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=60,
