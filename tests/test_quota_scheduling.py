@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
+
 from extender.state.core import parse_pod
 from tests import builders as b
 from tests.scenarios import (
@@ -415,3 +417,33 @@ def test_deadline_fails_unreached_nodes_with_a_resolvable_reason():
     verdict = decision.verdicts["on-demand-0"]
     assert verdict.category == "deadline" and not verdict.unresolvable
     assert "ran out of time" in verdict.reason
+
+
+def test_bind_confirms_the_charge_of_the_chosen_node_and_failure_releases():
+    from extender.transport.engine import BindError
+
+    objects = base_objects({"on-demand": {"nominal": 16}})
+    used = b.claim(
+        "used", "team-b", [b.exact_request("gpu", 5)], allocated=[("gpu", "on-demand-1", f"gpu-{i}") for i in range(5)]
+    )
+    engine = engine_for([*objects, used])
+    bound: list[tuple[str, str, str, str]] = []
+    engine.binder = lambda *args: bound.append(args)
+    pod = parse_pod(gpu_pod("fa", template="four-or-two"))
+    engine.filter(pod, ["on-demand-0", "on-demand-1"])
+    key = ("team-a", "on-demand", RESOURCE)
+    assert engine.reservations.totals() == {key: 4}
+    engine.bind("team-a", "fa", pod.uid, "on-demand-1")
+    assert bound == [("team-a", "fa", pod.uid, "on-demand-1")]
+    assert engine.reservations.totals() == {key: 2}  # on-demand-1 takes the 2-GPU subrequest
+    assert engine.reservations.get(pod.uid).node == "on-demand-1"
+
+    def refuse(*_args):
+        raise RuntimeError("conflict: pod already bound")
+
+    engine.binder = refuse
+    other = parse_pod(gpu_pod("other"))
+    engine.filter(other, ["on-demand-0"])
+    with pytest.raises(BindError, match="conflict"):
+        engine.bind("team-a", "other", other.uid, "on-demand-0")
+    assert engine.reservations.get(other.uid) is None

@@ -219,6 +219,7 @@ class SchedulingEngine:
         return self._decide(snapshot, pod, names)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind through the API; on success hold exactly the charge of the node chosen, on failure nothing."""
         pod_id = uid or f"{namespace}/{name}"
         if self.binder is None:
             self.reservations.release(pod_id)
@@ -228,7 +229,14 @@ class SchedulingEngine:
         except Exception as error:
             self.reservations.release(pod_id)
             raise BindError(f"binding {namespace}/{name} to {node} failed: {error}") from error
-        self.reservations.confirm(pod_id, node)
+        with self.reservations.lock:
+            held = self.reservations.get(pod_id)
+            previous = self._last_filter.get(pod_id)
+            verdict = previous[1].verdicts.get(node) if previous is not None else None
+            if held is not None and verdict is not None and verdict.passed and verdict.quota is not None:
+                # The filter held the largest charge of all passing nodes; the node chosen may take less.
+                self.reservations.reserve(pod_id, held.pod_key, held.cluster_queue, verdict.quota.charges)
+            self.reservations.confirm(pod_id, node)
 
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         with self._history_lock:
