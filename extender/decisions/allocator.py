@@ -3,9 +3,12 @@
 Follows k8s.io/dynamic-resource-allocation/structured: depth-first search with backtracking over claims ->
 requests -> device slots, devices in pool/slice/device order, firstAvailable subrequests strictly in order,
 in-use devices skipped before selectors run, constraints, taints and shared counters checked as a device is
-taken, at most 32 devices per claim. Unlike upstream it says *why not* (which claim and request, how many
-devices match, how many are free, which constraint failed), and a search that would run away ends with a
-reason instead of a hang.
+taken, at most 32 devices per claim, only devices of complete and valid pools (as the node sees them, see
+state/inventory.node_view). Where upstream's Allocate returns an error instead of "no solution" (a selector
+failing on a device the search reaches, allocationMode All over a pool being updated or against a constraint,
+more than 32 devices) the NotAllocatable is `fatal`. tests/differential checks all this against the real
+allocator. Unlike upstream it says *why not* (which claim and request, how many devices match, how many are
+free, which constraint failed), and a search that would run away ends with a reason instead of a hang.
 """
 
 from __future__ import annotations
@@ -140,6 +143,9 @@ class NotAllocatable(NamedTuple):
     needed: int = 0
     matching: int = 0
     free: int = 0
+    # Upstream's Allocate would return an error here, not "unschedulable": kube-scheduler then fails the whole
+    # pod (a CEL runtime error, allocationMode All over a pool being updated, more than 32 devices...).
+    fatal: bool = False
 
 
 AllocationOutcome = Allocation | NotAllocatable
@@ -163,6 +169,17 @@ class _SelectorError(Exception):
         self.request = request
 
 
+class _FatalError(Exception):
+    """Upstream's allocator returns an error (not "no solution") for the whole pod."""
+
+    def __init__(self, category: str, summary: str, claim: str, request: str) -> None:
+        super().__init__(summary)
+        self.category = category
+        self.summary = summary
+        self.claim = claim
+        self.request = request
+
+
 def _tolerated(device: Device, sub: DeviceSubRequest) -> bool:
     for taint in device.taints:
         if taint.effect in BLOCKING_TAINT_EFFECTS and not any(tol.tolerates(taint) for tol in sub.tolerations):
@@ -177,9 +194,17 @@ class _Alternative:
     sub: DeviceSubRequest
     request_name: str  # as it appears in results
     device_class: DeviceClass | None
-    candidates: list[Device] = field(default_factory=list)  # free (or adminAccess), selectable, in order
-    failure: SelectorFailure | None = None  # a selector error met at the end of `candidates`
+    # Free (or adminAccess) devices in order that the selectors select, or on which a selector fails: upstream
+    # only evaluates selectors when its scan reaches a device that is not in use, so a failing device is an
+    # error only if the search gets to it while no other request of the pod holds it.
+    candidates: list[Device] = field(default_factory=list)
+    failures: dict[int, SelectorFailure] = field(default_factory=dict)  # position in `candidates` -> failure
     all_devices: list[Device] | None = None  # allocationMode All: every selectable device
+
+    def selectable_candidates(self) -> list[Device]:
+        if not self.failures:
+            return self.candidates
+        return [d for i, d in enumerate(self.candidates) if i not in self.failures]
 
 
 class _Search:
@@ -196,6 +221,7 @@ class _Search:
         self.budget = budget
         self.allocated = question.allocated
         self.taking: set[DeviceKey] = set()
+        self.claim_taking: list[set[DeviceKey]] = [set() for _ in claims]  # adminAccess only avoids these
         self.chosen: list[list[ChosenDevice]] = [[] for _ in claims]
         self.alternatives_chosen: list[dict[str, int]] = [{} for _ in claims]
         self.match_values: list[dict[int, tuple[Attribute, int]]] = [{} for _ in claims]
@@ -203,20 +229,22 @@ class _Search:
         self.pools: dict[PoolKey, Pool] = {pool.key: pool for pool in question.devices.pools}
         self.counter_use: dict[tuple[PoolKey, str], dict[str, Fraction]] = {}
         self.counter_base: dict[PoolKey, dict[str, dict[str, Fraction]]] = {}
+        self.overdrawn: dict[PoolKey, bool] = {}
         self.alternatives: list[list[list[_Alternative]]] = []
+        self.usable = question.devices.usable
 
     # candidates ---------------------------------------------------------------------------------------------
 
     def prepare(self) -> NotAllocatable | None:
+        """Candidates per subrequest. Like upstream, first every class must exist (PreFilter), then every
+        allocationMode All request is resolved before the search starts, so that its errors (a pool being
+        updated, a failing selector, more than 32 devices) fail the pod whatever the other requests do."""
         classes = self.question.classes
         for claim in self.claims:
-            per_request: list[list[_Alternative]] = []
             for request in claim.spec.requests:
-                alternatives: list[_Alternative] = []
                 for sub in request.alternatives:
-                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-                    device_class = classes.get(sub.device_class_name)
-                    if device_class is None:
+                    if sub.device_class_name not in classes:
+                        name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
                         return self._fail(
                             CATEGORY_CLASS,
                             f"{claim.label} request {name}: DeviceClass {sub.device_class_name} does not exist",
@@ -225,15 +253,37 @@ class _Search:
                             claim=claim,
                             request=name,
                         )
-                    alternative = _Alternative(sub, name, device_class)
+        for claim in self.claims:
+            per_request: list[list[_Alternative]] = []
+            devices_at_least = 0
+            for request in claim.spec.requests:
+                alternatives: list[_Alternative] = []
+                fewest = MAX_DEVICES_PER_ALLOCATION + 1
+                for sub in request.alternatives:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    alternative = _Alternative(sub, name, classes[sub.device_class_name])
                     if sub.allocation_mode == ALLOCATION_MODE_ALL:
-                        failure = self._collect_all(alternative)
+                        failure = self._collect_all(claim, alternative)
                         if failure is not None:
                             return failure
+                        fewest = min(fewest, len(alternative.all_devices or ()))
                     else:
                         self._collect_free(alternative)
+                        fewest = min(fewest, sub.count)
                     alternatives.append(alternative)
                 per_request.append(alternatives)
+                if fewest > MAX_DEVICES_PER_ALLOCATION - devices_at_least:
+                    return self._fail(
+                        CATEGORY_TOO_MANY,
+                        f"{claim.label} request {request.name}: needs more than {MAX_DEVICES_PER_ALLOCATION} "
+                        "devices in one claim",
+                        "",
+                        unresolvable=True,
+                        claim=claim,
+                        request=request.name,
+                        fatal=True,
+                    )
+                devices_at_least += fewest
             self.alternatives.append(per_request)
         return None
 
@@ -247,27 +297,59 @@ class _Search:
     def _collect_free(self, alternative: _Alternative) -> None:
         admin = alternative.sub.admin_access
         allocated = self.allocated
-        for device in self.question.devices.devices:
+        candidates = alternative.candidates
+        for device in self.usable:
             if not admin and device.key in allocated and not device.allow_multiple_allocations:
                 continue  # upstream checks "in use" first: selectors never run on taken devices
             verdict = self._selectable(alternative, device)
             if verdict is True:
-                alternative.candidates.append(device)
+                candidates.append(device)
             elif verdict is not False:
-                alternative.failure = verdict
-                return
+                alternative.failures[len(candidates)] = verdict
+                candidates.append(device)
 
-    def _collect_all(self, alternative: _Alternative) -> NotAllocatable | None:
+    def _collect_all(self, claim: PendingClaim, alternative: _Alternative) -> NotAllocatable | None:
+        """Every selectable device, in use or not; upstream refuses outright when any pool is not ready."""
+        for pool in self.question.devices.pools:
+            if pool.incomplete or pool.invalid_reason:
+                state = f"is invalid: {pool.invalid_reason}" if pool.invalid_reason else "is being updated"
+                return self._fail(
+                    CATEGORY_POOL,
+                    f"{claim.label} request {alternative.request_name}: asks for all devices, but resource pool "
+                    f"{pool.driver}/{pool.name} {state}",
+                    "",
+                    unresolvable=False,
+                    claim=claim,
+                    request=alternative.request_name,
+                    fatal=True,
+                )
         selectable: list[Device] = []
-        for device in self.question.devices.devices:
+        for device in self.usable:
             verdict = self._selectable(alternative, device)
             if verdict is True:
                 selectable.append(device)
             elif verdict is not False:
-                alternative.failure = verdict
-                break
+                return self._fail(
+                    CATEGORY_SELECTOR,
+                    f"{claim.label} request {alternative.request_name}: {verdict.describe()}",
+                    "",
+                    unresolvable=True,
+                    claim=claim,
+                    request=alternative.request_name,
+                    fatal=True,
+                )
         alternative.all_devices = selectable
         return None
+
+    def can_still_fail(self) -> bool:
+        """Whether the search may end in an error: a failing selector among the candidates, or an All request
+        under a constraint (a device it must take may violate the constraint)."""
+        for claim, per_request in zip(self.claims, self.alternatives, strict=True):
+            for alternatives in per_request:
+                for alternative in alternatives:
+                    if alternative.failures or (alternative.all_devices and claim.spec.constraints):
+                        return True
+        return False
 
     # search -------------------------------------------------------------------------------------------------
 
@@ -303,35 +385,38 @@ class _Search:
         if remaining == 0:
             return self._request(claim_index, request_index + 1)
         candidates = alternative.candidates
+        failures = alternative.failures
+        busy = self.claim_taking[claim_index] if alternative.sub.admin_access else self.taking
         for position in range(start, len(candidates)):
             device = candidates[position]
-            if device.key in self.taking and not alternative.sub.admin_access:
+            if device.key in busy:
                 continue
+            if failures and position in failures:
+                # Upstream evaluates the selector now, and the error fails the whole pod.
+                raise _SelectorError(failures[position], self.claims[claim_index].label, alternative.request_name)
             undo = self._take(claim_index, request, alternative, device)
             if undo is None:
                 continue
             if self._pick(claim_index, request, alternative, request_index, position + 1, remaining - 1):
                 return True
             undo()
-        if alternative.failure is not None:
-            # Upstream would have evaluated the failing selector next, and failed the whole pod.
-            raise _SelectorError(alternative.failure, self.claims[claim_index].label, alternative.request_name)
         return False
 
     def _take_all(
         self, claim_index: int, request: DeviceRequest, alternative: _Alternative, request_index: int
     ) -> bool:
-        if alternative.failure is not None:
-            raise _SelectorError(alternative.failure, self.claims[claim_index].label, alternative.request_name)
         devices = alternative.all_devices or []
         if not devices:
             return False
         undos = []
+        admin = alternative.sub.admin_access
         for device in devices:
-            in_use = device.key in self.allocated and not device.allow_multiple_allocations
-            if not alternative.sub.admin_access and (in_use or device.key in self.taking):
+            if admin:
+                if device.key in self.claim_taking[claim_index]:
+                    break
+            elif (device.key in self.allocated and not device.allow_multiple_allocations) or device.key in self.taking:
                 break
-            undo = self._take(claim_index, request, alternative, device)
+            undo = self._take(claim_index, request, alternative, device, must=True)
             if undo is None:
                 break
             undos.append(undo)
@@ -342,7 +427,18 @@ class _Search:
             undo()
         return False
 
-    def _take(self, claim_index: int, request: DeviceRequest, alternative: _Alternative, device: Device) -> Undo | None:
+    def _take(
+        self,
+        claim_index: int,
+        request: DeviceRequest,
+        alternative: _Alternative,
+        device: Device,
+        *,
+        must: bool = False,
+    ) -> Undo | None:
+        """Tentatively add a device (upstream allocateDevice: counters, then taints, then constraints).
+
+        `must`: allocationMode All, which needs exactly this device; a constraint it violates is an error."""
         self.budget -= 1
         if self.budget < 0:
             raise _BudgetExhaustedError
@@ -354,6 +450,11 @@ class _Search:
             return None
         claim = self.claims[claim_index]
         undo_steps = []
+        if device.consumes_counters:
+            undo = self._consume_counters(device)
+            if undo is None:
+                return None
+            undo_steps.append(undo)
         for constraint_index, constraint in enumerate(claim.spec.constraints):
             if not _constraint_applies(constraint, request.name, alternative.request_name):
                 continue
@@ -361,21 +462,25 @@ class _Search:
             if undo is None:
                 for step in reversed(undo_steps):
                     step()
-                return None
-            undo_steps.append(undo)
-        if device.consumes_counters:
-            undo = self._consume_counters(device)
-            if undo is None:
-                for step in reversed(undo_steps):
-                    step()
+                if must:
+                    raise _FatalError(
+                        CATEGORY_CONSTRAINT,
+                        f"{claim.label} request {alternative.request_name}: asks for all devices, but device "
+                        f"{'/'.join(device.key)} would violate a constraint of the claim",
+                        claim.label,
+                        alternative.request_name,
+                    )
                 return None
             undo_steps.append(undo)
         chosen.append(ChosenDevice(alternative.request_name, device, sub.device_class_name, sub.admin_access))
         added_to_taking = device.key not in self.taking
         self.taking.add(device.key)
+        claim_taking = self.claim_taking[claim_index]
+        claim_taking.add(device.key)
 
         def undo_all() -> None:
             chosen.pop()
+            claim_taking.discard(device.key)
             if added_to_taking:
                 self.taking.discard(device.key)
             for step in reversed(undo_steps):
@@ -424,6 +529,15 @@ class _Search:
         if base is None:
             base = consumed_counters(pool, self.allocated)
             self.counter_base[pool_key] = base
+            # Upstream re-checks every counter of the pool after each device: one that allocated devices already
+            # overdraw blocks every device of the pool that consumes counters.
+            self.overdrawn[pool_key] = any(
+                used > pool.shared_counters.get(counter_set, {}).get(counter, used)
+                for counter_set, counters in base.items()
+                for counter, used in counters.items()
+            )
+        if self.overdrawn[pool_key]:
+            return None
         added: list[tuple[dict[str, Fraction], str, Fraction]] = []
         for consumption in device.consumes_counters:
             available = pool.shared_counters.get(consumption.counter_set)
@@ -460,6 +574,7 @@ class _Search:
         needed: int = 0,
         matching: int = 0,
         free: int = 0,
+        fatal: bool = False,
     ) -> NotAllocatable:
         return NotAllocatable(
             node=self.question.node.name,
@@ -472,10 +587,20 @@ class _Search:
             needed=needed,
             matching=matching,
             free=free,
+            fatal=fatal,
         )
 
     def explain_failure(self) -> NotAllocatable:
         """After a failed search: the first request that cannot be met even on its own, else a joint reason."""
+        for pool in self.question.devices.pools:
+            if pool.invalid_reason:
+                # Upstream's reason whenever the node has an invalid pool (whose devices it never uses).
+                return self._fail(
+                    CATEGORY_POOL,
+                    f"resource pool {pool.driver}/{pool.name} is invalid: {pool.invalid_reason}",
+                    "",
+                    unresolvable=True,
+                )
         for claim_index, claim in enumerate(self.claims):
             for request_index in range(len(claim.spec.requests)):
                 alternatives = self.alternatives[claim_index][request_index]
@@ -499,7 +624,7 @@ class _Search:
                     unresolvable=False,
                     claim=claim,
                 )
-        if any(device.consumes_counters for device in self.question.devices.devices):
+        if any(device.consumes_counters for device in self.usable):
             return self._fail(
                 CATEGORY_TAKEN,
                 "shared counters of the partitionable devices are exhausted",
@@ -518,7 +643,7 @@ class _Search:
         """Why this subrequest alone cannot be met on this node, or None if it could be."""
         sub = alternative.sub
         selectable = self._count_selectable(alternative)
-        usable = [d for d in alternative.candidates if _tolerated(d, sub)]
+        usable = [d for d in alternative.selectable_candidates() if _tolerated(d, sub)]
         class_part = f"class {sub.device_class_name}" + (" with its selectors" if sub.selectors else "")
         name = alternative.request_name
         if alternative.all_devices is not None:
@@ -560,7 +685,7 @@ class _Search:
         if alternative.all_devices is not None:
             return len(alternative.all_devices)
         count = 0
-        for device in self.question.devices.devices:
+        for device in self.usable:
             if self._selectable(alternative, device) is True:
                 count += 1
         return count
@@ -642,17 +767,33 @@ def allocate(
     """Allocate all of a pod's pending claims together on one node, or say why that cannot be done."""
     node = question.node
     blocked = check_allocated_claims(node, allocated_claims)
-    if blocked is not None:
-        return blocked
     if not pending:
-        return Allocation(node.name, ())
+        return blocked or Allocation(node.name, ())
+    # kube-scheduler runs the allocator even where an allocated claim cannot be used: its error still wins.
+    outcome = _search(question, pending, matcher, budget, errors_only=blocked is not None)
+    if blocked is not None and not (isinstance(outcome, NotAllocatable) and outcome.fatal):
+        return blocked
+    assert outcome is not None
+    return outcome
+
+
+def _search(
+    question: NodeQuestion,
+    pending: Sequence[PendingClaim],
+    matcher: DeviceMatcher,
+    budget: int,
+    *,
+    errors_only: bool = False,
+) -> AllocationOutcome | None:
+    """The search proper. `errors_only`: the caller only needs to know whether it would fail with an error,
+    so a search that cannot end in one (no failing selector met, no All request under a constraint) is skipped
+    and None returned."""
     search = _Search(question, pending, matcher, budget)
     failure = search.prepare()
     if failure is not None:
         return failure
-    pool_failure = _pool_problem(search)
-    if pool_failure is not None:
-        return pool_failure
+    if errors_only and not search.can_still_fail():
+        return None
     try:
         found = search.run()
     except _BudgetExhaustedError:
@@ -669,48 +810,19 @@ def allocate(
             "",
             unresolvable=True,
             request=error.request,
+            fatal=True,
         )
+    except _FatalError as error:
+        return search._fail(error.category, error.summary, "", unresolvable=True, request=error.request, fatal=True)
     if not found:
         return search.explain_failure()
     return Allocation(
-        node.name,
+        question.node.name,
         tuple(
             ClaimAllocation(claim, tuple(search.chosen[index]), dict(search.alternatives_chosen[index]))
             for index, claim in enumerate(pending)
         ),
     )
-
-
-def _pool_problem(search: _Search) -> NotAllocatable | None:
-    """All-mode requests must not draw from pools being updated; no request may draw from an invalid pool."""
-    for claim_index, claim in enumerate(search.claims):
-        for per_request in search.alternatives[claim_index]:
-            for alternative in per_request:
-                devices = alternative.all_devices if alternative.all_devices is not None else alternative.candidates
-                for device in devices:
-                    pool = search.pools.get((device.driver, device.pool))
-                    if pool is None:
-                        continue
-                    if pool.invalid_reason:
-                        return search._fail(
-                            CATEGORY_POOL,
-                            f"{claim.label}: resource pool {pool.driver}/{pool.name} is invalid: {pool.invalid_reason}",
-                            "",
-                            unresolvable=True,
-                            claim=claim,
-                            request=alternative.request_name,
-                        )
-                    if alternative.all_devices is not None and pool.incomplete:
-                        return search._fail(
-                            CATEGORY_POOL,
-                            f"{claim.label} request {alternative.request_name}: asks for all devices, but resource "
-                            f"pool {pool.driver}/{pool.name} is being updated",
-                            "",
-                            unresolvable=False,
-                            claim=claim,
-                            request=alternative.request_name,
-                        )
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -771,11 +883,11 @@ class PodAllocator:
         return tuple(plan)
 
     def on_node(self, question: NodeQuestion) -> AllocationOutcome:
-        if self.simple is not None and (
-            not self.allocated_claims or check_allocated_claims(question.node, self.allocated_claims) is None
-        ):
+        if self.simple is not None:
             fast = self._first_free(question)
-            if fast is not None:
+            if fast is not None:  # never an error: the shortcut gives up on failing selectors
+                if self.allocated_claims:
+                    return check_allocated_claims(question.node, self.allocated_claims) or fast
                 return fast
         return allocate(question, self.pending, self.allocated_claims, self.matcher, budget=self.budget)
 

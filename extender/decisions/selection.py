@@ -72,7 +72,7 @@ class DeviceMatcher:
                 return cached  # type: ignore[return-value]
         result: list[Device] = []
         failed = False
-        for device in devices.devices:
+        for device in devices.usable:
             verdict = self.class_verdict(device_class, device)
             if verdict is True and selectors:
                 verdict = self.all_verdict(selectors, device)

@@ -3,6 +3,11 @@
 A pool is the unit of publication of a driver: only its highest generation counts, it is incomplete until every
 slice of that generation has arrived, and duplicate device names make it invalid. Those rules are applied here
 once per slice event, so the per-node question only walks ready-made device tuples.
+
+Upstream (structured.GatherPools) applies them per node, to the slices that reach the node: a node whose slices
+of an older generation form a complete set still uses them when a newer generation exists only elsewhere, and
+device names are only checked among the node's slices. `node_view` reproduces that; for the usual pool (every
+slice of one generation on one node) the view is the pool itself.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ class Pool:
     incomplete: bool
     invalid_reason: str
     shared_counters: Mapping[str, Mapping[str, Fraction]]  # counter set -> counter -> value
-    node_local: str  # the node every slice of the pool names, or "" when the pool spans nodes
+    node_local: str  # the node every slice of the pool names (any generation), or "" when the pool spans nodes
+    all_slices: tuple[ResourceSlice, ...] = ()  # every generation, ordered by name: input of per-node views
 
     @property
     def key(self) -> PoolKey:
@@ -40,40 +46,100 @@ class Pool:
 
 def build_pool(driver: str, name: str, slices: Iterable[ResourceSlice]) -> Pool | None:
     """Apply the generation, completeness and validity rules to every slice seen for one pool."""
-    all_slices = list(slices)
+    all_slices = sorted(slices, key=lambda s: s.name)
     if not all_slices:
         return None
     generation = max(s.pool_generation for s in all_slices)
-    current = sorted((s for s in all_slices if s.pool_generation == generation), key=lambda s: s.name)
-    expected = max(s.pool_slice_count for s in current)
-    incomplete = len(current) < expected
+    current = [s for s in all_slices if s.pool_generation == generation]
+    # Upstream compares with the count its first slice declares; more slices than that is not complete either.
+    incomplete = len(current) != current[0].pool_slice_count
+    invalid_reason, counters = _validate(driver, name, current, current, check_consumption=not incomplete)
+    node_names = {s.node_name for s in all_slices}
+    node_local = node_names.pop() if len(node_names) == 1 and all(s.node_name for s in all_slices) else ""
+    return Pool(
+        driver, name, generation, tuple(current), incomplete, invalid_reason, counters, node_local, tuple(all_slices)
+    )
+
+
+def _validate(
+    driver: str,
+    name: str,
+    named: Iterable[ResourceSlice],
+    everything: Iterable[ResourceSlice],
+    *,
+    check_consumption: bool,
+) -> tuple[str, dict[str, dict[str, Fraction]]]:
+    """Why a pool is invalid ("" if it is not) and its shared counters.
+
+    Device names must be unique among `named` slices; counter sets and counter consumption are checked over
+    `everything` (upstream: the node's slices plus, for counters, the pool's other slices of that generation).
+    """
     invalid_reason = ""
     seen: set[str] = set()
-    for resource_slice in current:
+    for resource_slice in named:
         for device in resource_slice.devices:
             if device.name in seen:
                 invalid_reason = f"duplicate device name {device.name!r} in pool {driver}/{name}"
                 break
             seen.add(device.name)
+    everything = tuple(everything)
     counters: dict[str, dict[str, Fraction]] = {}
-    for resource_slice in current:
+    for resource_slice in everything:
         for counter_set in resource_slice.shared_counters:
             if counter_set.name in counters:
                 invalid_reason = invalid_reason or f"duplicate counter set {counter_set.name!r} in pool {driver}/{name}"
             counters[counter_set.name] = dict(counter_set.counters)
-    for resource_slice in current:
-        for device in resource_slice.devices:
-            for consumption in device.consumes_counters:
-                known = counters.get(consumption.counter_set)
-                unknown = known is None or any(counter not in known for counter in consumption.counters)
-                # The counter set may sit in a slice we have not seen yet; only a complete pool is wrong.
-                if unknown and not incomplete:
-                    invalid_reason = invalid_reason or (
-                        f"device {device.name!r} consumes unknown counters of set {consumption.counter_set!r}"
-                    )
-    node_names = {s.node_name for s in current}
-    node_local = node_names.pop() if len(node_names) == 1 and all(s.node_name for s in current) else ""
-    return Pool(driver, name, generation, tuple(current), incomplete, invalid_reason, counters, node_local)
+    if check_consumption:
+        for resource_slice in everything:
+            for device in resource_slice.devices:
+                for consumption in device.consumes_counters:
+                    known = counters.get(consumption.counter_set)
+                    if known is None or any(counter not in known for counter in consumption.counters):
+                        invalid_reason = invalid_reason or (
+                            f"device {device.name!r} consumes unknown counters of set {consumption.counter_set!r}"
+                        )
+    return invalid_reason, counters
+
+
+def slice_reaches_node(resource_slice: ResourceSlice, node: Node) -> bool:
+    """Whether a slice is relevant for a node (upstream GatherPools: any of its devices may be)."""
+    if resource_slice.node_name:
+        return resource_slice.node_name == node.name
+    if resource_slice.all_nodes:
+        return True
+    if resource_slice.node_selector is not None:
+        return resource_slice.node_selector.matches(node)
+    if resource_slice.per_device_node_selection:
+        return any(device_reaches_node(resource_slice, device, node) for device in resource_slice.devices)
+    return False
+
+
+def node_view(pool: Pool, node: Node) -> Pool | None:
+    """The pool as the upstream allocator sees it from one node, or None when the node does not see it.
+
+    Among the slices reaching the node, the highest generation counts. If those slices are fewer than
+    resourceSliceCount, all slices of the pool are consulted: a newer generation anywhere makes the pool
+    invisible (being replaced), too few slices of that generation make it incomplete. An incomplete view has no
+    slices (upstream never allocates from it). Otherwise the view's slices are the node's slices plus the pool's
+    other slices of that generation, which only matter for shared counters.
+    """
+    relevant = [s for s in pool.all_slices if slice_reaches_node(s, node)]
+    if not relevant:
+        return None
+    if len(relevant) == len(pool.all_slices) == len(pool.slices):
+        return pool  # the common case: one generation, every slice reaches this node
+    generation = max(s.pool_generation for s in relevant)
+    mine = [s for s in relevant if s.pool_generation == generation]
+    expected = mine[0].pool_slice_count
+    everything = mine
+    if len(mine) != expected:
+        if any(s.pool_generation > generation for s in pool.all_slices):
+            return None
+        everything = [s for s in pool.all_slices if s.pool_generation == generation]
+        if len(everything) != expected:
+            return Pool(pool.driver, pool.name, generation, (), True, "", {}, pool.node_local)
+    invalid_reason, counters = _validate(pool.driver, pool.name, mine, everything, check_consumption=True)
+    return Pool(pool.driver, pool.name, generation, tuple(everything), False, invalid_reason, counters, pool.node_local)
 
 
 def device_reaches_node(pool_slice: ResourceSlice, device: Device, node: Node) -> bool:
@@ -96,11 +162,16 @@ def device_reaches_node(pool_slice: ResourceSlice, device: Device, node: Node) -
 class NodeDevices:
     """What one node can draw from: devices in pool/slice/device order, and the pools they come from.
 
+    `devices` are every device reaching the node in the generation the node sees (for people: diagnostics show
+    them, incomplete pool or not); `usable` are those of complete, valid pools, the only ones upstream allocates
+    from; `pools` are the node's views of its pools (see `node_view`).
+
     Hashed by identity: it is rebuilt whenever the node's pools or labels change, so caches keyed on it
     (which devices a class selects here) retire exactly when they should."""
 
     devices: tuple[Device, ...]
     pools: tuple[Pool, ...]
+    usable: tuple[Device, ...] = ()
 
 
 EMPTY_NODE_DEVICES = NodeDevices((), ())
@@ -108,19 +179,25 @@ EMPTY_NODE_DEVICES = NodeDevices((), ())
 
 def devices_for_node(node: Node, pools: Iterable[Pool]) -> NodeDevices:
     devices: list[Device] = []
+    usable: list[Device] = []
     used_pools: list[Pool] = []
     for pool in pools:
-        found = False
-        for pool_slice in pool.slices:
+        view = node_view(pool, node)
+        if view is None:
+            continue
+        used_pools.append(view)
+        # An incomplete view has no slices; show what has arrived of the generation the node sees.
+        shown = view.slices or [s for s in pool.all_slices if s.pool_generation == view.generation]
+        ready = not view.incomplete and not view.invalid_reason
+        for pool_slice in shown:
             for device in pool_slice.devices:
                 if device_reaches_node(pool_slice, device, node):
                     devices.append(device)
-                    found = True
-        if found or (pool.node_local == node.name):
-            used_pools.append(pool)
+                    if ready:
+                        usable.append(device)
     if not devices and not used_pools:
         return EMPTY_NODE_DEVICES
-    return NodeDevices(tuple(devices), tuple(used_pools))
+    return NodeDevices(tuple(devices), tuple(used_pools), tuple(usable))
 
 
 def consumed_counters(pool: Pool, allocated: Mapping[DeviceKey, int]) -> dict[str, dict[str, Fraction]]:
