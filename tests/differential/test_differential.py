@@ -27,7 +27,7 @@ Feature profiles (`strategies.PROFILES`), each case runs under both unless it us
 - "stable": the extender's documented set (consumableCapacity, deviceBindingAndStatus off). Upstream visits a
   node's pools in Go map order, so on nodes with devices from several pools the stable allocator may meet a
   failing selector (error) or a violated All-mode constraint before or after a solution: there ours must be
-  one of the kinds upstream gives over 40 reruns. distinctAttribute does not exist under this profile (the
+  one of the kinds upstream gives over 40-200 reruns. distinctAttribute does not exist under this profile (the
   API server drops the field), so such cases only run under "incubating". Where ours equals the incubating
   verdict but stable differs (its allocator adds every pool's sharedCounters slices to every node), the
   difference is reported as "upstream-differs", not as ours.
