@@ -447,3 +447,38 @@ def test_bind_confirms_the_charge_of_the_chosen_node_and_failure_releases():
     with pytest.raises(BindError, match="conflict"):
         engine.bind("team-a", "other", other.uid, "on-demand-0")
     assert engine.reservations.get(other.uid) is None
+
+
+def test_dangling_references_do_not_break_decisions():
+    """A claim of a missing class, a bound pod on a missing node, a LocalQueue of a missing ClusterQueue."""
+    objects = base_objects({"on-demand": {"nominal": 8}})
+    ghost_pod = b.pod(
+        "ghost",
+        "team-a",
+        templates={"gpu": "two"},
+        queue="q",
+        node_name="no-such-node",
+        phase="Running",
+        claim_statuses={"gpu": "ghost-gpu"},
+    )
+    ghost_claim = b.claim(
+        "ghost-gpu",
+        "team-a",
+        [b.exact_request("gpu", 2, device_class_name="no-such-class")],
+        allocated=[("gpu", "no-such-node", "gpu-0")],
+        reserved_for=[("ghost", "uid-team-a-ghost")],
+    )
+    engine = engine_for(
+        [
+            *objects,
+            ghost_pod,
+            ghost_claim,
+            local_queue("team-a", "no-such-cq", name="orphan"),
+            b.claim_template("bad-class", "team-a", [b.exact_request("gpu", 1, device_class_name="nope")]),
+        ]
+    )
+    assert filter_pod(engine, gpu_pod("p")).passed
+    decision = filter_pod(engine, gpu_pod("q", template="bad-class"))
+    assert decision.passed == [] and "DeviceClass nope does not exist" in decision.verdicts["on-demand-0"].reason
+    decision = filter_pod(engine, gpu_pod("r", queue="orphan"))
+    assert all("ClusterQueue no-such-cq" in v.reason for v in decision.verdicts.values())
