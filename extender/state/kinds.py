@@ -18,6 +18,8 @@ from extender.state.dra import (
     parse_resource_claim_template,
     parse_resource_slice,
 )
+from extender.state.errors import ObjectError
+from extender.state.fields import type_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ KINDS_BY_NAME: Mapping[str, KindInfo] = {info.kind: info for info in KINDS}
 def object_key(info: KindInfo, obj: Mapping[str, Any]) -> str:
     """'namespace/name' for namespaced kinds, 'name' otherwise; the key every index uses."""
     meta = obj.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise ObjectError("metadata", f"must be an object, got {type_name(meta)}")
     name = meta.get("name", "")
     if info.namespaced:
         return f"{meta.get('namespace') or 'default'}/{name}"

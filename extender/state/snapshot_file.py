@@ -43,6 +43,8 @@ def iter_documents(text: str) -> Iterator[tuple[str, Any]]:
             )
         except yaml.YAMLError as error:
             raise SnapshotError(f"invalid YAML: {error}") from None
+        except RecursionError:  # the pure-Python loader (no libyaml) recurses on deep nesting
+            raise SnapshotError("invalid YAML: nested too deeply") from None
     for index, document in enumerate(documents):
         if document is None:
             continue

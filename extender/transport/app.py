@@ -166,10 +166,10 @@ def create_app(
             )
             if body is None:
                 body = orjson.loads(data)
-        except (orjson.JSONDecodeError, yaml.YAMLError):
+        except (orjson.JSONDecodeError, yaml.YAMLError, RecursionError):  # PyYAML recurses on deep nesting
             try:
                 body = yaml.safe_load(data)
-            except yaml.YAMLError as error:
+            except (yaml.YAMLError, RecursionError) as error:
                 raise WireError(f"request body is neither JSON nor YAML: {error}") from None
         if not isinstance(body, dict):
             raise WireError("request body must be a Pod object")
@@ -229,7 +229,10 @@ def create_app(
     def http_error(error: HTTPException) -> Response:
         if isinstance(error, RequestEntityTooLarge):
             return _error(f"request body exceeds the limit of {engine.config.max_body_bytes} bytes", 413)
-        return _error(f"{error.name}: {error.description}", error.code or 500)
+        response = _error(f"{error.name}: {error.description}", error.code or 500)
+        # Keep werkzeug's protocol headers (Allow on 405, as RFC 9110 requires); the body is ours.
+        response.headers.extend((k, v) for k, v in error.get_headers() if k.lower() != "content-type")
+        return response
 
     @app.errorhandler(Exception)
     def unexpected(error: Exception) -> Response:

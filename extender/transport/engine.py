@@ -112,7 +112,12 @@ class SchedulingEngine:
             pod = snapshot.pods.get(reservation.pod_key)
             if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
                 return "deleted" if reservation.seen else "pending"
-            if pod.node_name:
+            if pod.node_name and all(
+                (claim := snapshot.claim_for_pod(pod, ref)) is not None and claim.allocation is not None
+                for ref in pod.claims
+            ):
+                # Pods and claims arrive on separate watches: until the allocation is seen too, usage does not
+                # show the charge yet, so releasing the reservation on the binding alone would count nothing.
                 return "bound"
             if pod.is_terminal:
                 return "finished"
@@ -175,6 +180,9 @@ class SchedulingEngine:
                 options=self.config.decisions,
             )
         with self.reservations.lock:
+            # The snapshot must be taken under the lock: one taken before it may predate a binding that another
+            # thread's reconcile has since turned from a reservation into usage, and would then count neither.
+            snapshot = self.snapshot()
             self.reconcile_reservations(snapshot)
             decision = self._decide(snapshot, pod, node_names, started=started)
             pod_id = pod.uid or pod.key
@@ -182,7 +190,8 @@ class SchedulingEngine:
                 self.reservations.reserve(pod_id, pod.key, decision.quota.cluster_queue, decision.reservation)
             else:
                 self.reservations.release(pod_id)
-        self._last_filter[pod_id] = (time.monotonic(), decision)
+        with self._history_lock:  # cachetools caches are not thread-safe (an eviction racing a write raises)
+            self._last_filter[pod_id] = (time.monotonic(), decision)
         self._record("filter", decision, started)
         return decision
 
@@ -191,7 +200,8 @@ class SchedulingEngine:
         started = time.perf_counter()
         names = list(node_names)
         pod_id = pod.uid or pod.key
-        previous = self._last_filter.get(pod_id)
+        with self._history_lock:
+            previous = self._last_filter.get(pod_id)
         if previous is not None:
             filtered_at, decision = previous
             fresh = time.monotonic() - filtered_at < PRIORITIZE_REUSE_SECONDS
@@ -231,7 +241,8 @@ class SchedulingEngine:
             raise BindError(f"binding {namespace}/{name} to {node} failed: {error}") from error
         with self.reservations.lock:
             held = self.reservations.get(pod_id)
-            previous = self._last_filter.get(pod_id)
+            with self._history_lock:
+                previous = self._last_filter.get(pod_id)
             verdict = previous[1].verdicts.get(node) if previous is not None else None
             if held is not None and verdict is not None and verdict.passed and verdict.quota is not None:
                 # The filter held the largest charge of all passing nodes; the node chosen may take less.

@@ -134,10 +134,14 @@ def _compile_message(raw: str) -> str:
 
 
 def _compile(expression: str) -> CompiledSelector:
-    if len(expression.encode()) > MAX_EXPRESSION_LENGTH:
+    try:
+        size = len(expression.encode())
+    except UnicodeEncodeError as error:  # a lone surrogate (YAML's "\ud800"): not UTF-8, as the API requires
+        raise SelectorError(expression, f"expression is not valid UTF-8: {error.reason}", "compile") from None
+    if size > MAX_EXPRESSION_LENGTH:
         raise SelectorError(
             expression,
-            f"expression too long: {len(expression.encode())} bytes, at most {MAX_EXPRESSION_LENGTH}",
+            f"expression too long: {size} bytes, at most {MAX_EXPRESSION_LENGTH}",
             "compile",
         )
     envs = environments()
