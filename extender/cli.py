@@ -56,12 +56,17 @@ def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSo
     return SnapshotSource(text=demo_snapshot_text(), description="the embedded demo cluster"), None
 
 
-def _build_engine(args: argparse.Namespace, config: ExtenderConfig) -> Any:
+def _is_live(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False))
+
+
+def _build_engine(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> Any:
     from extender.transport.engine import SchedulingEngine
 
     source, binder = _source(args, config)
     engine = SchedulingEngine(source, config, binder=binder)
-    engine.start()
+    if start:
+        engine.start()
     return engine
 
 
@@ -71,7 +76,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     configure_logging(config.log_format, config.log_level)
     listen = args.listen or config.listen
-    engine = _build_engine(args, config)
+    # gunicorn preloads the app and then forks its worker; threads do not survive a fork. A snapshot is loaded
+    # before the fork (the worker inherits it), but a live source's watch threads must start in the worker,
+    # or the worker would serve the view frozen at fork time while the watches update the master's copy.
+    live = _is_live(args)
+    engine = _build_engine(args, config, start=not live)
     log.info(
         "serving %s on %s",
         engine.source.description,
@@ -85,13 +94,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
     overrides.update(tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file))
     diagnostics_listen = args.diagnostics_listen or config.diagnostics_listen
+    worker_hooks: list[Any] = []
+    if live:
+        worker_hooks.append(lambda _worker: engine.start())
     if diagnostics_listen:
         metrics = ExtenderMetrics(engine)
         app = create_app(engine, metrics=metrics, serve_diagnostics=False)
         diagnostics = create_app(engine, metrics=metrics, serve_scheduling=False)
-        overrides["post_worker_init"] = diagnostics_starter(diagnostics, diagnostics_listen)
+        worker_hooks.append(diagnostics_starter(diagnostics, diagnostics_listen))
     else:
         app = create_app(engine)
+    if worker_hooks:
+
+        def post_worker_init(worker: Any) -> None:
+            for hook in worker_hooks:
+                hook(worker)
+
+        overrides["post_worker_init"] = post_worker_init
     ExtenderServer(app, gunicorn_options(listen, overrides)).run()
     return 0
 

@@ -151,11 +151,16 @@ def node_json(snapshot: ClusterSnapshot, node_name: str) -> dict[str, Any] | Non
 
 
 def queues_json(engine: SchedulingEngine) -> dict[str, Any]:
-    snapshot = engine.snapshot()
-    context = engine.quota_context(snapshot)
-    usage = engine.usage.usage(snapshot, context)
-    reserved = engine.reservations.totals()
-    ledger = context.tree.ledger(engine.usage_with_reservations(snapshot, context))
+    with engine.reservations.lock:
+        # Reservations are otherwise reconciled only when the next pod is filtered: without this, a pod already
+        # seen bound would show both as usage and as reserved (and `available` would count it twice). The
+        # snapshot is taken under the lock, as filter takes it, so it never predates another reconcile.
+        snapshot = engine.snapshot()
+        engine.reconcile_reservations(snapshot)
+        context = engine.quota_context(snapshot)
+        usage = engine.usage.usage(snapshot, context)
+        reserved = engine.reservations.totals()
+        ledger = context.tree.ledger(engine.usage_with_reservations(snapshot, context))
     queues = []
     for cq in sorted(context.cluster_queues.values(), key=lambda q: q.name):
         rows = []

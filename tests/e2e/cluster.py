@@ -54,6 +54,14 @@ CONTROLLERS = (
 )
 
 
+# Where each component says it is ready (others: /healthz), and whether asking needs the admin token.
+READY_PATHS: dict[str, tuple[str, bool]] = {
+    "etcd": ("/health", False),
+    "kube-apiserver": ("/readyz", True),
+    "extender": ("/readyz", False),
+}
+
+
 class ControlPlaneError(RuntimeError):
     """A component did not start or did not become ready."""
 
@@ -184,6 +192,16 @@ class Component:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash, not a shutdown) and reap the process."""
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self.process.wait(timeout=10)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -559,6 +577,28 @@ class ControlPlane:
         scheduler.url = f"https://{LOOPBACK}:{port}"
         wait_http_ready(scheduler, f"{scheduler.url}/healthz", timeout=60)
         return scheduler
+
+    def respawn_component(self, name: str, timeout: float = 120.0) -> Component:
+        """Start a stopped (or killed) component again with exactly the arguments it had, so it listens on
+        the same port and everything pointing at it reconnects; wait until it is ready."""
+        old = self.components[name]
+        if old.alive():
+            raise ControlPlaneError(f"{name} is still running; stop or kill it first")
+        component = spawn(name, old.args, self.log_dir)
+        component.url = old.url
+        self.components[name] = component
+        path, needs_token = READY_PATHS.get(name, ("/healthz", False))
+        wait_http_ready(component, f"{component.url}{path}", timeout=timeout, token=self.token if needs_token else None)
+        return component
+
+    def restart_component(self, name: str, *, kill: bool = False, timeout: float = 120.0) -> Component:
+        """Stop (SIGTERM, or SIGKILL with ``kill``) and respawn a component on the same port."""
+        component = self.components[name]
+        if kill:
+            component.kill()
+        else:
+            component.stop()
+        return self.respawn_component(name, timeout=timeout)
 
     def stop_component(self, name: str) -> None:
         component = self.components.pop(name, None)
