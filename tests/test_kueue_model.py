@@ -531,7 +531,7 @@ def test_resource_flavor():
         "gpu.example.com/model": "a100",
         "topology.kubernetes.io/zone": "zone-a",
     }
-    assert flavor.node_taints == (Taint("gpu.example.com/dedicated", "NoSchedule", "research"),)
+    assert flavor.node_taints == (Taint(key="gpu.example.com/dedicated", value="research", effect="NoSchedule"),)
     assert flavor.tolerations[0].tolerates(flavor.node_taints[0])
     node = {
         "gpu.example.com/model": "a100",

@@ -141,6 +141,35 @@ def parse_node_selector(raw: Mapping[str, Any], path: str) -> NodeSelector:
     return NodeSelector(tuple(terms))
 
 
+# --- taints and tolerations (nodes, flavors and devices share the core/v1 matching rules) --------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # "Equal" | "Exists"
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+    toleration_seconds: int | None = None
+
+    def tolerates(self, taint: Taint) -> bool:
+        """core/v1 ToleratesTaint: an empty effect matches every effect, an empty key (Exists) every key."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == taint.value
+
+
 # --- objects --------------------------------------------------------------------------------------------------
 
 

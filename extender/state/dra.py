@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from extender.state.core import NodeSelector, parse_metadata, parse_node_selector
+from extender.state.core import NodeSelector, Taint, Toleration, parse_metadata, parse_node_selector
 from extender.state.errors import ObjectError
 from extender.state.fields import (
     child_path,
@@ -45,30 +45,6 @@ class Attribute:
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceTaint:
-    key: str
-    value: str
-    effect: str
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str
-    operator: str  # "Exists" | "Equal"
-    value: str
-    effect: str  # "" tolerates every effect
-
-    def tolerates(self, taint: DeviceTaint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.value == taint.value
-
-
-@dataclass(frozen=True, slots=True)
 class CounterSet:
     name: str
     counters: Mapping[str, Fraction]
@@ -93,7 +69,7 @@ class Device:
     attributes: Mapping[str, Attribute]  # fully qualified names
     capacity: Mapping[str, Fraction]  # fully qualified names
     consumes_counters: tuple[CounterConsumption, ...] = ()
-    taints: tuple[DeviceTaint, ...] = ()
+    taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
     # Only with the slice's perDeviceNodeSelection: where this device is reachable.
     node_name: str = ""
@@ -255,14 +231,18 @@ def _parse_counters(raw: Mapping[str, Any], path: str) -> dict[str, Fraction]:
     return counters
 
 
-def _parse_taints(raw: Mapping[str, Any], path: str) -> tuple[DeviceTaint, ...]:
+def _parse_taints(raw: Mapping[str, Any], path: str) -> tuple[Taint, ...]:
     taints = []
     for taint_path, taint in map_items(raw, "taints", path):
         effect = get_str(taint, "effect", taint_path, required=True)
         if effect not in TAINT_EFFECTS:
             raise ObjectError(child_path(taint_path, "effect"), f"unknown effect {effect!r}")
         taints.append(
-            DeviceTaint(get_str(taint, "key", taint_path, required=True), get_str(taint, "value", taint_path), effect)
+            Taint(
+                key=get_str(taint, "key", taint_path, required=True),
+                value=get_str(taint, "value", taint_path),
+                effect=effect,
+            )
         )
     return tuple(taints)
 
@@ -372,7 +352,14 @@ def _parse_tolerations(raw: Mapping[str, Any], path: str) -> tuple[Toleration, .
         effect = get_str(tol, "effect", tol_path)
         if effect and effect not in TAINT_EFFECTS:
             raise ObjectError(child_path(tol_path, "effect"), f"unknown effect {effect!r}")
-        tolerations.append(Toleration(get_str(tol, "key", tol_path), operator, get_str(tol, "value", tol_path), effect))
+        tolerations.append(
+            Toleration(
+                key=get_str(tol, "key", tol_path),
+                operator=operator,
+                value=get_str(tol, "value", tol_path),
+                effect=effect,
+            )
+        )
     return tuple(tolerations)
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from extender.state.core import Taint, Toleration
 from extender.state.errors import ObjectError
 from extender.state.fields import (
     child_path,
@@ -490,32 +491,6 @@ _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
 @dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    effect: str
-    value: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-    toleration_seconds: int | None = None
-
-    def tolerates(self, taint: Taint) -> bool:
-        """core/v1 ToleratesTaint: an empty effect matches every effect, an empty key (Exists) every key."""
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.key and self.key != taint.key:
-            return False
-        if self.operator == "Exists":
-            return True
-        return self.value == taint.value
-
-
-@dataclass(frozen=True, slots=True)
 class ResourceFlavor:
     name: str
     node_labels: Mapping[str, str] = field(default_factory=_no_entries)
@@ -541,7 +516,7 @@ def parse_resource_flavor(obj: Mapping[str, Any]) -> ResourceFlavor:
         if effect not in _TAINT_EFFECTS:
             raise ObjectError(child_path(taint_path, "effect"), f"unsupported taint effect {effect!r}")
         key = get_str(taint, "key", taint_path, required=True)
-        taints.append(Taint(key, effect, get_str(taint, "value", taint_path)))
+        taints.append(Taint(key=key, value=get_str(taint, "value", taint_path), effect=effect))
     tolerations = []
     for toleration_path, toleration in map_items(spec, "tolerations", "spec"):
         operator = get_str(toleration, "operator", toleration_path, default="Equal")
