@@ -482,3 +482,45 @@ def test_dangling_references_do_not_break_decisions():
     assert decision.passed == [] and "DeviceClass nope does not exist" in decision.verdicts["on-demand-0"].reason
     decision = filter_pod(engine, gpu_pod("r", queue="orphan"))
     assert all("ClusterQueue no-such-cq" in v.reason for v in decision.verdicts.values())
+
+
+def test_pod_being_bound_counts_as_usage_after_an_extender_restart():
+    """A pod whose claim kube-scheduler already allocated (PreBind) but whose binding is not visible yet holds
+    quota even for a fresh extender that never saw its filter call and has no reservation for it."""
+    objects = base_objects({"on-demand": {"nominal": 2}})
+    in_flight = b.pod("p1", "team-a", templates={"gpu": "two"}, queue="q", claim_statuses={"gpu": "p1-gpu"})
+    claim = b.claim(
+        "p1-gpu",
+        "team-a",
+        [b.exact_request("gpu", 2)],
+        allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+        allocated_node="on-demand-0",
+        reserved_for=[("p1", "uid-team-a-p1")],
+    )
+    restarted = engine_for([*objects, in_flight, claim])
+    snapshot = restarted.snapshot()
+    assert restarted.usage.usage(snapshot, restarted.quota_context(snapshot)) == {("team-a", "on-demand", RESOURCE): 2}
+    assert not filter_pod(restarted, gpu_pod("p2")).passed
+
+
+def test_in_flight_allocation_replaces_the_reservation_without_double_counting():
+    engine = engine_for(base_objects({"on-demand": {"nominal": 4}}))
+    pod = gpu_pod("p1")
+    assert filter_pod(engine, pod).passed
+    engine.store.apply(
+        "Pod", "ADDED", b.pod("p1", "team-a", templates={"gpu": "two"}, queue="q", claim_statuses={"gpu": "p1-gpu"})
+    )
+    engine.store.apply(
+        "ResourceClaim",
+        "ADDED",
+        b.claim(
+            "p1-gpu",
+            "team-a",
+            [b.exact_request("gpu", 2)],
+            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+            reserved_for=[("p1", "uid-team-a-p1")],
+        ),
+    )
+    assert filter_pod(engine, gpu_pod("p2")).passed  # 2 in flight + 2 for p2 = 4: not 2 + 2 + 2
+    assert engine.reservations.get("uid-team-a-p1") is None
+    assert not filter_pod(engine, gpu_pod("p3")).passed

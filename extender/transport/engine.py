@@ -21,7 +21,7 @@ from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_qu
 from extender.decisions.quota_tree import QuotaLedger
 from extender.decisions.scheduling import PodDecision, decide_pod
 from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import UsageTracker
+from extender.decisions.usage import UsageTracker, in_flight_node
 from extender.state.core import Pod
 from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
@@ -112,12 +112,13 @@ class SchedulingEngine:
             pod = snapshot.pods.get(reservation.pod_key)
             if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
                 return "deleted" if reservation.seen else "pending"
-            if pod.node_name and all(
+            if (pod.node_name or in_flight_node(snapshot, pod)) and all(
                 (claim := snapshot.claim_for_pod(pod, ref)) is not None and claim.allocation is not None
                 for ref in pod.claims
             ):
                 # Pods and claims arrive on separate watches: until the allocation is seen too, usage does not
                 # show the charge yet, so releasing the reservation on the binding alone would count nothing.
+                # An allocation reserved for the pod before its binding shows is already counted (in flight).
                 return "bound"
             if pod.is_terminal:
                 return "finished"

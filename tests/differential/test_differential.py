@@ -223,13 +223,16 @@ def test_fixtures_still_match_upstream(oracle_binary: Path) -> None:
         pytest.skip("no fixtures")
     jobs = [(path, fixture, profile) for path, fixture in fixtures for profile in fixture["expected"]]
     scenarios = [{**h.scenario_for(f["case"], profile), "features": f["features"][profile]} for _, f, profile in jobs]
-    for (path, fixture, profile), result in zip(jobs, run_scenarios(scenarios), strict=True):
+    for (path, fixture, profile), scenario, result in zip(jobs, scenarios, run_scenarios(scenarios), strict=True):
         for node, verdict in h.upstream_verdicts(result).items():
             stored = fixture["expected"][profile][node]
             kinds = fixture["stableKinds"].get(node) if profile == "stable" else None
             if kinds:
                 assert verdict["kind"] in kinds, f"{path.name} {profile} {node}: upstream now {verdict}"
-            else:
-                assert not h.disagreement(verdict, stored, exact=profile == "incubating"), (
-                    f"{path.name} {profile} {node}: upstream now {verdict}"
-                )
+            elif h.disagreement(verdict, stored, exact=profile == "incubating"):
+                # The stable allocator visits pools in random order: a verdict recorded from one of its runs is
+                # matched if any of a few reruns gives it.
+                reruns = run_scenarios([scenario] * 40) if profile == "stable" else []
+                assert any(
+                    not h.disagreement(h.upstream_verdicts(again)[node], stored, exact=False) for again in reruns
+                ), f"{path.name} {profile} {node}: upstream now {verdict}"
