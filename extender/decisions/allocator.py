@@ -866,6 +866,11 @@ class PodAllocator:
         for step in self.simple or ():
             counts[step.sub.device_class_name] = counts.get(step.sub.device_class_name, 0) + step.sub.count
         self.class_counts = tuple(sorted(counts.items()))
+        self._single_claim_request = self.simple is not None and len(self.simple) == 1 and len(self.pending) == 1
+        if self._single_claim_request:
+            step = self.simple[0]  # type: ignore[index]
+            self._memo_key = (step.request_name, step.sub.device_class_name, step.sub.count)
+            self._alternatives = self.chosen_alternatives[0]
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
         plan = []
@@ -891,8 +896,36 @@ class PodAllocator:
                 return fast
         return allocate(question, self.pending, self.allocated_claims, self.matcher, budget=self.budget)
 
+    def _one_request(self, question: NodeQuestion) -> AllocationOutcome | None:
+        """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
+        node's free list, so the next pod of the same shape costs two lookups and one result per node."""
+        step = self.simple[0]  # type: ignore[index]
+        node_name = question.node.name
+        found = self.free_index.free_selectable(
+            self.snapshot, node_name, question.devices, step.device_class, step.sub.selectors
+        )
+        if found is None:
+            return None
+        chosen_devices = found.memo.get(self._memo_key)
+        if chosen_devices is None:
+            class_name = step.sub.device_class_name
+            chosen_devices = tuple(
+                ChosenDevice(step.request_name, device, class_name, False) for device in found.free[: step.sub.count]
+            )
+            found.memo[self._memo_key] = chosen_devices
+        if len(chosen_devices) < step.sub.count:
+            claim = self.pending[0]
+            return count_shortfall(
+                node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
+            )
+        return Allocation(
+            node_name, (ClaimAllocation(self.pending[0], chosen_devices, self._alternatives),), self.class_counts
+        )
+
     def _first_free(self, question: NodeQuestion) -> AllocationOutcome | None:
         assert self.simple is not None
+        if self._single_claim_request:
+            return self._one_request(question)
         node_name = question.node.name
         taken: set[DeviceKey] = set()
         chosen: list[list[ChosenDevice]] = [[] for _ in self.pending]
