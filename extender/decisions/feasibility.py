@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from extender.decisions.allocator import (
     DEFAULT_SEARCH_BUDGET,
     AllocationOutcome,
-    NodeQuestion,
     NotAllocatable,
     PodAllocator,
 )
@@ -64,7 +63,7 @@ def device_feasibility(
         pod_claims.pending, pod_claims.allocated, classes, matcher, free_index, snapshot, budget=budget
     )
     node_devices = snapshot.node_devices
-    on_node = allocator.on_node
+    decide = allocator.decide
     for index, name in enumerate(node_names):
         if deadline is not None and index % DEADLINE_CHECK_EVERY == 0 and time.perf_counter() > deadline:
             late = NotAllocatable(
@@ -77,5 +76,5 @@ def device_feasibility(
         if node is None:
             outcomes[name] = unknown_node(name)
             continue
-        outcomes[name] = on_node(NodeQuestion(node, node_devices(name), allocated, classes))
+        outcomes[name] = decide(node, node_devices(name), allocated, classes)
     return outcomes

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from typing import NamedTuple
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
@@ -63,6 +64,8 @@ class NodeVerdict(NamedTuple):
     quota: NodeQuota | None = None
 
 
+_new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the NamedTuple's Python-level __new__
+
 # Pods without claims or queue pass every known node: one shared verdict instead of one object per node.
 FAST_PASS = NodeVerdict("", True)
 
@@ -103,8 +106,14 @@ class PodDecision:
         if headroom is None:
             headroom = quota_headroom(verdict.quota)
             self._headroom[quota_key] = headroom
-        usage = free_index.driver_usage.usage(snapshot, node, snapshot.node_devices(node))
-        result = score_node(verdict.allocation, usage, headroom, self.strategy, weights)
+        node_memo = verdict.allocation.node_memo
+        memo_key = ("score", self.strategy, weights, round(headroom, 3))
+        result = node_memo.get(memo_key) if node_memo is not None else None
+        if result is None:
+            usage = free_index.driver_usage.usage(snapshot, node, snapshot.node_devices(node))
+            result = score_node(verdict.allocation, usage, headroom, self.strategy, weights)
+            if node_memo is not None:
+                node_memo[memo_key] = result
         self._scores[node] = result
         return result
 
@@ -173,7 +182,7 @@ def decide_pod(
                 quota=node_quota,
             )
             continue
-        verdicts[name] = NodeVerdict(name, True, allocation=outcome, quota=node_quota)
+        verdicts[name] = _new_verdict((name, True, False, "", "", "", outcome, node_quota))
     return PodDecision(
         pod.key,
         pod.uid,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import NamedTuple
 
 from extender.decisions.allocator import Allocation
@@ -36,6 +37,9 @@ class ScoreBreakdown(NamedTuple):
     quota_headroom: float
     total: int  # 0..10
     strategy: str
+
+
+_new_score = partial(tuple.__new__, ScoreBreakdown)  # hot path: skips the NamedTuple's Python-level __new__
 
 
 def _device_fit(allocation: Allocation, driver_usage: Mapping[str, tuple[int, int]], strategy: str) -> float:
@@ -104,4 +108,4 @@ def score_node(
         combined = fit * weights.device_fit + first * weights.first_available + headroom * weights.quota_headroom
         total = round(MAX_SCORE * combined / weight_sum)
     total = max(0, min(MAX_SCORE, total))
-    return ScoreBreakdown(fit, first, headroom, total, strategy)
+    return _new_score((fit, first, headroom, total, strategy))
