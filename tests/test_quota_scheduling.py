@@ -524,3 +524,16 @@ def test_in_flight_allocation_replaces_the_reservation_without_double_counting()
     assert filter_pod(engine, gpu_pod("p2")).passed  # 2 in flight + 2 for p2 = 4: not 2 + 2 + 2
     assert engine.reservations.get("uid-team-a-p1") is None
     assert not filter_pod(engine, gpu_pod("p3")).passed
+
+
+def test_without_any_mappings_a_class_is_charged_to_a_covered_resource_of_its_name():
+    objects = [o for o in base_objects({}) if o.get("kind") not in ("ClusterQueue", "ConfigMap")]
+    for resource in ("gpu.example.com", "deviceclass.resource.kubernetes.io/gpu.example.com"):
+        queue = cluster_queue("team-a", {"on-demand": {"nominal": 2}}, cohort=None)
+        queue["spec"]["resourceGroups"][0]["coveredResources"] = [resource]
+        queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["name"] = resource
+        engine = engine_for([*objects, queue])
+        assert filter_pod(engine, gpu_pod("p1")).reservation == {("team-a", "on-demand", resource): 2}
+        assert not filter_pod(engine, gpu_pod("p2")).passed
+    unrelated = cluster_queue("team-a", {"on-demand": {"nominal": 0}}, cohort=None)
+    assert not filter_pod(engine_for([*objects, unrelated]), gpu_pod("p")).quota.reservation  # not governed

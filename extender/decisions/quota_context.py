@@ -27,6 +27,7 @@ from extender.state.store import ClusterSnapshot
 log = logging.getLogger(__name__)
 
 _UNKNOWN = object()
+IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 QUOTA_KINDS = frozenset({"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace"})
 
 
@@ -52,8 +53,23 @@ class QuotaContext:
         default_factory=list, repr=False
     )
 
+    # Resources some ClusterQueue covers; used only when no deviceClassMappings exist at all.
+    covered_resources: frozenset[str] = frozenset()
+
     def resource_for_class(self, class_name: str) -> str | None:
-        return self.mappings.resource_for_class(class_name)
+        """The quota resource a DeviceClass is charged to.
+
+        With deviceClassMappings (Kueue's ConfigMap or our config), exactly those. With none anywhere, a class
+        is charged to a resource a ClusterQueue covers under the class's own name, or under the extended
+        resource name every DeviceClass answers to (deviceclass.resource.kubernetes.io/<class>), so that a
+        cluster whose queues already name their device classes is governed without extra configuration.
+        """
+        if len(self.mappings):
+            return self.mappings.resource_for_class(class_name)
+        for candidate in (class_name, f"{IMPLICIT_EXTENDED_RESOURCE_PREFIX}{class_name}"):
+            if candidate in self.covered_resources:
+                return candidate
+        return None
 
     def node_flavor(self, cluster_queue: ClusterQueue, resource: str, node: Node) -> str | None:
         """The first flavor, in the ClusterQueue's order for this resource, whose nodeLabels match the node."""
@@ -137,6 +153,12 @@ def build_quota_context(
         local_queues=dict(snapshot.local_queues),
         flavors=flavors,
         mappings=mappings,
-        mappings_source=source,
+        mappings_source=source if len(mappings) else f"{source}; classes charged to covered resources of the same name",
+        covered_resources=frozenset(
+            resource
+            for cq in cluster_queues.values()
+            for group in cq.resource_groups
+            for resource in group.covered_resources
+        ),
         problems=problems,
     )
