@@ -19,7 +19,7 @@ from fractions import Fraction
 from functools import partial
 from typing import NamedTuple
 
-from extender.decisions.free_devices import FreeDeviceIndex
+from extender.decisions.free_devices import FreeDeviceIndex, FreeView
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
 from extender.state.core import Node
 from extender.state.dra import (
@@ -878,6 +878,7 @@ class PodAllocator:
         if self._single_claim_request:
             step = self.simple[0]  # type: ignore[index]
             self._memo_key = (step.request_name, step.sub.device_class_name, step.sub.count)
+            self._free_view = FreeView(free_index, snapshot, step.device_class, step.sub.selectors)
             self._alternatives = self.chosen_alternatives[0]
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
@@ -918,9 +919,7 @@ class PodAllocator:
         """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
         node's free list, so the next pod of the same shape costs two lookups and one result per node."""
         step = self.simple[0]  # type: ignore[index]
-        found = self.free_index.free_selectable(
-            self.snapshot, node_name, devices, step.device_class, step.sub.selectors
-        )
+        found = self._free_view.get(node_name, devices)
         if found is None:
             return None
         chosen_devices = found.memo.get(self._memo_key)

@@ -72,6 +72,34 @@ class FreeDeviceIndex:
         return result
 
 
+class FreeView:
+    """free_selectable for one (class, selectors) and one snapshot, with the per-request constants resolved once:
+    asked for every candidate node of a pod, so the common hit costs one lookup and two comparisons."""
+
+    __slots__ = ("_alloc_versions", "_device_class", "_index", "_per_node", "_selectors", "_shared", "_snapshot")
+
+    def __init__(
+        self, index: FreeDeviceIndex, snapshot: ClusterSnapshot, device_class: DeviceClass, selectors: tuple[str, ...]
+    ) -> None:
+        self._index = index
+        self._snapshot = snapshot
+        self._device_class = device_class
+        self._selectors = selectors
+        self._per_node = index._cache.get((device_class.name, device_class.selectors, selectors), {})
+        self._alloc_versions = snapshot.alloc_versions
+        self._shared = snapshot.shared_alloc_version
+
+    def get(self, node_name: str, devices: NodeDevices) -> FreeSelectable | None:
+        entry = self._per_node.get(devices)
+        if (
+            entry is not None
+            and entry.shared_version == self._shared
+            and entry.local_version == self._alloc_versions.get(node_name, 0)
+        ):
+            return entry.result
+        return self._index.free_selectable(self._snapshot, node_name, devices, self._device_class, self._selectors)
+
+
 class _UsageEntry(NamedTuple):
     local_version: int
     shared_version: int

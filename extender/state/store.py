@@ -84,6 +84,9 @@ class ClusterSnapshot:
     synced: bool
     _changes: ChangeChunk | None = field(repr=False)
     _node_devices_cache: dict[str, _NodeDevicesCacheEntry] = field(repr=False, compare=False)
+    # What node_devices answered for this snapshot: it cannot change within one snapshot, so later requests
+    # against the same snapshot pay one lookup per node.
+    _resolved_devices: dict[str, NodeDevices] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def pools(self) -> Mapping[PoolKey, Pool]:
@@ -144,6 +147,9 @@ class ClusterSnapshot:
 
     def node_devices(self, node_name: str) -> NodeDevices:
         """Devices a node can draw from, in pool/slice/device order; cached until its pools or labels change."""
+        resolved = self._resolved_devices.get(node_name)
+        if resolved is not None:
+            return resolved
         node = self.nodes.get(node_name)
         if node is None:
             return EMPTY_NODE_DEVICES
@@ -156,12 +162,14 @@ class ClusterSnapshot:
             and entry.shared_version == topology.shared_version
             and entry.local_version == local_version
         ):
+            self._resolved_devices[node_name] = entry.devices
             return entry.devices
         pool_keys = sorted((*topology.local_pools.get(node_name, ()), *topology.shared_pools))
         result = devices_for_node(node, (topology.pools[key] for key in pool_keys if key in topology.pools))
         self._node_devices_cache[node_name] = _NodeDevicesCacheEntry(
             node, topology.shared_version, local_version, result
         )
+        self._resolved_devices[node_name] = result
         return result
 
     def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
