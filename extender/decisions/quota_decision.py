@@ -196,7 +196,12 @@ def decide_quota(
         if error:
             per_node[node_name] = NodeQuota({}, (), "", QuotaRejection(error, True, CATEGORY_UNMAPPED))
             continue
-        node_flavors = tuple(context.node_flavor(cluster_queue, resource, node) for resource in resource_charges)
+        if len(resource_charges) == 1:
+            node_flavors: tuple[str | None, ...] = (
+                context.node_flavor(cluster_queue, next(iter(resource_charges)), node),
+            )
+        else:
+            node_flavors = tuple(context.node_flavor(cluster_queue, resource, node) for resource in resource_charges)
         memo_key = (by_class, node_flavors)
         quota = quota_memo.get(memo_key)
         if quota is None:
@@ -217,14 +222,19 @@ def decide_quota(
             for flavor in flavor_order
             if flavor != chosen
         }
-        for node_name, quota in list(per_node.items()):
+        # NodeQuota objects are shared by every node of one (charge, flavor): rewrite each once.
+        rewritten: dict[int, NodeQuota] = {}
+        for node_name, quota in per_node.items():
             if quota.rejection is None and quota.flavor and quota.flavor != chosen:
-                per_node[node_name] = quota._replace(rejection=other_flavor[quota.flavor])
+                replacement = rewritten.get(id(quota))
+                if replacement is None:
+                    replacement = quota._replace(rejection=other_flavor[quota.flavor])
+                    rewritten[id(quota)] = replacement
+                per_node[node_name] = replacement
     reservation: dict[QuotaKey, Fraction] = {}
-    for quota in per_node.values():
-        if quota.rejection is None:
-            for key, amount in quota.charges.items():
-                reservation[key] = max(reservation.get(key, Fraction(0)), amount)
+    for quota in {id(quota): quota for quota in per_node.values() if quota.rejection is None}.values():
+        for key, amount in quota.charges.items():
+            reservation[key] = max(reservation.get(key, Fraction(0)), amount)
     return QuotaDecision(
         governed=True,
         cluster_queue=cluster_queue.name,
