@@ -194,3 +194,17 @@ def test_openapi_document_lists_every_route(client):
         if rule.endpoint != "static"
     }
     assert routes == set(document["paths"])
+
+
+def test_decision_history_is_bounded_by_node_verdicts():
+    from extender.transport.config import ExtenderConfig
+
+    objects = [b.namespace("team-a"), b.device_class(), *nodes_in_flavor("on-demand", 4, 2), *templates("team-a")]
+    engine = engine_for(objects, ExtenderConfig(diagnostics_history_verdicts=10, diagnostics_history=100))
+    names = sorted(engine.snapshot().nodes)
+    from extender.state.core import parse_pod
+
+    for index in range(5):
+        engine.filter(parse_pod(gpu_pod(f"p{index}", queue=None)), names)
+    assert len(engine.history) == 2  # 4 verdicts each, at most 10 in all
+    assert engine.last_decision("team-a", "p4") is not None and engine.last_decision("team-a", "p0") is None

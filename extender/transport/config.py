@@ -37,6 +37,7 @@ class ExtenderConfig:
     max_nodes_per_request: int = 10_000
     request_deadline_seconds: float = 4.0
     diagnostics_history: int = 2048
+    diagnostics_history_verdicts: int = 250_000
     stale_grace_seconds: float = 60.0
     tls_cert_file: str = ""
     tls_key_file: str = ""
@@ -138,7 +139,7 @@ def parse_config(raw: Mapping[str, Any]) -> ExtenderConfig:
     reservations = _section(raw, "reservations", {"ttlSeconds"})
     bind = _section(raw, "bind", {"enabled"})
     limits = _section(raw, "limits", {"maxBodyBytes", "maxNodesPerRequest", "requestDeadlineSeconds"})
-    diagnostics = _section(raw, "diagnostics", {"history", "listen"})
+    diagnostics = _section(raw, "diagnostics", {"history", "historyNodeVerdicts", "listen"})
     tls = _section(raw, "tls", {"certFile", "keyFile", "clientCAFile"})
     for key in ("certFile", "keyFile", "clientCAFile"):
         if not isinstance(tls.get(key, ""), str):
@@ -182,6 +183,7 @@ def parse_config(raw: Mapping[str, Any]) -> ExtenderConfig:
         max_nodes_per_request=_integer(limits, "maxNodesPerRequest", "limits", 10_000, minimum=1),
         request_deadline_seconds=_number(limits, "requestDeadlineSeconds", "limits", 4.0, minimum=0.1),
         diagnostics_history=_integer(diagnostics, "history", "diagnostics", 2048, minimum=1),
+        diagnostics_history_verdicts=_integer(diagnostics, "historyNodeVerdicts", "diagnostics", 250_000, minimum=1),
         stale_grace_seconds=_number(source, "staleGraceSeconds", "source", 60.0, minimum=1),
         tls_cert_file=tls.get("certFile", ""),
         tls_key_file=tls.get("keyFile", ""),

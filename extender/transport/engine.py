@@ -44,6 +44,10 @@ class DecisionRecord:
     duration_seconds: float
 
 
+def _record_weight(record: DecisionRecord) -> int:
+    return max(1, len(record.decision.verdicts))
+
+
 # kube-scheduler calls prioritize right after filter in the same cycle; an older filter answer is not reused.
 PRIORITIZE_REUSE_SECONDS = 10.0
 
@@ -68,7 +72,12 @@ class SchedulingEngine:
         self.free_index = FreeDeviceIndex(self.matcher)
         self.reservations = ReservationLedger(config.reservation_ttl_seconds, clock=clock)
         self.usage = UsageTracker()
-        self.history: LRUCache[str, DecisionRecord] = LRUCache(maxsize=config.diagnostics_history)
+        # Bounded by pods and by node verdicts held: one decision over 5000 nodes weighs 5000 verdicts, so a count
+        # of pods alone would let the history grow to gigabytes on a big cluster.
+        self.history: LRUCache[str, DecisionRecord] = LRUCache(
+            maxsize=config.diagnostics_history_verdicts, getsizeof=_record_weight
+        )
+        self._history_pods = config.diagnostics_history
         self._last_filter: LRUCache[str, tuple[float, PodDecision]] = LRUCache(maxsize=4096)
         self._history_lock = threading.Lock()
         self._context_lock = threading.Lock()
@@ -163,7 +172,11 @@ class SchedulingEngine:
     def _record(self, verb: str, decision: PodDecision, started: float) -> None:
         record = DecisionRecord(verb, time.time(), decision, time.perf_counter() - started)
         with self._history_lock:
+            if _record_weight(record) > self.history.maxsize:
+                return  # larger than the whole history allows: not kept
             self.history[decision.pod_key] = record
+            while len(self.history) > self._history_pods:
+                self.history.popitem()
 
     # --- verbs --------------------------------------------------------------------------------------------------
 
