@@ -186,3 +186,27 @@ def test_partitionable_devices_share_one_gpu_memory():
     store.apply("ResourceSlice", "ADDED", b.gpu_slice("node-a", 0, devices=partitions, shared_counters=counters))
     outcome = decide(store, pods[0])["node-a"]
     assert sorted(name for _, name in chosen(outcome)) == ["gpu-0-part-0", "gpu-0-part-1"]
+
+
+def test_device_taint_rule_from_the_spec_taints_the_drivers_devices():
+    """The spec's DeviceTaintRule (driver gpu.example.com, NoExecute) applies like a device's own taint."""
+    store = ClusterStore()
+    pods = []
+    for document in spec_documents("device-taints-tolerations/device-taint-pod-toleration"):
+        if document["kind"] == "Pod":
+            pods.append(document)
+        else:
+            store.apply(document["kind"], "ADDED", document)
+    store.apply("Node", "ADDED", b.node("node-a"))
+    store.apply("ResourceSlice", "ADDED", b.gpu_slice("node-a", 2))
+    store.apply("DeviceClass", "ADDED", b.device_class())
+    refused = decide(store, pod_named(pods, "pod-without-toleration"))["node-a"]
+    assert isinstance(refused, NotAllocatable) and refused.free == 0
+    assert chosen(decide(store, pod_named(pods, "pod-with-toleration"))["node-a"]) == [("gpu", "gpu-0")]
+    rule = next(
+        d
+        for d in spec_documents("device-taints-tolerations/device-taint-pod-toleration")
+        if d["kind"] == "DeviceTaintRule"
+    )
+    store.apply("DeviceTaintRule", "DELETED", rule)
+    assert chosen(decide(store, pod_named(pods, "pod-without-toleration"))["node-a"]) == [("gpu", "gpu-0")]

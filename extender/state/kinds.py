@@ -14,6 +14,7 @@ from extender.state import kueue
 from extender.state.core import parse_config_map, parse_namespace, parse_node, parse_pod
 from extender.state.dra import (
     parse_device_class,
+    parse_device_taint_rule,
     parse_resource_claim,
     parse_resource_claim_template,
     parse_resource_slice,
@@ -44,6 +45,14 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("ConfigMap", "", ("v1",), "configmaps", True, parse_config_map),
     KindInfo("ResourceSlice", RESOURCE_GROUP, DRA_VERSIONS, "resourceslices", False, parse_resource_slice),
     KindInfo("DeviceClass", RESOURCE_GROUP, DRA_VERSIONS, "deviceclasses", False, parse_device_class),
+    KindInfo(
+        "DeviceTaintRule",
+        RESOURCE_GROUP,
+        ("v1", "v1beta2", "v1alpha3"),
+        "devicetaintrules",
+        False,
+        parse_device_taint_rule,
+    ),
     KindInfo("ResourceClaim", RESOURCE_GROUP, DRA_VERSIONS, "resourceclaims", True, parse_resource_claim),
     KindInfo(
         "ResourceClaimTemplate",

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.state.core import POD_CLAIM_NAME_ANNOTATION, ConfigMap, Namespace, Node, Pod, PodClaimRef
-from extender.state.dra import DeviceClass, DeviceKey, ResourceClaim, ResourceClaimTemplate, ResourceSlice
+from extender.state.dra import (
+    DeviceClass,
+    DeviceKey,
+    DeviceTaintRule,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+    apply_taint_rules,
+)
 from extender.state.errors import ObjectError
 from extender.state.inventory import (
     EMPTY_NODE_DEVICES,
@@ -211,6 +219,7 @@ class ClusterStore:
         # indexes
         self._pool_slices: dict[PoolKey, dict[str, ResourceSlice]] = defaultdict(dict)
         self._pools: dict[PoolKey, Pool] = {}
+        self._taint_rules: tuple[DeviceTaintRule, ...] = ()
         self._local_pools: dict[str, set[PoolKey]] = defaultdict(set)
         self._shared_pools: set[PoolKey] = set()
         self._shared_version = 0
@@ -305,6 +314,8 @@ class ClusterStore:
         elif kind == "Node" and (old is None or old.labels != obj.labels):
             self._local_versions[key] += 1
             self._pools_dirty = True
+        elif kind == "DeviceTaintRule":
+            self._retaint_pools()
 
     def _remove(self, info: KindInfo, key: str) -> None:
         kind = info.kind
@@ -319,6 +330,20 @@ class ClusterStore:
         elif kind == "Node":
             self._local_versions[key] += 1
             self._pools_dirty = True
+        elif kind == "DeviceTaintRule":
+            self._retaint_pools()
+
+    def _retaint_pools(self) -> None:
+        """DeviceTaintRules changed: every pool's devices are rebuilt with the rules' taints (rules are rare)."""
+        rules = tuple(self._objects["DeviceTaintRule"].values())
+        for rule in rules:
+            if rule.unsupported_selector:
+                log.warning(
+                    "DeviceTaintRule %s selects by DeviceClass or CEL, which is not supported: ignored", rule.name
+                )
+        self._taint_rules = rules
+        for pool_key in list(self._pool_slices):
+            self._rebuild_pool(pool_key)
 
     def _index_slice(self, resource_slice: ResourceSlice) -> None:
         pool_key = (resource_slice.driver, resource_slice.pool)
@@ -332,7 +357,10 @@ class ClusterStore:
 
     def _rebuild_pool(self, pool_key: PoolKey) -> None:
         old = self._pools.get(pool_key)
-        pool = build_pool(pool_key[0], pool_key[1], self._pool_slices[pool_key].values())
+        slices = self._pool_slices[pool_key].values()
+        if self._taint_rules:
+            slices = [apply_taint_rules(resource_slice, self._taint_rules) for resource_slice in slices]
+        pool = build_pool(pool_key[0], pool_key[1], slices)
         for touched in (old, pool):
             if touched is None:
                 continue
