@@ -23,6 +23,7 @@ from extender.decisions.scheduling import PodDecision, decide_pod
 from extender.decisions.selection import DeviceMatcher
 from extender.decisions.usage import UsageTracker, in_flight_node
 from extender.state.core import Pod
+from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
@@ -42,6 +43,10 @@ class DecisionRecord:
     at: float  # wall-clock time
     decision: PodDecision
     duration_seconds: float
+
+
+def _needs_our_decision(pod: Pod) -> bool:
+    return bool(pod.claims) or QUEUE_NAME_LABEL in pod.labels
 
 
 def _record_weight(record: DecisionRecord) -> int:
@@ -155,7 +160,7 @@ class SchedulingEngine:
         self, snapshot: ClusterSnapshot, pod: Pod, node_names: Iterable[str], *, started: float | None = None
     ) -> PodDecision:
         context = self.quota_context(snapshot)
-        needs_quota = context.enabled and bool(context.cluster_queues) and "kueue.x-k8s.io/queue-name" in pod.labels
+        needs_quota = context.enabled and bool(context.cluster_queues) and QUEUE_NAME_LABEL in pod.labels
         ledger = self.ledger(snapshot, context, excluding_pod=pod.uid or pod.key) if needs_quota else None
         return decide_pod(
             snapshot,
@@ -178,21 +183,25 @@ class SchedulingEngine:
             while len(self.history) > self._history_pods:
                 self.history.popitem()
 
+    def _fast_path(self, snapshot: ClusterSnapshot, pod: Pod, node_names: Iterable[str]) -> PodDecision:
+        """No claims and no queue: every known node passes, nothing is reserved or recorded."""
+        return decide_pod(
+            snapshot,
+            pod,
+            node_names,
+            matcher=self.matcher,
+            quota_context=None,
+            ledger=None,
+            options=self.config.decisions,
+        )
+
     # --- verbs --------------------------------------------------------------------------------------------------
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
         started = time.perf_counter()
         snapshot = self.snapshot()
-        if not pod.claims and "kueue.x-k8s.io/queue-name" not in pod.labels:
-            return decide_pod(
-                snapshot,
-                pod,
-                node_names,
-                matcher=self.matcher,
-                quota_context=None,
-                ledger=None,
-                options=self.config.decisions,
-            )
+        if not _needs_our_decision(pod):
+            return self._fast_path(snapshot, pod, node_names)
         with self.reservations.lock:
             # The snapshot must be taken under the lock: one taken before it may predate a binding that another
             # thread's reconcile has since turned from a reservation into usage, and would then count neither.
@@ -222,16 +231,8 @@ class SchedulingEngine:
             if fresh and all(name in decision.verdicts for name in names):
                 return decision
         snapshot = self.snapshot()
-        if not pod.claims and "kueue.x-k8s.io/queue-name" not in pod.labels:
-            return decide_pod(
-                snapshot,
-                pod,
-                names,
-                matcher=self.matcher,
-                quota_context=None,
-                ledger=None,
-                options=self.config.decisions,
-            )
+        if not _needs_our_decision(pod):
+            return self._fast_path(snapshot, pod, names)
         decision = self._decide(snapshot, pod, names, started=started)
         self._record("prioritize", decision, started)
         return decision
