@@ -64,7 +64,9 @@ class NodeVerdict(NamedTuple):
     quota: NodeQuota | None = None
 
 
-_new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the NamedTuple's Python-level __new__
+_new_verdict = partial(tuple.__new__, NodeVerdict)
+# Entries one node's shared memo may hold (scores for different headrooms, strategies); cleared past this.
+MAX_NODE_MEMO = 32  # the hot path skips the NamedTuple's Python-level __new__
 
 # Pods without claims or queue pass every known node: one shared verdict instead of one object per node.
 FAST_PASS = NodeVerdict("", True)
@@ -113,6 +115,8 @@ class PodDecision:
             usage = free_index.driver_usage.usage(snapshot, node, snapshot.node_devices(node))
             result = score_node(verdict.allocation, usage, headroom, self.strategy, weights)
             if node_memo is not None:
+                if len(node_memo) >= MAX_NODE_MEMO:  # headroom varies with quota use: keep the memo small
+                    node_memo.clear()
                 node_memo[memo_key] = result
         self._scores[node] = result
         return result
