@@ -17,7 +17,7 @@ from extender.state.dra import Device, DeviceClass
 from extender.state.inventory import NodeDevices
 
 # Verdict caches are cleared wholesale past this many entries; clearing costs one CEL pass over live devices.
-MAX_CACHED_VERDICTS = 2_000_000
+MAX_CACHED_VERDICTS = 500_000  # ~40k devices x a dozen expressions; stale devices are dropped at each clear
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ def _record_weight(record: DecisionRecord) -> int:
 
 # kube-scheduler calls prioritize right after filter in the same cycle; an older filter answer is not reused.
 PRIORITIZE_REUSE_SECONDS = 10.0
+LAST_FILTER_KEPT = 64
 
 Binder = Callable[[str, str, str, str], None]  # (namespace, pod name, pod uid, node)
 
@@ -83,7 +84,9 @@ class SchedulingEngine:
             maxsize=config.diagnostics_history_verdicts, getsizeof=_record_weight
         )
         self._history_pods = config.diagnostics_history
-        self._last_filter: LRUCache[str, tuple[float, PodDecision]] = LRUCache(maxsize=4096)
+        # prioritize follows filter within one scheduling cycle; a few recent decisions are all it needs, and each
+        # one holds a verdict per candidate node.
+        self._last_filter: LRUCache[str, tuple[float, PodDecision]] = LRUCache(maxsize=LAST_FILTER_KEPT)
         self._history_lock = threading.Lock()
         self._context_lock = threading.Lock()
         self._context_key: tuple | None = None
