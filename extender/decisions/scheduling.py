@@ -68,9 +68,6 @@ _new_verdict = partial(tuple.__new__, NodeVerdict)
 # Entries one node's shared memo may hold (scores for different headrooms, strategies); cleared past this.
 MAX_NODE_MEMO = 32  # the hot path skips the NamedTuple's Python-level __new__
 
-# Pods without claims or queue pass every known node: one shared verdict instead of one object per node.
-FAST_PASS = NodeVerdict("", True)
-
 
 @dataclass(frozen=True)
 class PodDecision:

@@ -202,9 +202,8 @@ class SchedulingEngine:
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
         started = time.perf_counter()
-        snapshot = self.snapshot()
         if not _needs_our_decision(pod):
-            return self._fast_path(snapshot, pod, node_names)
+            return self._fast_path(self.snapshot(), pod, node_names)
         with self.reservations.lock:
             # The snapshot must be taken under the lock: one taken before it may predate a binding that another
             # thread's reconcile has since turned from a reservation into usage, and would then count neither.
