@@ -12,11 +12,10 @@ import time
 
 from bench.clusters import build_cluster
 from extender.decisions.feasibility import device_feasibility
-from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
+from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
-from extender.transport.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from tests import builders as b
 
 
@@ -33,14 +32,13 @@ def measure(nodes: int, template: str, repeat: int) -> dict[str, float]:
     names = sorted(snapshot.nodes)
     pod = parse_pod(b.pod("bench-pod", "bench", templates={"gpu": template}))
     matcher = DeviceMatcher()
-    free_index = FreeDeviceIndex(matcher)
     claims = resolve_pod_claims(snapshot, pod)
-    device_feasibility(snapshot, claims, names, matcher, free_index)  # warm: CEL verdicts, node device lists
+    device_feasibility(snapshot, claims, names, matcher)  # warm: CEL verdicts, node device lists
     timings = []
     for _ in range(repeat):
         started = time.perf_counter()
         claims = resolve_pod_claims(snapshot, pod)
-        outcomes = device_feasibility(snapshot, claims, names, matcher, free_index)
+        outcomes = device_feasibility(snapshot, claims, names, matcher)
         timings.append(time.perf_counter() - started)
     feasible = sum(1 for o in outcomes.values() if not hasattr(o, "category"))
     return {

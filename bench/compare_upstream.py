@@ -35,11 +35,10 @@ from typing import Any
 from bench.clusters import build_cluster, cluster_objects
 from extender.decisions.allocator import Allocation
 from extender.decisions.feasibility import device_feasibility
-from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
+from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
-from extender.transport.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from tests import builders as b
 from tests.oracle.oracle import ensure_oracle_binary
 
@@ -137,16 +136,15 @@ def measure_ours(nodes: int, pods: int, repeat: int) -> dict[str, Any]:
     for pod_name, templates in PODS.items():
         pod = parse_pod(b.pod("bench-pod", "bench", templates=templates))
         matcher = DeviceMatcher()
-        free_index = FreeDeviceIndex(matcher)
         started = time.perf_counter()
         claims = resolve_pod_claims(snapshot, pod)
-        outcomes = device_feasibility(snapshot, claims, names, matcher, free_index)
+        outcomes = device_feasibility(snapshot, claims, names, matcher)
         cold = time.perf_counter() - started
         timings = []
         for _ in range(repeat):
             started = time.perf_counter()
             claims = resolve_pod_claims(snapshot, pod)
-            outcomes = device_feasibility(snapshot, claims, names, matcher, free_index)
+            outcomes = device_feasibility(snapshot, claims, names, matcher)
             timings.append(time.perf_counter() - started)
         results["pods"][pod_name] = {
             "coldMs": cold * 1000,

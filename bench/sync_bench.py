@@ -18,9 +18,10 @@ import orjson
 
 from bench.clusters import cluster_objects
 from extender.decisions.quota_context import KueueConfigRef, build_quota_context
-from extender.decisions.usage import UsageTracker
+from extender.decisions.usage import pod_usage
+from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.state.indexes.usage import UsageIndex
 from extender.state.store import ClusterStore
-from extender.transport.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from tests import builders as b
 
 
@@ -46,8 +47,8 @@ def main() -> None:
     store.set_synced(True)
     snapshot = store.snapshot()
     context = build_quota_context(snapshot, None, KueueConfigRef())
-    tracker = UsageTracker()
-    tracker.usage(snapshot, context)
+    tracker = UsageIndex()
+    tracker.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context))
     freeze_loaded_state()
     ready = time.perf_counter() - started
     del payloads
@@ -71,7 +72,7 @@ def main() -> None:
         begin = time.perf_counter()
         store.apply("ResourceClaim", "MODIFIED", raw)
         snapshot = store.snapshot()
-        tracker.usage(snapshot, context)
+        tracker.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context))
         update_costs.append(time.perf_counter() - begin)
     p50 = statistics.median(update_costs) * 1000
     print(

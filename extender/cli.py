@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 import yaml
 
+from extender.service import ConfigError, ExtenderConfig, SchedulingService, load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
-from extender.transport.config import ConfigError, ExtenderConfig, load_config
 
 log = logging.getLogger("extender")
 
@@ -43,12 +43,12 @@ def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSo
             source = live.from_kubeconfig(
                 args.kubeconfig,
                 kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
-                stale_grace_seconds=config.stale_grace_seconds,
+                stale_grace_seconds=config.source.stale_grace_seconds,
             )
         else:
             source = live.in_cluster(
                 kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
-                stale_grace_seconds=config.stale_grace_seconds,
+                stale_grace_seconds=config.source.stale_grace_seconds,
             )
         return source, source.binder().create_binding
     if getattr(args, "snapshot", None):
@@ -60,50 +60,48 @@ def _is_live(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False))
 
 
-def _build_engine(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> Any:
-    from extender.transport.engine import SchedulingEngine
-
+def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> SchedulingService:
     source, binder = _source(args, config)
-    engine = SchedulingEngine(source, config, binder=binder)
+    service = SchedulingService(source, config, binder=binder)
     if start:
-        engine.start()
-    return engine
+        service.start()
+    return service
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from extender.transport.logs import configure_logging
 
-    configure_logging(config.log_format, config.log_level)
+    configure_logging(config.logging.format, config.logging.level)
     listen = args.listen or config.listen
     # gunicorn preloads the app and then forks its worker; threads do not survive a fork. A snapshot is loaded
     # before the fork (the worker inherits it), but a live source's watch threads must start in the worker,
     # or the worker would serve the view frozen at fork time while the watches update the master's copy.
     live = _is_live(args)
-    engine = _build_engine(args, config, start=not live)
+    service = _build_service(args, config, start=not live)
     log.info(
         "serving %s on %s",
-        engine.source.description,
+        service.source.description,
         listen,
-        extra={"source": engine.source.description, "listen": listen},
+        extra={"source": service.source.description, "listen": listen},
     )
     from extender.transport.app import create_app
     from extender.transport.metrics import ExtenderMetrics
     from extender.transport.server import ExtenderServer, diagnostics_starter, gunicorn_options, tls_options
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
-    overrides.update(tls_options(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file))
-    diagnostics_listen = args.diagnostics_listen or config.diagnostics_listen
+    overrides.update(tls_options(config.tls.cert_file, config.tls.key_file, config.tls.client_ca_file))
+    diagnostics_listen = args.diagnostics_listen or config.diagnostics.listen
     worker_hooks: list[Any] = []
     if live:
-        worker_hooks.append(lambda _worker: engine.start())
+        worker_hooks.append(lambda _worker: service.start())
     if diagnostics_listen:
-        metrics = ExtenderMetrics(engine)
-        app = create_app(engine, metrics=metrics, serve_diagnostics=False)
-        diagnostics = create_app(engine, metrics=metrics, serve_scheduling=False)
+        metrics = ExtenderMetrics(service)
+        app = create_app(service, metrics=metrics, serve_diagnostics=False)
+        diagnostics = create_app(service, metrics=metrics, serve_scheduling=False)
         worker_hooks.append(diagnostics_starter(diagnostics, diagnostics_listen))
     else:
-        app = create_app(engine)
+        app = create_app(service)
     if worker_hooks:
 
         def post_worker_init(worker: Any) -> None:
@@ -152,16 +150,16 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.config)
         logging.basicConfig(level=logging.WARNING)
-        engine = _build_engine(args, config)
+        service = _build_service(args, config)
         if args.kubeconfig:
-            _wait_ready(engine)
+            _wait_ready(service)
         try:
             pod = parse_pod(raw_pod)
         except ObjectError as error:
             print(f"dra-extender explain: {args.pod}: {error.describe()}", file=sys.stderr)
             return 1
-        report = decision_json(engine.explain(pod))
-        engine.stop()
+        report = decision_json(service.explain(pod))
+        service.stop()
     if args.output == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -169,12 +167,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _wait_ready(engine: Any, timeout: float = 60.0) -> None:
+def _wait_ready(service: SchedulingService, timeout: float = 60.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if engine.health().ready:
+        if service.health().ready:
             return
         time.sleep(0.2)
     raise SystemExit("dra-extender: the cluster view did not become ready in time")

@@ -6,9 +6,8 @@ from typing import Any
 
 import yaml
 
+from extender.service import ExtenderConfig, SchedulingService
 from extender.state.sources import SnapshotSource
-from extender.transport.config import ExtenderConfig
-from extender.transport.engine import SchedulingEngine
 from tests import builders as b
 
 RESOURCE = "example.com/gpu"
@@ -89,10 +88,10 @@ def nodes_in_flavor(flavor_name: str, count: int, gpus: int) -> list[dict[str, A
 
 def engine_for(
     objects: list[dict[str, Any]], config: ExtenderConfig | None = None, clock: Any = None
-) -> SchedulingEngine:
+) -> SchedulingService:
     text = yaml.safe_dump_all(objects)
     kwargs = {"clock": clock} if clock is not None else {}
-    engine = SchedulingEngine(SnapshotSource(text=text), config or ExtenderConfig(), **kwargs)
+    engine = SchedulingService(SnapshotSource(text=text), config or ExtenderConfig(), **kwargs)
     engine.start()
     return engine
 

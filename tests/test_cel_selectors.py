@@ -16,7 +16,14 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions.cel import MAX_EXPRESSION_LENGTH, CompiledSelector, SelectorError, compile_selector
+from extender.decisions.cel import (
+    MAX_EXPRESSION_LENGTH,
+    ActivationCache,
+    CompiledSelector,
+    SelectorError,
+    compile_selector,
+    new_program_cache,
+)
 from extender.decisions.cel.quantity_type import QuantityParseError, parse_go_quantity
 from extender.decisions.cel.semver_type import SemverParseError, parse
 from extender.state.dra import Attribute, Device
@@ -308,7 +315,10 @@ def test_iteration_budget():
 
 
 def test_cache_returns_the_same_selector_and_remembers_failures():
-    assert compile_selector("device.driver == 'cached'") is compile_selector("device.driver == 'cached'")
+    programs = new_program_cache()
+    assert compile_selector("device.driver == 'cached'", programs) is compile_selector(
+        "device.driver == 'cached'", programs
+    )
     first = compile_error("device.driver == 'cached' &&")
     second = compile_error("device.driver == 'cached' &&")
     assert first.message == second.message
@@ -582,12 +592,13 @@ def test_evaluation_is_fast():
 
     selector = compile_selector("device.attributes['gpu.example.com'].model == 'LATEST-GPU-MODEL'")
     gpus = [example_gpu(i) for i in range(8)]
+    activations = ActivationCache()  # what the service hands the matcher
     for gpu in gpus:
-        selector.matches(gpu)
+        selector.matches(gpu, activations)
     rounds = 20000
     start = time.perf_counter()
     for step in range(rounds):
-        selector.matches(gpus[step & 7])
+        selector.matches(gpus[step & 7], activations)
     per_call_us = (time.perf_counter() - start) / rounds * 1e6
     assert per_call_us < 50, per_call_us  # about 2.5 us on a laptop core; generous for slow CI machines
 

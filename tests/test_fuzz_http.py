@@ -29,8 +29,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender.service import ExtenderConfig
+from extender.service.config import BindSection, LimitsSection
 from extender.transport.app import create_app
-from extender.transport.config import ExtenderConfig
 from tests import builders as b
 from tests.scenarios import (
     cluster_queue,
@@ -91,7 +92,12 @@ class Tally:
 
 
 def build_app():
-    engine = engine_for(objects(), ExtenderConfig(max_body_bytes=MAX_BODY, bind_enabled=True, max_nodes_per_request=64))
+    engine = engine_for(
+        objects(),
+        ExtenderConfig(
+            limits=LimitsSection(max_body_bytes=MAX_BODY, max_nodes_per_request=64), bind=BindSection(enabled=True)
+        ),
+    )
     bound: list[tuple[str, str, str, str]] = []
 
     def binder(namespace: str, name: str, uid: str, node: str) -> None:

@@ -32,13 +32,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from extender.decisions.cel import SelectorError, compile_selector
+from extender.service import ExtenderConfig, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.dra import Attribute, Device
 from extender.state.errors import ObjectError
 from extender.state.snapshot_file import SnapshotError, iter_documents, load_snapshot_text
 from extender.state.sources import SnapshotSource
-from extender.transport.config import ExtenderConfig
-from extender.transport.engine import SchedulingEngine
 from extender.transport.wire import WireError, parse_binding_args, parse_extender_args
 from tests import builders as b
 
@@ -326,7 +325,7 @@ def render(documents: list[Any], form: str) -> str | None:
 
 def explain_on(store_text: str) -> None:
     """What a loaded snapshot must also survive: materialising the snapshot and a what-if decision."""
-    engine = SchedulingEngine(SnapshotSource(text=store_text), ExtenderConfig())
+    engine = SchedulingService(SnapshotSource(text=store_text), ExtenderConfig())
     engine.start()
     snapshot = engine.snapshot()
     engine.explain(parse_pod(DEMO_POD), sorted(snapshot.nodes))

@@ -6,8 +6,9 @@ import orjson
 import pytest
 import yaml
 
+from extender.service import ExtenderConfig
+from extender.service.config import DiagnosticsSection, LimitsSection
 from extender.transport.app import create_app
-from extender.transport.config import ExtenderConfig
 from tests import builders as b
 from tests.scenarios import (
     cluster_queue,
@@ -35,7 +36,7 @@ def client():
         local_queue("team-a", "team-a"),
         *templates("team-a"),
     ]
-    engine = engine_for(objects, ExtenderConfig(max_body_bytes=64 * 1024))
+    engine = engine_for(objects, ExtenderConfig(limits=LimitsSection(max_body_bytes=64 * 1024)))
     app = create_app(engine)
     return app.test_client()
 
@@ -197,10 +198,10 @@ def test_openapi_document_lists_every_route(client):
 
 
 def test_decision_history_is_bounded_by_node_verdicts():
-    from extender.transport.config import ExtenderConfig
+    from extender.service import ExtenderConfig
 
     objects = [b.namespace("team-a"), b.device_class(), *nodes_in_flavor("on-demand", 4, 2), *templates("team-a")]
-    engine = engine_for(objects, ExtenderConfig(diagnostics_history_verdicts=10, diagnostics_history=100))
+    engine = engine_for(objects, ExtenderConfig(diagnostics=DiagnosticsSection(history_node_verdicts=10, history=100)))
     names = sorted(engine.snapshot().nodes)
     from extender.state.core import parse_pod
 

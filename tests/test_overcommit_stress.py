@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from cachetools import LRUCache
-
-from extender.decisions.usage import UsageTracker
+from extender.decisions.usage import pod_usage
+from extender.service.history import DecisionHistory
+from extender.service.quota_view import add_amounts
 from extender.state.core import parse_pod
+from extender.state.indexes.usage import UsageIndex
 from tests import builders as b
 from tests.scenarios import RESOURCE, cluster_queue, engine_for, flavor, kueue_config, local_queue, nodes_in_flavor
 
@@ -335,13 +336,11 @@ class Cluster:
 
     def checkpoint(self, where: str) -> None:
         engine = self.engine
-        with engine.reservations.lock:
-            snapshot = engine.snapshot()
-            engine.reconcile_reservations(snapshot)
-            context = engine.quota_context(snapshot)
-            incremental = dict(engine.usage.usage(snapshot, context))
-            fresh = dict(UsageTracker().usage(snapshot, context))
-            total = engine.usage_with_reservations(snapshot, context)
+        view = engine.quota_view()  # reconciled and summed under the reservation lock
+        snapshot, context = view.snapshot, view.context
+        incremental = dict(view.usage)
+        fresh = dict(UsageIndex().totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context)))
+        total = add_amounts(view.usage, view.reserved)
         self.tally.add("checkpoints")
         problems = []
         if incremental != fresh:
@@ -514,8 +513,7 @@ def test_no_overcommit_under_concurrent_scheduling_and_watch_events():
     started = time.perf_counter()
     engine = engine_for(cluster_objects(), clock=FrozenClock())
     # Small per-pod caches, so evictions (which a long-running extender sees after a few thousand pods) race too.
-    engine._last_filter = LRUCache(maxsize=8)
-    engine.history = LRUCache(maxsize=8)
+    engine.history = DecisionHistory(max_pods=8, max_verdicts=250_000, last_filter_kept=8)
     tally = Tally()
     cluster = Cluster(engine, random.Random(SEED), tally)
     for index in range(THREADS * 8):

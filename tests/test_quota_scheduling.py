@@ -216,15 +216,12 @@ def test_usage_counts_bound_pods_by_node_flavor():
         reserved_for=[("running", "uid-team-a-running")],
     )
     engine = engine_for([*objects, pod, claim])
-    snapshot = engine.snapshot()
-    context = engine.quota_context(snapshot)
-    assert engine.usage.usage(snapshot, context) == {("team-a", "on-demand", RESOURCE): 2}
+    assert engine.quota_view().usage == {("team-a", "on-demand", RESOURCE): 2}
     assert filter_pod(engine, gpu_pod("p1")).passed
     assert not filter_pod(engine, gpu_pod("p2")).passed
     finished = dict(pod, status={"phase": "Succeeded"})
     engine.store.apply("Pod", "MODIFIED", finished)
-    snapshot = engine.snapshot()
-    assert engine.usage.usage(snapshot, engine.quota_context(snapshot)) == {}
+    assert engine.quota_view().usage == {}
 
 
 def test_reservation_released_when_pod_seen_bound_and_usage_takes_over():
@@ -348,13 +345,13 @@ def test_hierarchical_cohort_quota():
 
 
 def test_unmapped_class_ignored_or_rejected():
-    from extender.decisions.scheduling import DecisionOptions
-    from extender.transport.config import ExtenderConfig
+    from extender.service import ExtenderConfig
+    from extender.service.config import QuotaSection
 
     objects = [o for o in base_objects({"on-demand": {"nominal": 0}}) if o.get("kind") != "ConfigMap"]
     objects.append(kueue_config({"other.com/x": ["other-class"]}))
     assert filter_pod(engine_for(objects), gpu_pod("p")).passed
-    strict = ExtenderConfig(decisions=DecisionOptions(unmapped_classes="reject"))
+    strict = ExtenderConfig(quota=QuotaSection(unmapped_device_classes="reject"))
     decision = filter_pod(engine_for(objects, strict), gpu_pod("p"))
     assert not decision.passed and "no deviceClassMapping" in decision.verdicts["on-demand-0"].reason
 
@@ -409,9 +406,12 @@ def test_admitted_workload_keeps_kueue_flavor():
 
 
 def test_deadline_fails_unreached_nodes_with_a_resolvable_reason():
-    from extender.transport.config import ExtenderConfig
+    from extender.service import ExtenderConfig
+    from extender.service.config import LimitsSection
 
-    engine = engine_for(base_objects({"on-demand": {"nominal": 8}}), ExtenderConfig(request_deadline_seconds=0.0))
+    engine = engine_for(
+        base_objects({"on-demand": {"nominal": 8}}), ExtenderConfig(limits=LimitsSection(request_deadline_seconds=0.0))
+    )
     decision = filter_pod(engine, gpu_pod("p"))
     assert decision.passed == []
     verdict = decision.verdicts["on-demand-0"]
@@ -420,7 +420,7 @@ def test_deadline_fails_unreached_nodes_with_a_resolvable_reason():
 
 
 def test_bind_confirms_the_charge_of_the_chosen_node_and_failure_releases():
-    from extender.transport.engine import BindError
+    from extender.service import BindError
 
     objects = base_objects({"on-demand": {"nominal": 16}})
     used = b.claim(
@@ -498,8 +498,7 @@ def test_pod_being_bound_counts_as_usage_after_an_extender_restart():
         reserved_for=[("p1", "uid-team-a-p1")],
     )
     restarted = engine_for([*objects, in_flight, claim])
-    snapshot = restarted.snapshot()
-    assert restarted.usage.usage(snapshot, restarted.quota_context(snapshot)) == {("team-a", "on-demand", RESOURCE): 2}
+    assert restarted.quota_view().usage == {("team-a", "on-demand", RESOURCE): 2}
     assert not filter_pod(restarted, gpu_pod("p2")).passed
 
 

@@ -19,7 +19,7 @@ from fractions import Fraction
 from functools import partial
 from typing import NamedTuple
 
-from extender.decisions.free_devices import FreeDeviceIndex, FreeView
+from extender.decisions.free_devices import FreeView, free_selectable
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
 from extender.state.core import Node
 from extender.state.dra import (
@@ -96,9 +96,6 @@ class Allocation(NamedTuple):
     claims: tuple[ClaimAllocation, ...]
     # Devices taken per DeviceClass, sorted by class; None means "count them from `claims`".
     known_class_counts: tuple[tuple[str, int], ...] | None = None
-    # Shared by every pod that gets this same answer on this node while the node is unchanged: lets later
-    # steps (scoring) remember their results across pods. None when the answer is pod-specific.
-    node_memo: dict | None = None
 
     def class_counts(self) -> tuple[tuple[str, int], ...]:
         """Devices taken per DeviceClass, sorted; adminAccess devices are not taken from anyone."""
@@ -856,7 +853,6 @@ class PodAllocator:
         allocated_claims: Sequence[AllocatedClaim],
         classes: Mapping[str, DeviceClass],
         matcher: DeviceMatcher,
-        free_index: FreeDeviceIndex,
         snapshot: ClusterSnapshot,
         *,
         budget: int = DEFAULT_SEARCH_BUDGET,
@@ -864,7 +860,6 @@ class PodAllocator:
         self.pending = tuple(pending)
         self.allocated_claims = tuple(allocated_claims)
         self.matcher = matcher
-        self.free_index = free_index
         self.snapshot = snapshot
         self.budget = budget
         self.simple = self._simple_plan(classes)
@@ -878,7 +873,7 @@ class PodAllocator:
         if self._single_claim_request:
             step = self.simple[0]  # type: ignore[index]
             self._memo_key = (step.request_name, step.sub.device_class_name, step.sub.count)
-            self._free_view = FreeView(free_index, snapshot, step.device_class, step.sub.selectors)
+            self._free_view = FreeView(matcher, snapshot, step.device_class, step.sub.selectors)
             self._alternatives = self.chosen_alternatives[0]
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
@@ -922,20 +917,20 @@ class PodAllocator:
         found = self._free_view.get(node_name, devices)
         if found is None:
             return None
-        chosen_devices = found.memo.get(self._memo_key)
+        chosen_devices = found.derived.get(self._memo_key)
         if chosen_devices is None:
             class_name = step.sub.device_class_name
             chosen_devices = tuple(
                 ChosenDevice(step.request_name, device, class_name, False) for device in found.free[: step.sub.count]
             )
-            found.memo[self._memo_key] = chosen_devices
+            found.derived[self._memo_key] = chosen_devices
         if len(chosen_devices) < step.sub.count:
             claim = self.pending[0]
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
             )
         claim = _new_claim_allocation((self.pending[0], chosen_devices, self._alternatives))
-        return _new_allocation((node_name, (claim,), self.class_counts, found.memo))
+        return _new_allocation((node_name, (claim,), self.class_counts))
 
     def _first_free(self, question: NodeQuestion) -> AllocationOutcome | None:
         assert self.simple is not None
@@ -946,8 +941,8 @@ class PodAllocator:
         chosen: list[list[ChosenDevice]] = [[] for _ in self.pending]
         single = len(self.simple) == 1
         for step in self.simple:
-            found = self.free_index.free_selectable(
-                self.snapshot, node_name, question.devices, step.device_class, step.sub.selectors
+            found = free_selectable(
+                self.matcher, self.snapshot, node_name, question.devices, step.device_class, step.sub.selectors
             )
             if found is None:
                 return None
@@ -955,12 +950,12 @@ class PodAllocator:
             class_name = step.sub.device_class_name
             if single:
                 memo_key = (step.request_name, class_name, needed)
-                chosen_devices = found.memo.get(memo_key)
+                chosen_devices = found.derived.get(memo_key)
                 if chosen_devices is None:
                     chosen_devices = tuple(
                         ChosenDevice(step.request_name, device, class_name, False) for device in found.free[:needed]
                     )
-                    found.memo[memo_key] = chosen_devices
+                    found.derived[memo_key] = chosen_devices
             else:
                 chosen_devices = tuple(
                     ChosenDevice(step.request_name, device, class_name, False)

@@ -15,7 +15,6 @@ from extender.decisions.allocator import (
     NotAllocatable,
     PodAllocator,
 )
-from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import PodClaims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.store import ClusterSnapshot
@@ -42,7 +41,6 @@ def device_feasibility(
     pod_claims: PodClaims,
     node_names: Sequence[str],
     matcher: DeviceMatcher,
-    free_index: FreeDeviceIndex | None = None,
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
     deadline: float | None = None,
@@ -58,10 +56,7 @@ def device_feasibility(
     nodes = snapshot.nodes
     allocated = snapshot.allocated
     classes = snapshot.device_classes
-    free_index = free_index if free_index is not None else FreeDeviceIndex(matcher)
-    allocator = PodAllocator(
-        pod_claims.pending, pod_claims.allocated, classes, matcher, free_index, snapshot, budget=budget
-    )
+    allocator = PodAllocator(pod_claims.pending, pod_claims.allocated, classes, matcher, snapshot, budget=budget)
     node_devices = snapshot.node_devices
     decide = allocator.decide
     for index, name in enumerate(node_names):

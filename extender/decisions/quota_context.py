@@ -14,19 +14,19 @@ from typing import Any
 from extender.decisions.quota_tree import QuotaTree
 from extender.state.core import Node
 from extender.state.errors import ObjectError
+from extender.state.indexes.memo import BoundedMemo
 from extender.state.kueue import (
     ClusterQueue,
     DeviceClassMappings,
     LocalQueue,
     ResourceFlavor,
-    Workload,
     parse_kueue_configmap,
 )
 from extender.state.store import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
-_UNKNOWN = object()
+MAX_NODE_FLAVORS = 200_000
 IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 QUOTA_KINDS = frozenset({"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace"})
 
@@ -48,9 +48,10 @@ class QuotaContext:
     mappings: DeviceClassMappings
     mappings_source: str  # for people: where the deviceClassMappings came from
     problems: Mapping[str, str] = field(default_factory=dict)  # ClusterQueue -> why it cannot admit anything
-    _node_flavor_cache: dict[tuple[str, int], dict[Node, str | None]] = field(default_factory=dict, repr=False)
-    _workloads_by_pod: list[tuple[Mapping[str, Workload], dict[str, Workload]]] = field(
-        default_factory=list, repr=False
+    # node_flavor's memo: a pure function of this context and the Node object (a Node event makes a new one),
+    # born and retired with the context.
+    node_flavors: BoundedMemo[Node, str | None] = field(
+        default_factory=lambda: BoundedMemo("node_flavors", MAX_NODE_FLAVORS), repr=False, compare=False
     )
 
     # Resources some ClusterQueue covers; used only when no deviceClassMappings exist at all.
@@ -76,40 +77,17 @@ class QuotaContext:
         group = cluster_queue.resource_group_for(resource)
         if group is None:
             return None
-        per_node = self._node_flavor_cache.get((cluster_queue.name, id(group)))
-        if per_node is None:
-            per_node = self._node_flavor_cache.setdefault((cluster_queue.name, id(group)), {})
-        chosen = per_node.get(node, _UNKNOWN)
-        if chosen is not _UNKNOWN:
-            return chosen  # type: ignore[return-value]
+        part = (cluster_queue.name, id(group))  # the group lives as long as this context does
+        table = self.node_flavors.table(part)
+        if node in table:
+            return table[node]
         chosen = None
         for flavor_quotas in group.flavors:
             flavor = self.flavors.get(flavor_quotas.name)
             if flavor is not None and flavor.matches_node(node.labels):
                 chosen = flavor.name
                 break
-        if len(per_node) > 200_000:
-            per_node.clear()
-        per_node[node] = chosen
-        return chosen
-
-    def admitted_workload(self, workloads: Mapping[str, Workload], pod_uid: str) -> Workload | None:
-        """The admitted Workload a pod owns, through an index rebuilt only when Workloads change."""
-        if not pod_uid or not workloads:
-            return None
-        index = None
-        if self._workloads_by_pod and self._workloads_by_pod[0][0] is workloads:
-            index = self._workloads_by_pod[0][1]
-        if index is None:
-            index = {
-                owner.uid: workload
-                for workload in workloads.values()
-                if workload.admission is not None
-                for owner in workload.owners
-                if owner.uid
-            }
-            self._workloads_by_pod[:] = [(workloads, index)]
-        return index.get(pod_uid)
+        return self.node_flavors.put(node, chosen, part)
 
 
 def _mappings_from_cluster(snapshot: ClusterSnapshot, ref: KueueConfigRef) -> tuple[DeviceClassMappings, str]:

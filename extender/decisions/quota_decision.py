@@ -167,7 +167,7 @@ def decide_quota(
     if rejection is not None:
         return rejection
     assert cluster_queue is not None and ledger_for is not None
-    workload = context.admitted_workload(snapshot.workloads, pod.uid)
+    workload = snapshot.admitted_workload(pod.uid)
     admitted_flavors: dict[str, str] = {}
     if (
         workload is not None

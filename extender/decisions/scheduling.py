@@ -1,8 +1,10 @@
 """The decision for one pod over candidate nodes: devices, then quota, then scores. Pure: no I/O, no Flask.
 
-This is the API the transport layer calls for filter, prioritize and explain. It needs a cluster snapshot,
-the quota context and a ledger that already includes every other pod's reservation; it returns per-node
-verdicts with everything a person needs to understand them, plus the reservation to hold if the pod passes.
+This is the API the service calls for filter, prioritize and explain. It needs a cluster snapshot, the caches
+the caller owns (decisions/caches.py), the quota context and a ledger that already includes every other pod's
+reservation; it returns per-node verdicts with everything a person needs to understand them, plus the
+reservation to hold if the pod passes. Scores are a separate pure step (`score_nodes`): filter needs none,
+prioritize a few.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import NamedTuple
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
 from extender.decisions.feasibility import device_feasibility, unknown_node
-from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_decision import (
@@ -37,6 +38,7 @@ from extender.decisions.scoring import (
 )
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
+from extender.state.indexes.driver_usage import DriverUsageIndex
 from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
@@ -64,9 +66,7 @@ class NodeVerdict(NamedTuple):
     quota: NodeQuota | None = None
 
 
-_new_verdict = partial(tuple.__new__, NodeVerdict)
-# Entries one node's shared memo may hold (scores for different headrooms, strategies); cleared past this.
-MAX_NODE_MEMO = 32  # the hot path skips the NamedTuple's Python-level __new__
+_new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the NamedTuple's Python-level __new__
 
 
 @dataclass(frozen=True)
@@ -79,54 +79,55 @@ class PodDecision:
     fast_path: bool = False
     strategy: str = STRATEGY_MOST
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
-    # Scores are computed on demand (prioritize asks for a few nodes; filter needs none), then remembered.
-    _scoring: tuple[ClusterSnapshot, ScoringWeights, FreeDeviceIndex] | None = field(
-        default=None, repr=False, compare=False
-    )
-    _scores: dict[str, ScoreBreakdown] = field(default_factory=dict, repr=False, compare=False)
-    _headroom: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def passed(self) -> list[str]:
         return [name for name, verdict in self.verdicts.items() if verdict.passed]
 
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A decision with the scores of the nodes that were asked about (prioritize) or of every passing node."""
+
+    decision: PodDecision
+    scores: Mapping[str, ScoreBreakdown]
+
     def score(self, node: str) -> ScoreBreakdown | None:
         """The node's score breakdown, or None for a node that did not pass (or a fast-path decision)."""
-        cached = self._scores.get(node)
-        if cached is not None:
-            return cached
-        verdict = self.verdicts.get(node)
-        if verdict is None or not verdict.passed or verdict.allocation is None or self._scoring is None:
-            return None
-        snapshot, weights, free_index = self._scoring
-        # NodeQuota objects are shared by every node with the same charge and flavor: key the headroom on them.
-        quota_key = id(verdict.quota)
-        headroom = self._headroom.get(quota_key)
-        if headroom is None:
-            headroom = quota_headroom(verdict.quota)
-            self._headroom[quota_key] = headroom
-        node_memo = verdict.allocation.node_memo
-        memo_key = ("score", self.strategy, weights, round(headroom, 3))
-        result = node_memo.get(memo_key) if node_memo is not None else None
-        if result is None:
-            usage = free_index.driver_usage.usage(snapshot, node, snapshot.node_devices(node))
-            result = score_node(verdict.allocation, usage, headroom, self.strategy, weights)
-            if node_memo is not None:
-                if len(node_memo) >= MAX_NODE_MEMO:  # headroom varies with quota use: keep the memo small
-                    node_memo.clear()
-                node_memo[memo_key] = result
-        self._scores[node] = result
-        return result
+        return self.scores.get(node)
 
     def ranked(self) -> list[tuple[str, NodeVerdict]]:
         """Passed nodes by score (highest first), then failed ones; ties by name for a stable order."""
 
         def order(item: tuple[str, NodeVerdict]) -> tuple[bool, int, str]:
             name, verdict = item
-            score = self.score(name) if verdict.passed else None
+            score = self.scores.get(name) if verdict.passed else None
             return (not verdict.passed, -(score.total if score else 0), name)
 
-        return sorted(self.verdicts.items(), key=order)
+        return sorted(self.decision.verdicts.items(), key=order)
+
+
+def score_nodes(
+    decision: PodDecision,
+    node_names: Iterable[str],
+    snapshot: ClusterSnapshot,
+    driver_usage: DriverUsageIndex,
+    weights: ScoringWeights,
+) -> Ranking:
+    """Scores of the named nodes that passed (prioritize asks for a few, explain for all)."""
+    scores: dict[str, ScoreBreakdown] = {}
+    headrooms: dict[int, float] = {}  # NodeQuota objects are shared by every node of one charge and flavor
+    verdicts = decision.verdicts
+    for node in node_names:
+        verdict = verdicts.get(node)
+        if verdict is None or not verdict.passed or verdict.allocation is None or node in scores:
+            continue
+        headroom = headrooms.get(id(verdict.quota))
+        if headroom is None:
+            headroom = headrooms[id(verdict.quota)] = quota_headroom(verdict.quota)
+        usage = driver_usage.usage(snapshot, node)
+        scores[node] = score_node(verdict.allocation, usage, headroom, decision.strategy, weights)
+    return Ranking(decision, scores)
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
@@ -142,7 +143,6 @@ def decide_pod(
     node_names: Iterable[str],
     *,
     matcher: DeviceMatcher,
-    free_index: FreeDeviceIndex | None = None,
     quota_context: QuotaContext | None,
     ledger: QuotaLedger | None,
     options: DecisionOptions = DecisionOptions(),
@@ -156,10 +156,9 @@ def decide_pod(
         verdicts = {name: NodeVerdict(name, True) if name in nodes else _failed(unknown_node(name)) for name in names}
         return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
 
-    free_index = free_index if free_index is not None else FreeDeviceIndex(matcher)
     pod_claims = resolve_pod_claims(snapshot, pod)
     outcomes: dict[str, AllocationOutcome] = device_feasibility(
-        snapshot, pod_claims, names, matcher, free_index, budget=options.search_budget, deadline=deadline
+        snapshot, pod_claims, names, matcher, budget=options.search_budget, deadline=deadline
     )
     allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
     quota = decide_quota(snapshot, pod, allocations, quota_context, ledger, unmapped=options.unmapped_classes)
@@ -192,7 +191,6 @@ def decide_pod(
         quota=quota,
         strategy=strategy,
         reservation=quota.reservation if any(v.passed for v in verdicts.values()) else {},
-        _scoring=(snapshot, options.weights, free_index),
     )
 
 

@@ -88,6 +88,7 @@ class ClusterSnapshot:
     alloc_versions: Mapping[str, int]  # node -> version of the allocations on its node-local pools
     shared_alloc_version: int  # version of the allocations on pools that span nodes
     generated_claims: Mapping[tuple[str, str, str], str]  # (namespace, pod uid, pod claim name) -> claim key
+    admitted_workloads: Mapping[str, str]  # owner uid (a Pod, a Job) -> key of its admitted Workload
     kueue_enabled: bool
     synced: bool
     _changes: ChangeChunk | None = field(repr=False)
@@ -180,6 +181,11 @@ class ClusterSnapshot:
         self._resolved_devices[node_name] = result
         return result
 
+    def admitted_workload(self, owner_uid: str) -> Any:
+        """The admitted Workload a pod (by uid) owns, or None."""
+        key = self.admitted_workloads.get(owner_uid) if owner_uid else None
+        return self.workloads.get(key) if key is not None else None
+
     def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
         """The ResourceClaim behind one pod.spec.resourceClaims entry, if it exists yet."""
         if ref.claim_name:
@@ -231,6 +237,7 @@ class ClusterStore:
         self._shared_alloc_version = 0
         self._claim_devices: dict[str, tuple[DeviceKey, ...]] = {}
         self._generated_claims: dict[tuple[str, str, str], str] = {}
+        self._admitted_by_owner: dict[str, str] = {}
         self._node_devices_cache: dict[str, _NodeDevicesCacheEntry] = {}
         self._pools_dirty = True
         self._kueue_enabled = True
@@ -311,6 +318,8 @@ class ClusterStore:
             self._index_slice(obj)
         elif kind == "ResourceClaim":
             self._index_claim(key, obj)
+        elif kind == "Workload":
+            self._index_workload(key, old, obj)
         elif kind == "Node" and (old is None or old.labels != obj.labels):
             self._local_versions[key] += 1
             self._pools_dirty = True
@@ -327,6 +336,8 @@ class ClusterStore:
             self._unindex_slice(old)
         elif kind == "ResourceClaim":
             self._index_claim(key, None)
+        elif kind == "Workload":
+            self._index_workload(key, old, None)
         elif kind == "Node":
             self._local_versions[key] += 1
             self._pools_dirty = True
@@ -416,6 +427,16 @@ class ClusterStore:
             for owner_uid in claim.owner_uids:
                 self._generated_claims[(claim.namespace, owner_uid, pod_claim_name)] = key
 
+    def _index_workload(self, key: str, old: Any, new: Any) -> None:
+        """Owner uid -> admitted Workload, so a pod finds the flavor Kueue gave it with one lookup."""
+        for owner in old.owners if old is not None else ():
+            if owner.uid and self._admitted_by_owner.get(owner.uid) == key:
+                del self._admitted_by_owner[owner.uid]
+        if new is not None and new.admission is not None:
+            for owner in new.owners:
+                if owner.uid:
+                    self._admitted_by_owner[owner.uid] = key
+
     # --- reads --------------------------------------------------------------------------------------------------
 
     @property
@@ -465,6 +486,11 @@ class ClusterStore:
                 alloc_versions=dict(self._alloc_versions) if claims_changed else current.alloc_versions,
                 shared_alloc_version=self._shared_alloc_version,
                 generated_claims=dict(self._generated_claims) if claims_changed else current.generated_claims,
+                admitted_workloads=(
+                    dict(self._admitted_by_owner)
+                    if current is None or objects["Workload"] is not current.objects["Workload"]
+                    else current.admitted_workloads
+                ),
                 kueue_enabled=self._kueue_enabled,
                 synced=self._synced,
                 _changes=chunk,

@@ -1,7 +1,10 @@
 """The Flask application: kube-scheduler's verbs, diagnostics, health and metrics over HTTP.
 
-An application factory, so tests and the gunicorn entry point build the app around an engine they choose.
-Handlers only parse, call the engine and format: every scheduling rule lives in `extender.decisions`.
+An application factory with blueprints (Flask's own pattern): `scheduling` holds kube-scheduler's verbs,
+`diagnostics` what people and Prometheus read, `health` the probes and the API document both listeners answer.
+With a separate diagnostics listener the process builds two apps around one service, each with the blueprints
+it serves. Handlers only parse, call the service and format; request metrics are taken in request hooks, and
+one error handler per kind of failure turns it into a clear status and message.
 """
 
 from __future__ import annotations
@@ -9,20 +12,19 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 import orjson
 import yaml
-from flask import Flask, Response, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from extender.service import BindError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.transport.diagnostics import decision_json, node_json, queues_json
-from extender.transport.engine import BindError, SchedulingEngine
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.wire import (
     WireError,
@@ -34,6 +36,19 @@ from extender.transport.wire import (
 
 log = logging.getLogger(__name__)
 
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+# endpoint -> the verb label of the request metrics (endpoints not listed are not timed: probes, scrapes)
+TIMED_ENDPOINTS = {
+    "scheduling.filter_verb": "filter",
+    "scheduling.prioritize_verb": "prioritize",
+    "scheduling.bind_verb": "bind",
+    "diagnostics.pod_diagnostics": "diagnostics",
+    "diagnostics.node_diagnostics": "diagnostics",
+    "diagnostics.queue_diagnostics": "diagnostics",
+    "diagnostics.explain": "explain",
+}
+
 
 def _json(payload: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS), status=status, mimetype="application/json")
@@ -43,27 +58,206 @@ def _error(message: str, status: int) -> Response:
     return _json({"error": message}, status)
 
 
-def _body() -> Any:
+def _service() -> SchedulingService:
+    service: SchedulingService = current_app.extensions["dra_service"]
+    return service
+
+
+def _metrics() -> ExtenderMetrics:
+    metrics: ExtenderMetrics = current_app.extensions["dra_metrics"]
+    return metrics
+
+
+def request_body(*, yaml_allowed: bool = False) -> Any:
+    """The request body as data: JSON, or (where allowed) YAML when labelled so or when it is not JSON."""
     data = request.get_data(cache=False)
     if not data:
-        raise WireError("request body is empty; a JSON object is required")
+        raise WireError(
+            "request body is empty; " + ("send a Pod as JSON or YAML" if yaml_allowed else "a JSON object is required")
+        )
+    if not yaml_allowed:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as error:
+            raise WireError(f"request body is not valid JSON: {error}") from None
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as error:
-        raise WireError(f"request body is not valid JSON: {error}") from None
+        body = yaml.safe_load(data) if request.mimetype in YAML_TYPES else None
+        return body if body is not None else orjson.loads(data)
+    except (orjson.JSONDecodeError, yaml.YAMLError, RecursionError):  # PyYAML recurses on deep nesting
+        try:
+            return yaml.safe_load(data)
+        except (yaml.YAMLError, RecursionError) as error:
+            raise WireError(f"request body is neither JSON nor YAML: {error}") from None
 
 
 def openapi_document() -> str:
     return resources.files("extender.transport").joinpath("openapi.yaml").read_text(encoding="utf-8")
 
 
-SCHEDULING_ROUTES = frozenset(
-    {"/filter", "/prioritize", "/bind", "/healthz", "/readyz", "/openapi.yaml", "/openapi.json"}
-)
+# --- kube-scheduler's verbs ---------------------------------------------------------------------------------------
+
+scheduling = Blueprint("scheduling", __name__)
+
+
+@scheduling.post("/filter")
+def filter_verb() -> Response:
+    service = _service()
+    args = parse_extender_args(request_body(), max_nodes=service.config.limits.max_nodes_per_request)
+    decision = service.filter(args.pod, args.node_names)
+    metrics = _metrics()
+    metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
+    if decision.fast_path:
+        metrics.fast_path.labels("filter").inc()
+    outcomes = Counter("passed" if verdict.passed else verdict.category for verdict in decision.verdicts.values())
+    for category, count in outcomes.items():
+        metrics.filter_outcomes.labels(category).inc(count)
+    return _json(filter_result(args, decision))
+
+
+@scheduling.post("/prioritize")
+def prioritize_verb() -> Response:
+    service = _service()
+    args = parse_extender_args(request_body(), max_nodes=service.config.limits.max_nodes_per_request)
+    ranking = service.prioritize(args.pod, args.node_names)
+    metrics = _metrics()
+    metrics.nodes_evaluated.labels("prioritize").inc(len(args.node_names))
+    if ranking.decision.fast_path:
+        metrics.fast_path.labels("prioritize").inc()
+    return _json(prioritize_result(args, ranking))
+
+
+@scheduling.post("/bind")
+def bind_verb() -> Response:
+    service = _service()
+    if not service.config.bind.enabled:
+        return _error("the bind verb is disabled (set bind.enabled: true in the extender config)", 404)
+    args = parse_binding_args(request_body())
+    try:
+        service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+    except BindError as error:
+        return _json({"Error": str(error)})
+    return _json({"Error": ""})
+
+
+# --- what people and Prometheus read ------------------------------------------------------------------------------
+
+diagnostics = Blueprint("diagnostics", __name__)
+
+
+@diagnostics.get("/diagnostics/pods/<namespace>/<name>")
+def pod_diagnostics(namespace: str, name: str) -> Response:
+    record = _service().last_decision(namespace, name)
+    if record is None:
+        return _error(f"no decision recorded for pod {namespace}/{name}", 404)
+    return _json(decision_json(record.ranking, record))
+
+
+@diagnostics.post("/diagnostics/explain")
+def explain() -> Response:
+    body = request_body(yaml_allowed=True)
+    if not isinstance(body, dict):
+        raise WireError("request body must be a Pod object")
+    if body.get("kind") not in (None, "Pod"):
+        raise WireError(f"request body must be a Pod, got kind {body.get('kind')!r}")
+    try:
+        pod = parse_pod(body)
+    except ObjectError as error:
+        raise WireError(f"Pod: {error.describe()}") from None
+    nodes = request.args.getlist("node") or None
+    return _json(decision_json(_service().explain(pod, nodes)))
+
+
+@diagnostics.get("/diagnostics/nodes/<name>")
+def node_diagnostics(name: str) -> Response:
+    report = node_json(_service().snapshot(), name)
+    if report is None:
+        return _error(f"node {name} is not known to the extender", 404)
+    return _json(report)
+
+
+@diagnostics.get("/diagnostics/queues")
+def queue_diagnostics() -> Response:
+    return _json(queues_json(_service().quota_view()))
+
+
+@diagnostics.get("/metrics")
+def metrics_endpoint() -> Response:
+    return Response(generate_latest(_metrics().registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+# --- probes and the API document (both listeners) -----------------------------------------------------------------
+
+health = Blueprint("health", __name__)
+
+
+@health.get("/healthz")
+def healthz() -> Response:
+    return _json({"status": "ok"})
+
+
+@health.get("/readyz")
+def readyz() -> Response:
+    service = _service()
+    source_health = service.health()
+    snapshot = service.snapshot()
+    ready = source_health.ready and snapshot.synced
+    payload = {
+        "ready": ready,
+        "message": source_health.message,
+        "source": service.source.description,
+        "stateVersion": snapshot.version,
+        "freshnessSeconds": source_health.freshness_seconds,
+    }
+    return _json(payload, 200 if ready else 503)
+
+
+@health.get("/openapi.yaml")
+def openapi_yaml() -> Response:
+    return Response(openapi_document(), mimetype="application/yaml")
+
+
+@health.get("/openapi.json")
+def openapi_json() -> Response:
+    return _json(yaml.safe_load(openapi_document()))
+
+
+# --- the factory --------------------------------------------------------------------------------------------------
+
+
+def _start_timer() -> None:
+    g.started = time.perf_counter()
+
+
+def _observe(response: Response) -> Response:
+    verb = TIMED_ENDPOINTS.get(request.endpoint or "")
+    if verb is not None and "started" in g:
+        metrics = _metrics()
+        metrics.request_seconds.labels(verb).observe(time.perf_counter() - g.started)
+        metrics.requests.labels(verb, str(response.status_code)).inc()
+    return response
+
+
+def _bad_request(error: WireError) -> Response:
+    return _error(str(error), 400)
+
+
+def _http_error(error: HTTPException) -> Response:
+    if isinstance(error, RequestEntityTooLarge):
+        limit = _service().config.limits.max_body_bytes
+        return _error(f"request body exceeds the limit of {limit} bytes", 413)
+    response = _error(f"{error.name}: {error.description}", error.code or 500)
+    # Keep werkzeug's protocol headers (Allow on 405, as RFC 9110 requires); the body is ours.
+    response.headers.extend((k, v) for k, v in error.get_headers() if k.lower() != "content-type")
+    return response
+
+
+def _unexpected(error: Exception) -> Response:
+    log.exception("unexpected error answering %s %s", request.method, request.path)
+    return _error(f"internal error: {type(error).__name__}: {error}", 500)
 
 
 def create_app(
-    engine: SchedulingEngine,
+    service: SchedulingService,
     *,
     metrics: ExtenderMetrics | None = None,
     serve_scheduling: bool = True,
@@ -72,171 +266,17 @@ def create_app(
     """The app for one listener. With a separate diagnostics listener, the scheduling listener serves only
     kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus)."""
     app = Flask("dra-extender")
-    app.config["MAX_CONTENT_LENGTH"] = engine.config.max_body_bytes
-    metrics = metrics if metrics is not None else ExtenderMetrics(engine)
-    app.extensions["dra_engine"] = engine
-    app.extensions["dra_metrics"] = metrics
-    max_nodes = engine.config.max_nodes_per_request
-
-    def route(method: str, rule: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-        scheduling = rule in SCHEDULING_ROUTES
-        diagnostics = not rule.startswith(("/filter", "/prioritize", "/bind"))
-        wanted = (serve_scheduling and scheduling) or (serve_diagnostics and diagnostics)
-
-        def register(handler: Callable[..., Response]) -> Callable[..., Response]:
-            if wanted:
-                app.add_url_rule(rule, view_func=handler, methods=[method.upper()])
-            return handler
-
-        return register
-
-    def timed(verb: str) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
-        def wrap(handler: Callable[..., Response]) -> Callable[..., Response]:
-            def run(*args: Any, **kwargs: Any) -> Response:
-                started = time.perf_counter()
-                try:
-                    response = handler(*args, **kwargs)
-                except WireError as error:
-                    response = _error(str(error), 400)
-                except RequestEntityTooLarge:
-                    response = _error(f"request body exceeds the limit of {engine.config.max_body_bytes} bytes", 413)
-                metrics.request_seconds.labels(verb).observe(time.perf_counter() - started)
-                metrics.requests.labels(verb, str(response.status_code)).inc()
-                return response
-
-            run.__name__ = handler.__name__
-            return run
-
-        return wrap
-
-    @route("post", "/filter")
-    @timed("filter")
-    def filter_verb() -> Response:
-        args = parse_extender_args(_body(), max_nodes=max_nodes)
-        decision = engine.filter(args.pod, args.node_names)
-        metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
-        if decision.fast_path:
-            metrics.fast_path.labels("filter").inc()
-        outcomes = Counter("passed" if verdict.passed else verdict.category for verdict in decision.verdicts.values())
-        for category, count in outcomes.items():
-            metrics.filter_outcomes.labels(category).inc(count)
-        return _json(filter_result(args, decision))
-
-    @route("post", "/prioritize")
-    @timed("prioritize")
-    def prioritize_verb() -> Response:
-        args = parse_extender_args(_body(), max_nodes=max_nodes)
-        decision = engine.prioritize(args.pod, args.node_names)
-        metrics.nodes_evaluated.labels("prioritize").inc(len(args.node_names))
-        if decision.fast_path:
-            metrics.fast_path.labels("prioritize").inc()
-        return _json(prioritize_result(args, decision))
-
-    @route("post", "/bind")
-    @timed("bind")
-    def bind_verb() -> Response:
-        if not engine.config.bind_enabled:
-            return _error("the bind verb is disabled (set bind.enabled: true in the extender config)", 404)
-        args = parse_binding_args(_body())
-        try:
-            engine.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-        except BindError as error:
-            return _json({"Error": str(error)})
-        return _json({"Error": ""})
-
-    @route("get", "/diagnostics/pods/<namespace>/<name>")
-    @timed("diagnostics")
-    def pod_diagnostics(namespace: str, name: str) -> Response:
-        record = engine.last_decision(namespace, name)
-        if record is None:
-            return _error(f"no decision recorded for pod {namespace}/{name}", 404)
-        return _json(decision_json(record.decision, record))
-
-    @route("post", "/diagnostics/explain")
-    @timed("explain")
-    def explain() -> Response:
-        data = request.get_data(cache=False)
-        if not data:
-            raise WireError("request body is empty; send a Pod as JSON or YAML")
-        try:
-            body = (
-                yaml.safe_load(data)
-                if request.mimetype in ("application/yaml", "application/x-yaml", "text/yaml")
-                else None
-            )
-            if body is None:
-                body = orjson.loads(data)
-        except (orjson.JSONDecodeError, yaml.YAMLError, RecursionError):  # PyYAML recurses on deep nesting
-            try:
-                body = yaml.safe_load(data)
-            except (yaml.YAMLError, RecursionError) as error:
-                raise WireError(f"request body is neither JSON nor YAML: {error}") from None
-        if not isinstance(body, dict):
-            raise WireError("request body must be a Pod object")
-        if body.get("kind") not in (None, "Pod"):
-            raise WireError(f"request body must be a Pod, got kind {body.get('kind')!r}")
-        try:
-            pod = parse_pod(body)
-        except ObjectError as error:
-            raise WireError(f"Pod: {error.describe()}") from None
-        nodes = request.args.getlist("node") or None
-        return _json(decision_json(engine.explain(pod, nodes)))
-
-    @route("get", "/diagnostics/nodes/<name>")
-    @timed("diagnostics")
-    def node_diagnostics(name: str) -> Response:
-        report = node_json(engine.snapshot(), name)
-        if report is None:
-            return _error(f"node {name} is not known to the extender", 404)
-        return _json(report)
-
-    @route("get", "/diagnostics/queues")
-    @timed("diagnostics")
-    def queue_diagnostics() -> Response:
-        return _json(queues_json(engine))
-
-    @route("get", "/healthz")
-    def healthz() -> Response:
-        return _json({"status": "ok"})
-
-    @route("get", "/readyz")
-    def readyz() -> Response:
-        health = engine.health()
-        snapshot = engine.snapshot()
-        ready = health.ready and snapshot.synced
-        payload = {
-            "ready": ready,
-            "message": health.message,
-            "source": engine.source.description,
-            "stateVersion": snapshot.version,
-            "freshnessSeconds": health.freshness_seconds,
-        }
-        return _json(payload, 200 if ready else 503)
-
-    @route("get", "/metrics")
-    def metrics_endpoint() -> Response:
-        return Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
-
-    @route("get", "/openapi.yaml")
-    def openapi_yaml() -> Response:
-        return Response(openapi_document(), mimetype="application/yaml")
-
-    @route("get", "/openapi.json")
-    def openapi_json() -> Response:
-        return _json(yaml.safe_load(openapi_document()))
-
-    @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException) -> Response:
-        if isinstance(error, RequestEntityTooLarge):
-            return _error(f"request body exceeds the limit of {engine.config.max_body_bytes} bytes", 413)
-        response = _error(f"{error.name}: {error.description}", error.code or 500)
-        # Keep werkzeug's protocol headers (Allow on 405, as RFC 9110 requires); the body is ours.
-        response.headers.extend((k, v) for k, v in error.get_headers() if k.lower() != "content-type")
-        return response
-
-    @app.errorhandler(Exception)
-    def unexpected(error: Exception) -> Response:
-        log.exception("unexpected error answering %s %s", request.method, request.path)
-        return _error(f"internal error: {type(error).__name__}: {error}", 500)
-
+    app.config["MAX_CONTENT_LENGTH"] = service.config.limits.max_body_bytes
+    app.extensions["dra_service"] = service
+    app.extensions["dra_metrics"] = metrics if metrics is not None else ExtenderMetrics(service)
+    if serve_scheduling:
+        app.register_blueprint(scheduling)
+    if serve_diagnostics:
+        app.register_blueprint(diagnostics)
+    app.register_blueprint(health)
+    app.before_request(_start_timer)
+    app.after_request(_observe)
+    app.register_error_handler(WireError, _bad_request)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)
     return app

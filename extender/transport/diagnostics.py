@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from extender.decisions.scheduling import NodeVerdict, PodDecision
+from extender.decisions.scheduling import NodeVerdict, Ranking
 from extender.decisions.scoring import ScoreBreakdown
+from extender.service import DecisionRecord, QuotaView
 from extender.state.quantity import format_quantity
 from extender.state.store import ClusterSnapshot
-from extender.transport.engine import DecisionRecord, SchedulingEngine
 
 
 def _quantity(value: Fraction) -> str | int:
@@ -76,8 +76,9 @@ def verdict_json(name: str, verdict: NodeVerdict, score: ScoreBreakdown | None) 
     return out
 
 
-def decision_json(decision: PodDecision, record: DecisionRecord | None = None) -> dict[str, Any]:
-    ranked = decision.ranked()
+def decision_json(ranking: Ranking, record: DecisionRecord | None = None) -> dict[str, Any]:
+    decision = ranking.decision
+    ranked = ranking.ranked()
     out: dict[str, Any] = {
         "pod": decision.pod_key,
         "podUID": decision.pod_uid,
@@ -95,7 +96,7 @@ def decision_json(decision: PodDecision, record: DecisionRecord | None = None) -
                 for (cq, flavor, resource), amount in decision.reservation.items()
             ],
         },
-        "nodes": [verdict_json(name, v, decision.score(name)) for name, v in ranked],
+        "nodes": [verdict_json(name, v, ranking.score(name)) for name, v in ranked],
     }
     if record is not None:
         out["verb"] = record.verb
@@ -150,41 +151,39 @@ def node_json(snapshot: ClusterSnapshot, node_name: str) -> dict[str, Any] | Non
     }
 
 
-def queues_json(engine: SchedulingEngine) -> dict[str, Any]:
-    with engine.reservations.lock:
-        # Reservations are otherwise reconciled only when the next pod is filtered: without this, a pod already
-        # seen bound would show both as usage and as reserved (and `available` would count it twice). The
-        # snapshot is taken under the lock, as filter takes it, so it never predates another reconcile.
-        snapshot = engine.snapshot()
-        engine.reconcile_reservations(snapshot)
-        context = engine.quota_context(snapshot)
-        usage = engine.usage.usage(snapshot, context)
-        reserved = engine.reservations.totals()
-        ledger = context.tree.ledger(engine.usage_with_reservations(snapshot, context))
-    queues = []
-    for cq in sorted(context.cluster_queues.values(), key=lambda q: q.name):
-        rows = []
+def queue_rows(view: QuotaView) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(ClusterQueue, flavor, resource, numbers) for every quota the ClusterQueues declare, from one view: what
+    /diagnostics/queues and the quota metrics both show."""
+    rows = []
+    ledger, usage, reserved = view.ledger, view.usage, view.reserved
+    for cq in sorted(view.context.cluster_queues.values(), key=lambda q: q.name):
         for group in cq.resource_groups:
             for flavor in group.flavors:
                 for quota in flavor.resources:
                     key = (cq.name, flavor.name, quota.name)
-                    rows.append(
-                        {
-                            "flavor": flavor.name,
-                            "resource": quota.name,
-                            "nominal": _quantity(quota.nominal_quota),
-                            "borrowingLimit": _quantity(quota.borrowing_limit)
-                            if quota.borrowing_limit is not None
-                            else None,
-                            "lendingLimit": _quantity(quota.lending_limit) if quota.lending_limit is not None else None,
-                            "usage": _quantity(usage.get(key, Fraction(0))),
-                            "reserved": _quantity(reserved.get(key, Fraction(0))),
-                            "available": _quantity(ledger.available(cq.name, flavor.name, quota.name)),
-                            "potentialAvailable": _quantity(
-                                ledger.potential_available(cq.name, flavor.name, quota.name)
-                            ),
-                        }
-                    )
+                    numbers = {
+                        "nominal": quota.nominal_quota,
+                        "borrowingLimit": quota.borrowing_limit,
+                        "lendingLimit": quota.lending_limit,
+                        "usage": usage.get(key, Fraction(0)),
+                        "reserved": reserved.get(key, Fraction(0)),
+                        "available": ledger.available(cq.name, flavor.name, quota.name),
+                        "potentialAvailable": ledger.potential_available(cq.name, flavor.name, quota.name),
+                    }
+                    rows.append((cq.name, flavor.name, quota.name, numbers))
+    return rows
+
+
+def queues_json(view: QuotaView) -> dict[str, Any]:
+    context = view.context
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for cq_name, flavor, resource, numbers in queue_rows(view):
+        row: dict[str, Any] = {"flavor": flavor, "resource": resource}
+        row.update({name: _quantity(value) if value is not None else None for name, value in numbers.items()})
+        by_queue.setdefault(cq_name, []).append(row)
+    queues = []
+    for cq in sorted(context.cluster_queues.values(), key=lambda q: q.name):
+        rows = by_queue.get(cq.name, [])
         queues.append(
             {
                 "name": cq.name,
@@ -207,9 +206,9 @@ def queues_json(engine: SchedulingEngine) -> dict[str, Any]:
                     for (_, flavor, resource), amount in r.charges.items()
                 ],
                 "node": r.node,
-                "expiresIn": round(r.expires - engine.reservations.now(), 1),
+                "expiresIn": round(r.expires - view.at, 1),
             }
-            for r in engine.reservations.all()
+            for r in view.reservations
         ],
         "clusterQueues": queues,
     }

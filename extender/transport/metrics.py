@@ -1,25 +1,26 @@
 """Prometheus metrics of one extender process.
 
 Each app gets its own registry (tests build many apps in one process). Gauges that describe state (quota,
-reservations, freshness) are computed when scraped, from the engine, so they can never drift from it.
+reservations, freshness) are computed when scraped, from the service's one quota view (the same the verbs and
+/diagnostics/queues read, reconciled first), so they can never drift from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from fractions import Fraction
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from extender.transport.engine import SchedulingEngine
+from extender.service import SchedulingService
+from extender.transport.diagnostics import queue_rows
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class ExtenderMetrics:
-    def __init__(self, engine: SchedulingEngine) -> None:
+    def __init__(self, service: SchedulingService) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.request_seconds = Histogram(
             "dra_extender_request_duration_seconds",
@@ -52,23 +53,30 @@ class ExtenderMetrics:
             ["verb"],
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(engine))
+        self.registry.register(_StateCollector(service))
 
 
 class _StateCollector(Collector):
-    def __init__(self, engine: SchedulingEngine) -> None:
-        self.engine = engine
+    def __init__(self, service: SchedulingService) -> None:
+        self.service = service
 
     def describe(self) -> list[GaugeMetricFamily]:
         """Nothing up front: the families depend on live state, and collecting at registration is wasted work."""
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        engine = self.engine
+        service = self.service
+        view = service.quota_view()
         held = GaugeMetricFamily("dra_extender_reservations_held", "Pods holding a quota reservation.")
-        held.add_metric([], len(engine.reservations))
+        held.add_metric([], len(view.reservations))
         yield held
-        health = engine.health()
+        released = CounterMetricFamily(
+            "dra_extender_reservations_released", "Reservations let go, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(service.released_reservations.items()):
+            released.add_metric([reason], count)
+        yield released
+        health = service.health()
         ready = GaugeMetricFamily("dra_extender_ready", "1 when the cluster view is loaded and in sync.")
         ready.add_metric([], 1.0 if health.ready else 0.0)
         yield ready
@@ -80,13 +88,21 @@ class _StateCollector(Collector):
         for resource, age in sorted(health.freshness_seconds.items()):
             freshness.add_metric([resource], age)
         yield freshness
-        stats = getattr(engine.source, "stats_dicts", None)
+        stats = getattr(service.source, "stats_dicts", None)
         if stats is not None:
             yield from _watch_families(stats())
-        snapshot = engine.snapshot()
         version = GaugeMetricFamily("dra_extender_state_version", "Change counter of the cluster view.")
-        version.add_metric([], snapshot.version)
+        version.add_metric([], view.snapshot.version)
         yield version
+        memo_entries = GaugeMetricFamily("dra_extender_memo_entries", "Entries held per memo.", labels=["memo"])
+        memo_clears = CounterMetricFamily(
+            "dra_extender_memo_clears", "Wholesale clears of a full memo.", labels=["memo"]
+        )
+        for memo in service.caches.memos():
+            memo_entries.add_metric([memo.name], len(memo))
+            memo_clears.add_metric([memo.name], memo.clears)
+        yield memo_entries
+        yield memo_clears
         available = GaugeMetricFamily(
             "dra_extender_quota_available",
             "Kueue 'available' per ClusterQueue, flavor and resource, after usage and reservations.",
@@ -97,20 +113,20 @@ class _StateCollector(Collector):
             "Devices held by bound pods per ClusterQueue, flavor and resource.",
             labels=["cluster_queue", "flavor", "resource"],
         )
-        context = engine.quota_context(snapshot)
-        if context.enabled and context.cluster_queues:
-            usage = engine.usage.usage(snapshot, context)
-            ledger = context.tree.ledger(engine.usage_with_reservations(snapshot, context))
-            for cq in context.cluster_queues.values():
-                for group in cq.resource_groups:
-                    for flavor in group.flavors:
-                        for quota in flavor.resources:
-                            labels = [cq.name, flavor.name, quota.name]
-                            available.add_metric(labels, float(ledger.available(cq.name, flavor.name, quota.name)))
-                            used = usage.get((cq.name, flavor.name, quota.name), Fraction(0))
-                            usage_family.add_metric(labels, float(used))
+        reserved_family = GaugeMetricFamily(
+            "dra_extender_quota_reserved",
+            "Quota held by reservations of pods that passed filter, per ClusterQueue, flavor and resource.",
+            labels=["cluster_queue", "flavor", "resource"],
+        )
+        if view.governed:
+            for cq_name, flavor, resource, numbers in queue_rows(view):
+                labels = [cq_name, flavor, resource]
+                available.add_metric(labels, float(numbers["available"]))
+                usage_family.add_metric(labels, float(numbers["usage"]))
+                reserved_family.add_metric(labels, float(numbers["reserved"]))
         yield available
         yield usage_family
+        yield reserved_family
 
 
 _WATCH_COUNTERS = {

@@ -1,4 +1,4 @@
-"""Running the app under gunicorn from our own CLI, with the engine built before workers start.
+"""Running the app under gunicorn from our own CLI, with the service built before workers start.
 
 One worker process with threads: the cluster view, the selector caches and the reservation ledger live in
 one process, so every request sees every reservation. More processes would each hold their own ledger and
@@ -49,7 +49,7 @@ def tls_options(cert_file: str, key_file: str, client_ca_file: str) -> dict[str,
 
 def diagnostics_starter(app: Flask, listen: str) -> Callable[[Any], None]:
     """A gunicorn post_worker_init hook serving `app` on its own plain-HTTP listener inside the worker, so
-    diagnostics and metrics see the same engine while the scheduling listener stays private (and TLS)."""
+    diagnostics and metrics see the same service while the scheduling listener stays private (and TLS)."""
 
     def start(_worker: Any) -> None:
         host, _, port = listen.rpartition(":")

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.decisions.scheduling import PodDecision
+from extender.decisions.scheduling import PodDecision, Ranking
 from extender.state.core import Pod, parse_pod
 from extender.state.errors import ObjectError
 from extender.state.fields import type_name
@@ -114,13 +114,12 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     return result
 
 
-def prioritize_result(args: ExtenderArgs, decision: PodDecision) -> list[dict[str, Any]]:
-    """HostPriorityList: every requested node, 0 for the ones that did not pass."""
-    if decision.fast_path:  # nothing of ours to prefer: neutral scores
-        return [{"Host": name, "Score": 0} for name in args.node_names]
+def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, Any]]:
+    """HostPriorityList: every requested node, 0 for the ones that did not pass (and for fast-path pods)."""
+    scores = ranking.scores
     result = []
     for name in args.node_names:
-        score = decision.score(name)
+        score = scores.get(name)
         result.append({"Host": name, "Score": score.total if score is not None else 0})
     return result
 

@@ -32,7 +32,6 @@ from extender.decisions.allocator import (
 )
 from extender.decisions.cel import SelectorError, compile_selector
 from extender.decisions.feasibility import device_feasibility
-from extender.decisions.free_devices import FreeDeviceIndex
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
@@ -118,9 +117,7 @@ def run_ours(case: Mapping[str, Any]) -> OurRun:
     pod = parse_pod(pod_object(case))
     pod_claims = resolve_pod_claims(snapshot, pod)
     matcher = DeviceMatcher()
-    outcomes = device_feasibility(
-        snapshot, pod_claims, case["scenario"]["nodeNames"], matcher, FreeDeviceIndex(matcher)
-    )
+    outcomes = device_feasibility(snapshot, pod_claims, case["scenario"]["nodeNames"], matcher)
     return OurRun(snapshot, pod_claims, outcomes)
 
 

@@ -88,12 +88,15 @@ class _Entry:
     uses: int = 0
 
 
-class _ThreadCache(threading.local):
+class ActivationCache(threading.local):
+    """Activations per device, one table per thread (the library's arenas are thread-local, see above).
+
+    An explicit object owned by the caller (decisions/caches.py), not module state; its eviction is the
+    library's constraint, not BoundedMemo's: oldest first past MAX_DEVICES_PER_THREAD, renewed after
+    RENEW_AFTER evaluations."""
+
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
-
-
-_cache = _ThreadCache()
 
 
 def _build(device: Device) -> _Entry:
@@ -104,9 +107,15 @@ def _build(device: Device) -> _Entry:
     return _Entry(device, environments().runtime.Activation(data=data), None)
 
 
-def activation_for(device: Device) -> cel.Activation:
-    """This thread's Activation for the device; DeviceDataError when the device cannot be presented."""
-    entries = _cache.entries
+def activation_for(device: Device, cache: ActivationCache | None = None) -> cel.Activation:
+    """This thread's Activation for the device (a new one without a cache); DeviceDataError when the device
+    cannot be presented."""
+    if cache is None:
+        entry = _build(device)
+        if entry.error is not None:
+            raise entry.error
+        return entry.activation
+    entries = cache.entries
     entry = entries.get(id(device))
     if entry is None or entry.device is not device or entry.uses >= RENEW_AFTER:
         if entry is None and len(entries) >= MAX_DEVICES_PER_THREAD:
@@ -117,7 +126,3 @@ def activation_for(device: Device) -> cel.Activation:
         raise entry.error
     entry.uses += 1
     return entry.activation
-
-
-def clear_thread_cache() -> None:
-    _cache.entries.clear()

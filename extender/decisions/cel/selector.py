@@ -2,10 +2,12 @@
 
 compile_selector(expression) type-checks the expression in the checking environment, applies the static
 checks of analysis.py, rewrites the checked AST for the runtime and hands it, serialized, to the runtime
-environment. Compiled selectors are cached (LRU, thread-safe) because the same few class and request
-selectors are evaluated against every candidate device of every node.
+environment. With a ProgramCache (an explicit BoundedMemo the caller owns) compiled selectors and compile errors
+are remembered, because the same few class and request selectors are evaluated against every candidate device of
+every node.
 
-CompiledSelector.matches(device) evaluates against the device's cached Activation. A runtime error (a
+CompiledSelector.matches(device, activations) evaluates against the device's Activation (reused from the
+caller's ActivationCache when given). A runtime error (a
 missing attribute, a type error, a non-bool result) raises SelectorError(phase="runtime"): upstream turns
 it into an error for the whole pod, not a non-match.
 """
@@ -14,20 +16,19 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 
-from cachetools import LRUCache
 from cel_expr_python import cel
 
 from extender.decisions.cel import analysis
 from extender.decisions.cel.checked_ast import decode_checked, encode_checked
-from extender.decisions.cel.device_activation import DeviceDataError, activation_for
+from extender.decisions.cel.device_activation import ActivationCache, DeviceDataError, activation_for
 from extender.decisions.cel.environment import environments
 from extender.state.dra import Device
+from extender.state.indexes.memo import BoundedMemo
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COST = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost
-_CACHE_SIZE = 2048
+PROGRAMS_KEPT = 2048
 _ERROR_TYPE = cel.Type.ERROR
 
 
@@ -60,9 +61,9 @@ class CompiledSelector:
         self.estimated_cost = estimated_cost
         self._program = program
 
-    def matches(self, device: Device) -> bool:
+    def matches(self, device: Device, activations: ActivationCache | None = None) -> bool:
         try:
-            activation = activation_for(device)
+            activation = activation_for(device, activations)
         except DeviceDataError as error:
             raise SelectorError(self.expression, str(error), "runtime", device.key) from None
         try:
@@ -180,27 +181,24 @@ def _format_cost(cost: float) -> str:
     return "more than 9.2e18" if cost >= analysis.UNBOUNDED else str(int(cost))
 
 
-_cache: LRUCache[str, CompiledSelector | SelectorError] = LRUCache(maxsize=_CACHE_SIZE)
-_cache_lock = threading.Lock()
+ProgramCache = BoundedMemo[str, CompiledSelector | SelectorError]
 
 
-def compile_selector(expression: str) -> CompiledSelector:
+def new_program_cache() -> ProgramCache:
+    return BoundedMemo("cel_programs", PROGRAMS_KEPT)
+
+
+def compile_selector(expression: str, programs: ProgramCache | None = None) -> CompiledSelector:
     """The compiled selector for an expression; SelectorError(phase="compile") if it is invalid.
-    Both outcomes are cached: the same selectors come back for every device of every node."""
-    with _cache_lock:
-        cached = _cache.get(expression)
+    With `programs`, both outcomes are remembered there."""
+    cached = programs.get(expression) if programs is not None else None
     if cached is None:
         try:
             cached = _compile(expression)
         except SelectorError as error:
             cached = error
-        with _cache_lock:
-            _cache[expression] = cached
+        if programs is not None:
+            programs.put(expression, cached)
     if isinstance(cached, SelectorError):
         raise SelectorError(cached.expression, cached.message, cached.phase)
     return cached
-
-
-def clear_cache() -> None:
-    with _cache_lock:
-        _cache.clear()

@@ -1,0 +1,67 @@
+"""The caches the decision functions read and fill, owned by whoever calls them (the service, a test, a bench).
+
+Decisions keep no state of their own: like upstream's structured allocator, which receives its CEL cache and
+its view of allocated devices from the scheduler plugin (k8s.io/dynamic-resource-allocation/structured,
+NewAllocator), every memo a decision uses is one of these explicit objects, passed in. Each is a
+`BoundedMemo` (extender/state/indexes/memo.py: one eviction rule, one locking rule). What invalidates each:
+
+| memo | key (part / entry) | retired by |
+| --- | --- | --- |
+| programs | - / expression text | nothing: a text always compiles to the same program |
+| verdicts | expression / Device object | a ResourceSlice event (its devices are new objects) |
+| selectable | class signature / NodeDevices | a slice, node-label or DeviceTaintRule event (new NodeDevices) |
+| free | class signature / NodeDevices | as above, and entries carry the node's allocation versions |
+| driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
+
+Sizes were chosen against the 5000-node benchmark (bench/allocator_bench.py): verdicts for ~40k devices times a
+dozen expressions, selectable and free lists for every node times a few dozen pod shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from extender.decisions.cel import ActivationCache, ProgramCache, new_program_cache
+from extender.state.dra import Device
+from extender.state.indexes.driver_usage import DriverUsageIndex
+from extender.state.indexes.memo import BoundedMemo
+from extender.state.inventory import NodeDevices
+
+if TYPE_CHECKING:
+    from extender.decisions.selection import Selectable, Verdict
+
+MAX_VERDICTS = 500_000
+MAX_NODE_LISTS = 200_000
+
+# DeviceClass name, the class's selectors, the request's selectors: what a node's selectable devices depend on.
+ClassSignature = tuple[str, tuple[str, ...], tuple[str, ...]]
+
+
+class FreeSelectable(NamedTuple):
+    free: tuple[Device, ...]  # selectable and not allocated, in upstream order
+    selectable: int  # how many the selectors select at all (free or not)
+    # Results derived from `free` (the devices a request of N takes), dropped with this entry.
+    derived: dict[tuple[str, str, int], tuple[object, ...]]
+
+
+class FreeEntry(NamedTuple):
+    local_version: int  # the node's allocation version the entry was computed at
+    shared_version: int  # the version of allocations on pools spanning nodes
+    result: FreeSelectable | None  # None: the plain answer does not apply (taints, counters, selector errors)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionCaches:
+    programs: ProgramCache = field(default_factory=new_program_cache)
+    activations: ActivationCache = field(default_factory=ActivationCache)
+    verdicts: BoundedMemo[Device, Verdict] = field(default_factory=lambda: BoundedMemo("verdicts", MAX_VERDICTS))
+    selectable: BoundedMemo[NodeDevices, Selectable | None] = field(
+        default_factory=lambda: BoundedMemo("selectable", MAX_NODE_LISTS)
+    )
+    free: BoundedMemo[NodeDevices, FreeEntry] = field(default_factory=lambda: BoundedMemo("free", MAX_NODE_LISTS))
+    driver_usage: DriverUsageIndex = field(default_factory=DriverUsageIndex)
+
+    def memos(self) -> tuple[BoundedMemo[Any, Any], ...]:
+        """Every memo, for the metrics that show their sizes and clears."""
+        return (self.programs, self.verdicts, self.selectable, self.free, self.driver_usage.memo)

@@ -1,0 +1,264 @@
+"""The extender's own configuration file (YAML), validated strictly at start.
+
+A typo in an option must stop the extender with a message naming the option, not silently fall back to a
+default that schedules differently than the operator intended.
+
+The section dataclasses below are the single source of every option: the YAML key (field metadata `key`), the
+default (the field's default), the type and bounds. The loader walks them, config/extender.yaml documents them
+(a test keeps its values equal to these defaults), and the rest of the program reads typed sections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from extender.decisions.quota_context import KueueConfigRef
+from extender.decisions.quota_decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
+from extender.decisions.scheduling import DecisionOptions
+from extender.decisions.scoring import STRATEGIES, STRATEGY_MOST, ScoringWeights
+from extender.state.errors import ObjectError
+from extender.state.kueue import DeviceClassMappings, parse_device_class_mappings
+
+
+class ConfigError(ValueError):
+    """The configuration file is invalid."""
+
+
+def option(
+    key: str,
+    default: Any,
+    *,
+    minimum: float | None = None,
+    choices: tuple[str, ...] = (),
+    parse: Callable[[Any, str], Any] | None = None,
+) -> Any:
+    """A field of a section: its YAML key, default and validation in one place."""
+    section = type(default) if dataclasses.is_dataclass(default) else None
+    metadata = {"key": key, "minimum": minimum, "choices": choices, "parse": parse, "section": section}
+    if section is None:
+        return field(default=default, metadata=metadata)
+    return field(default_factory=lambda: default, metadata=metadata)  # sections are frozen: one shared default
+
+
+def _host_port(value: Any, where: str) -> str:
+    if value == "":
+        return ""
+    if not isinstance(value, str) or ":" not in value:
+        raise ConfigError(f"{where}: must be HOST:PORT, got {value!r}")
+    return value
+
+
+def _mappings(value: Any, where: str) -> DeviceClassMappings | None:
+    if value is None:
+        return None
+    try:
+        return parse_device_class_mappings({"resources": {"deviceClassMappings": value}})
+    except (ObjectError, ValueError) as error:
+        raise ConfigError(f"{where}: {error}") from None
+
+
+def _file(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: must be a file path")
+    if value and not Path(value).is_file():
+        raise ConfigError(f"{where}: {value} does not exist")
+    return value
+
+
+def _log_level(value: Any, where: str) -> str:
+    level = str(value).upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"{where}: must be DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+_WEIGHTS = ScoringWeights()
+_KUEUE_CONFIG = KueueConfigRef()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightsSection:
+    device_fit: int = option("deviceFit", _WEIGHTS.device_fit)
+    first_available: int = option("firstAvailable", _WEIGHTS.first_available)
+    quota_headroom: int = option("quotaHeadroom", _WEIGHTS.quota_headroom)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringSection:
+    strategy: str = option("strategy", STRATEGY_MOST, choices=STRATEGIES)
+    weights: WeightsSection = option("weights", WeightsSection())
+    allow_pod_annotation: bool = option("allowPodAnnotation", True)
+
+
+@dataclass(frozen=True, slots=True)
+class KueueConfigMapSection:
+    namespace: str = option("namespace", _KUEUE_CONFIG.namespace)
+    name: str = option("name", _KUEUE_CONFIG.name)
+    key: str = option("key", _KUEUE_CONFIG.key)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSection:
+    unmapped_device_classes: str = option(
+        "unmappedDeviceClasses", UNMAPPED_IGNORE, choices=(UNMAPPED_IGNORE, UNMAPPED_REJECT)
+    )
+    kueue_config_map: KueueConfigMapSection = option("kueueConfigMap", KueueConfigMapSection())
+    device_class_mappings: DeviceClassMappings | None = option("deviceClassMappings", None, parse=_mappings)
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationsSection:
+    ttl_seconds: float = option("ttlSeconds", 60.0, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
+class BindSection:
+    enabled: bool = option("enabled", False)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsSection:
+    max_body_bytes: int = option("maxBodyBytes", 8 * 1024 * 1024, minimum=1024)
+    max_nodes_per_request: int = option("maxNodesPerRequest", 10_000, minimum=1)
+    request_deadline_seconds: float = option("requestDeadlineSeconds", 4.0, minimum=0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSection:
+    budget: int = option("budget", 20_000, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosticsSection:
+    history: int = option("history", 2048, minimum=1)
+    history_node_verdicts: int = option("historyNodeVerdicts", 250_000, minimum=1)
+    listen: str = option("listen", "", parse=_host_port)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSection:
+    cert_file: str = option("certFile", "", parse=_file)
+    key_file: str = option("keyFile", "", parse=_file)
+    client_ca_file: str = option("clientCAFile", "", parse=_file)  # set: only clients with a cert from this CA
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSection:
+    stale_grace_seconds: float = option("staleGraceSeconds", 60.0, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingSection:
+    format: str = option("format", "json", choices=("json", "text"))
+    level: str = option("level", "INFO", parse=_log_level)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    listen: str = option("listen", "127.0.0.1:8888", parse=_host_port)
+    scoring: ScoringSection = option("scoring", ScoringSection())
+    quota: QuotaSection = option("quota", QuotaSection())
+    reservations: ReservationsSection = option("reservations", ReservationsSection())
+    bind: BindSection = option("bind", BindSection())
+    limits: LimitsSection = option("limits", LimitsSection())
+    search: SearchSection = option("search", SearchSection())
+    diagnostics: DiagnosticsSection = option("diagnostics", DiagnosticsSection())
+    tls: TlsSection = option("tls", TlsSection())
+    source: SourceSection = option("source", SourceSection())
+    logging: LoggingSection = option("logging", LoggingSection())
+
+    @property
+    def decisions(self) -> DecisionOptions:
+        """What the decision functions need of the configuration."""
+        weights = self.scoring.weights
+        return DecisionOptions(
+            scoring_strategy=self.scoring.strategy,
+            weights=ScoringWeights(weights.device_fit, weights.first_available, weights.quota_headroom),
+            unmapped_classes=self.quota.unmapped_device_classes,
+            search_budget=self.search.budget,
+            allow_strategy_annotation=self.scoring.allow_pod_annotation,
+        )
+
+    @property
+    def kueue_config(self) -> KueueConfigRef:
+        ref = self.quota.kueue_config_map
+        return KueueConfigRef(ref.namespace, ref.name, ref.key)
+
+
+S = TypeVar("S")
+
+
+def _scalar(value: Any, kind: Any, where: str, minimum: float | None, choices: tuple[str, ...]) -> Any:
+    if kind in (bool, "bool"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: must be true or false, got {value!r}")
+        return value
+    if kind in (int, "int"):
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            raise ConfigError(f"{where}: must be an integer >= {minimum or 0:g}, got {value!r}")
+        return value
+    if kind in (float, "float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (minimum is not None and value < minimum):
+            raise ConfigError(f"{where}: must be a number >= {minimum or 0:g}, got {value!r}")
+        return float(value)
+    if choices and value not in choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: must be a string, got {value!r}")
+    return value
+
+
+def parse_section(section_type: type[S], raw: Any, where: str = "") -> S:
+    """A section from its YAML mapping: unknown keys rejected, every value checked, absent keys defaulted."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where or 'the configuration'}: must be a mapping")
+    fields = {f.metadata["key"]: f for f in dataclasses.fields(section_type)}  # type: ignore[arg-type]  # S is a dataclass
+    unknown = set(raw) - set(fields)
+    if unknown:
+        label = f"{where}: unknown option(s)" if where else "unknown top-level option(s)"
+        raise ConfigError(f"{label} {', '.join(sorted(map(str, unknown)))}; allowed: {', '.join(sorted(fields))}")
+    values: dict[str, Any] = {}
+    for key, spec in fields.items():
+        if key not in raw:
+            continue
+        path = f"{where}.{key}" if where else key
+        value = raw[key]
+        if spec.metadata["parse"] is not None:
+            values[spec.name] = spec.metadata["parse"](value, path)
+        elif spec.metadata["section"] is not None:
+            values[spec.name] = parse_section(spec.metadata["section"], value, path)
+        else:
+            values[spec.name] = _scalar(value, spec.type, path, spec.metadata["minimum"], spec.metadata["choices"])
+    return section_type(**values)
+
+
+def parse_config(raw: Any) -> ExtenderConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("the configuration must be a YAML mapping")
+    config = parse_section(ExtenderConfig, raw)
+    tls = config.tls
+    if bool(tls.cert_file) != bool(tls.key_file):
+        raise ConfigError("tls: certFile and keyFile go together")
+    if tls.client_ca_file and not tls.cert_file:
+        raise ConfigError("tls.clientCAFile needs tls.certFile and tls.keyFile (client certificates need TLS)")
+    return config
+
+
+def load_config(path: str | Path | None) -> ExtenderConfig:
+    if path is None:
+        return ExtenderConfig()
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: invalid YAML: {error}") from None
+    return parse_config(raw)

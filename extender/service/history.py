@@ -1,0 +1,75 @@
+"""What the extender decided recently: for /diagnostics/pods and for prioritize right after filter.
+
+Not caches (nothing here is recomputed on a miss): records, bounded so a big cluster cannot grow them without
+limit. The history is bounded by pods AND by node verdicts held (one decision over 5000 nodes weighs 5000),
+least recently written first; the filter decisions prioritize reuses are few (prioritize follows filter
+within one scheduling cycle) and each holds a verdict per candidate node.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from cachetools import LRUCache
+
+from extender.decisions.scheduling import PodDecision, Ranking
+
+# kube-scheduler calls prioritize right after filter in the same cycle; an older filter answer is not reused.
+PRIORITIZE_REUSE_SECONDS = 10.0
+LAST_FILTER_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    verb: str  # filter | prioritize
+    at: float  # wall-clock time
+    ranking: Ranking
+    duration_seconds: float
+
+    @property
+    def decision(self) -> PodDecision:
+        return self.ranking.decision
+
+
+def _weight(record: DecisionRecord) -> int:
+    return max(1, len(record.decision.verdicts))
+
+
+class DecisionHistory:
+    """Thread-safe (cachetools caches are not: an eviction racing a write raises)."""
+
+    def __init__(self, max_pods: int, max_verdicts: int, last_filter_kept: int = LAST_FILTER_KEPT) -> None:
+        self._lock = threading.Lock()
+        self._max_pods = max_pods
+        self._records: LRUCache[str, DecisionRecord] = LRUCache(maxsize=max_verdicts, getsizeof=_weight)
+        self._last_filter: LRUCache[str, tuple[float, PodDecision]] = LRUCache(maxsize=last_filter_kept)
+
+    def record(self, verb: str, ranking: Ranking, started: float) -> None:
+        record = DecisionRecord(verb, time.time(), ranking, time.perf_counter() - started)
+        with self._lock:
+            if _weight(record) > self._records.maxsize:
+                return  # larger than the whole history allows: not kept
+            self._records[ranking.decision.pod_key] = record
+            while len(self._records) > self._max_pods:
+                self._records.popitem()
+
+    def get(self, pod_key: str) -> DecisionRecord | None:
+        with self._lock:
+            return self._records.get(pod_key)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def remember_filter(self, pod_id: str, decision: PodDecision) -> None:
+        with self._lock:
+            self._last_filter[pod_id] = (time.monotonic(), decision)
+
+    def recent_filter(self, pod_id: str) -> PodDecision | None:
+        """The pod's filter decision of this scheduling cycle, if there is one."""
+        with self._lock:
+            previous = self._last_filter.get(pod_id)
+        if previous is None or time.monotonic() - previous[0] >= PRIORITIZE_REUSE_SECONDS:
+            return None
+        return previous[1]

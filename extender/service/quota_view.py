@@ -1,0 +1,50 @@
+"""ONE quota view: usage, reservations and Kueue's arithmetic over them, reconciled once, read by everything.
+
+filter, prioritize, bind, /diagnostics/queues, the web of metrics: all of them read a `QuotaView` the service
+builds under its reservation lock (reservations reconciled against the same snapshot first), so no two of them
+can disagree about what a ClusterQueue has left. Kueue keeps the same split in its cache
+(pkg/cache/scheduler: the ClusterQueue snapshot with usage of admitted workloads, plus what the current
+scheduling cycle has assumed); here "assumed" is our reservation ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from extender.decisions.quota_context import QuotaContext
+from extender.decisions.quota_tree import QuotaLedger
+from extender.state.reservations import QuotaKey, Reservation
+from extender.state.store import ClusterSnapshot
+
+
+def add_amounts(*parts: Mapping[QuotaKey, Fraction]) -> dict[QuotaKey, Fraction]:
+    total: dict[QuotaKey, Fraction] = {}
+    for part in parts:
+        for key, amount in part.items():
+            total[key] = total.get(key, Fraction(0)) + amount
+    return {key: amount for key, amount in total.items() if amount}
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    snapshot: ClusterSnapshot
+    context: QuotaContext
+    usage: Mapping[QuotaKey, Fraction]  # what bound pods (and pods being bound) hold, from the API's claims
+    reserved: Mapping[QuotaKey, Fraction]  # what pods that passed filter hold until seen bound
+    reservations: tuple[Reservation, ...]
+    ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved
+    at: float  # the reservation clock when the view was taken (for "expires in")
+
+    @property
+    def governed(self) -> bool:
+        return self.context.enabled and bool(self.context.cluster_queues)
+
+    def ledger_excluding(self, pod_id: str) -> QuotaLedger:
+        """The ledger without the pod's own reservation: a pod filtered again is not charged against itself."""
+        own = next((r for r in self.reservations if r.pod_uid == pod_id), None)
+        if own is None:
+            return self.ledger
+        held = add_amounts(self.usage, self.reserved, {key: -amount for key, amount in own.charges.items()})
+        return self.context.tree.ledger(held)

@@ -1,0 +1,219 @@
+"""The application service: the one object a process runs, and the only one that holds mutable state.
+
+It owns the cluster source and store, the indexes and caches the decisions read (usage per queue, selector
+verdicts, free devices, CEL programs: extender/decisions/caches.py, extender/state/indexes/), the reservation
+ledger and its lifecycle, and the decision history. Each verb is: take ONE quota view (snapshot + reconciled
+reservations + usage + Kueue's ledger, under the reservation lock), hand values and caches to the pure decision
+functions, and hold or release the pod's reservation in the same critical section, so check-then-reserve is
+atomic across gunicorn threads. The HTTP layer, the CLI and the metrics read the same views; none of them
+touches the ledger or the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+
+from extender.decisions.caches import DecisionCaches
+from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
+from extender.decisions.selection import DeviceMatcher
+from extender.decisions.usage import pod_usage
+from extender.service.config import ExtenderConfig
+from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.service.history import DecisionHistory, DecisionRecord
+from extender.service.quota_view import QuotaView, add_amounts
+from extender.service.reservations import reservation_state
+from extender.state.core import Pod
+from extender.state.indexes.usage import UsageIndex
+from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.reservations import ReservationLedger
+from extender.state.sources import ClusterSource, SourceHealth
+from extender.state.store import ClusterSnapshot, ClusterStore
+
+log = logging.getLogger(__name__)
+
+Binder = Callable[[str, str, str, str], None]  # (namespace, pod name, pod uid, node)
+
+
+class BindError(RuntimeError):
+    """Binding the pod through the API failed; nothing stays reserved for it."""
+
+
+def needs_our_decision(pod: Pod) -> bool:
+    """Pods without claims and without a queue pass every known node: nothing to reserve or record."""
+    return bool(pod.claims) or QUEUE_NAME_LABEL in pod.labels
+
+
+def pod_id(pod: Pod) -> str:
+    return pod.uid or pod.key
+
+
+class SchedulingService:
+    def __init__(
+        self,
+        source: ClusterSource,
+        config: ExtenderConfig,
+        *,
+        store: ClusterStore | None = None,
+        binder: Binder | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.config = config
+        self.store = store if store is not None else ClusterStore()
+        self.binder = binder
+        self.options = config.decisions
+        self.caches = DecisionCaches()
+        self.matcher = DeviceMatcher(self.caches)
+        self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
+        self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock)
+        self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
+        self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
+        self._context_lock = threading.Lock()
+        self._context_key: tuple[object, ...] | None = None
+        self._context: QuotaContext | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        tune_for_large_heap()
+        self.source.start(self.store)
+        self.store.snapshot()
+        freeze_loaded_state()
+
+    def stop(self) -> None:
+        self.source.stop()
+
+    def health(self) -> SourceHealth:
+        return self.source.health()
+
+    # --- views --------------------------------------------------------------------------------------------------
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self.store.snapshot()
+
+    def quota_context(self, snapshot: ClusterSnapshot) -> QuotaContext:
+        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed (dict identity in snapshots)."""
+        key = (snapshot.kueue_enabled, *(id(snapshot.objects[kind]) for kind in sorted(QUOTA_KINDS)))
+        with self._context_lock:
+            if self._context is None or key != self._context_key:
+                self._context = build_quota_context(
+                    snapshot, self.config.quota.device_class_mappings, self.config.kueue_config
+                )
+                self._context_key = key
+            return self._context
+
+    def quota_view(self) -> QuotaView:
+        """The one quota view: reservations reconciled against the snapshot it is built from."""
+        with self.reservations.lock:
+            return self._quota_view_locked()
+
+    def _quota_view_locked(self) -> QuotaView:
+        # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
+        # reconcile has since turned from a reservation into usage, and would then count neither.
+        snapshot = self.snapshot()
+        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot)):
+            self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
+            log.debug("released reservation of %s: %s", reservation.pod_key, why)
+        context = self.quota_context(snapshot)
+        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context))
+        reserved = self.reservations.totals()
+        return QuotaView(
+            snapshot=snapshot,
+            context=context,
+            usage=usage,
+            reserved=reserved,
+            reservations=tuple(self.reservations.all()),
+            ledger=context.tree.ledger(add_amounts(usage, reserved)),
+            at=self.reservations.now(),
+        )
+
+    def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
+        return self.history.get(f"{namespace}/{name}")
+
+    # --- verbs --------------------------------------------------------------------------------------------------
+
+    def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
+        started = time.perf_counter()
+        if not needs_our_decision(pod):
+            return self._decide(self.snapshot(), pod, node_names, view=None)
+        identity = pod_id(pod)
+        with self.reservations.lock:
+            view = self._quota_view_locked()
+            decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
+            if decision.reservation:
+                self.reservations.reserve(identity, pod.key, decision.quota.cluster_queue, decision.reservation)
+            else:
+                self.reservations.release(identity)
+        self.history.remember_filter(identity, decision)
+        self.history.record("filter", Ranking(decision, {}), started)
+        return decision
+
+    def prioritize(self, pod: Pod, node_names: Iterable[str]) -> Ranking:
+        """Scores for the nodes that passed filter; reuses the filter's decision for the same pod when it has one."""
+        started = time.perf_counter()
+        names = list(node_names)
+        snapshot = self.snapshot()
+        decision = self.history.recent_filter(pod_id(pod))
+        if decision is None or not all(name in decision.verdicts for name in names):
+            if not needs_our_decision(pod):
+                return Ranking(self._decide(snapshot, pod, names, view=None), {})
+            decision = self._decide(snapshot, pod, names, view=self.quota_view(), started=started)
+        ranking = score_nodes(decision, names, snapshot, self.caches.driver_usage, self.options.weights)
+        if not decision.fast_path:
+            self.history.record("prioritize", ranking, started)
+        return ranking
+
+    def explain(self, pod: Pod, node_names: Iterable[str] | None = None) -> Ranking:
+        """A what-if ranking: the same decision as filter, over every node by default, reserving nothing."""
+        view = self.quota_view()
+        names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
+        decision = self._decide(view.snapshot, pod, names, view=view if needs_our_decision(pod) else None)
+        return score_nodes(decision, names, view.snapshot, self.caches.driver_usage, self.options.weights)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind through the API; on success hold exactly the charge of the node chosen, on failure nothing."""
+        identity = uid or f"{namespace}/{name}"
+        if self.binder is None:
+            self.reservations.release(identity)
+            raise BindError("binding needs a live cluster source (--kubeconfig or --in-cluster)")
+        try:
+            self.binder(namespace, name, uid, node)
+        except Exception as error:
+            self.reservations.release(identity)
+            raise BindError(f"binding {namespace}/{name} to {node} failed: {error}") from error
+        with self.reservations.lock:
+            held = self.reservations.get(identity)
+            previous = self.history.recent_filter(identity)
+            verdict = previous.verdicts.get(node) if previous is not None else None
+            if held is not None and verdict is not None and verdict.passed and verdict.quota is not None:
+                # The filter held the largest charge of all passing nodes; the node chosen may take less.
+                self.reservations.reserve(identity, held.pod_key, held.cluster_queue, verdict.quota.charges)
+            self.reservations.confirm(identity, node)
+
+    # --- the one call into the decisions ------------------------------------------------------------------------
+
+    def _decide(
+        self,
+        snapshot: ClusterSnapshot,
+        pod: Pod,
+        node_names: Iterable[str],
+        *,
+        view: QuotaView | None,
+        started: float | None = None,
+    ) -> PodDecision:
+        governed = view is not None and view.governed and QUEUE_NAME_LABEL in pod.labels
+        return decide_pod(
+            snapshot,
+            pod,
+            node_names,
+            matcher=self.matcher,
+            quota_context=view.context if view is not None else None,
+            ledger=view.ledger_excluding(pod_id(pod)) if governed and view is not None else None,
+            options=self.options,
+            deadline=(started + self.config.limits.request_deadline_seconds) if started is not None else None,
+        )

@@ -1,0 +1,70 @@
+"""The one bounded memo every index and cache of the extender is built on.
+
+Why one helper: each cache used to have its own eviction rule and its own locking habit, and one of them had
+none. Every memo now follows the same two rules, so a reader checks them once:
+
+- **Eviction**: a memo holds at most `max_entries` values; a write that finds it full clears it wholesale first.
+  Values are keyed by object identity (a Device, a NodeDevices list, a Node) that a watch event retires by
+  replacing the object, so a wholesale clear is also how stale keys leave; it costs one recomputation of what
+  is still live, and nothing per hit (an LRU would pay bookkeeping on every read of the hot path).
+- **Locking**: reads take no lock (one dict lookup is atomic in CPython); writes and clears take the memo's own
+  lock. Every value is a pure function of its key (or carries the versions it was computed at and is checked by
+  the reader), so a lost race costs a duplicate computation, never a wrong answer.
+
+Entries are grouped in parts (a selector signature, an expression): the hot loops fetch one part's table once
+per request and then pay one lookup per node, as upstream's allocator does with the caches its plugin owns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable, Mapping
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class BoundedMemo(Generic[K, V]):
+    __slots__ = ("_lock", "_parts", "_size", "clears", "max_entries", "name")
+
+    def __init__(self, name: str, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError("a memo must hold at least one entry")
+        self.name = name
+        self.max_entries = max_entries
+        self.clears = 0
+        self._parts: dict[Hashable, dict[K, V]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def table(self, part: Hashable = None) -> Mapping[K, V]:
+        """One part's entries, for a loop that looks up many keys of the same part (read-only)."""
+        entries = self._parts.get(part)
+        return entries if entries is not None else {}
+
+    def get(self, key: K, part: Hashable = None) -> V | None:
+        entries = self._parts.get(part)
+        return entries.get(key) if entries is not None else None
+
+    def put(self, key: K, value: V, part: Hashable = None) -> V:
+        with self._lock:
+            if self._size >= self.max_entries:
+                self._parts.clear()
+                self._size = 0
+                self.clears += 1
+            entries = self._parts.get(part)
+            if entries is None:
+                entries = self._parts[part] = {}
+            if key not in entries:
+                self._size += 1
+            entries[key] = value
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._parts.clear()
+            self._size = 0
+
+    def __len__(self) -> int:
+        return self._size

@@ -1,0 +1,111 @@
+"""Quota in use per (ClusterQueue, flavor, resource), kept in step with the cluster view event by event.
+
+Usage comes from what is actually allocated (claim status), so a restart or a lost watch rebuilds it exactly
+from the API server. This index only does the bookkeeping: which pods hold what, and which claims and nodes
+each depends on, so that a Pod, ResourceClaim or Node event re-attributes only the pods it touches. How one
+pod's allocations translate into quota (the DeviceClass mapping, the node's flavor) is a decision
+(`decisions/usage.py: pod_usage`), handed in as `attribute` together with the `basis` it depends on (the quota
+context): a new basis, or a change of a kind in `GLOBAL_KINDS`, recomputes everything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from extender.state.core import Pod
+from extender.state.reservations import QuotaKey
+from extender.state.store import Change, ClusterSnapshot
+
+# Kinds whose change can re-attribute every pod (mappings, flavors, queues, classes); the rest is incremental.
+GLOBAL_KINDS = frozenset(
+    {"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace", "DeviceClass"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    node: str
+    claims: tuple[str, ...]  # claim keys the attribution read (or expects), so their events re-attribute it
+    amounts: tuple[tuple[QuotaKey, Fraction], ...]
+
+
+Attribute = Callable[[ClusterSnapshot, Pod], PodUsage | None]
+
+
+class UsageIndex:
+    """Thread-safe; `totals` brings the index up to the snapshot it is given, then answers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._version = -1
+        self._basis: object = None
+        self._by_pod: dict[str, PodUsage] = {}
+        self._pods_by_claim: dict[str, set[str]] = defaultdict(set)
+        self._pods_by_node: dict[str, set[str]] = defaultdict(set)
+        self._totals: dict[QuotaKey, Fraction] = {}
+        self.full_recomputes = 0
+
+    def totals(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> Mapping[QuotaKey, Fraction]:
+        with self._lock:
+            if self._basis is not basis:
+                self._recompute(snapshot, basis, attribute)
+            elif snapshot.version != self._version:
+                changes = snapshot.changes_since(self._version) if snapshot.version > self._version else None
+                if changes is None or any(change.kind in GLOBAL_KINDS for change in changes):
+                    self._recompute(snapshot, basis, attribute)
+                else:
+                    self._apply(snapshot, changes, attribute)
+            return dict(self._totals)
+
+    def _recompute(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> None:
+        self.full_recomputes += 1
+        self._by_pod.clear()
+        self._pods_by_claim.clear()
+        self._pods_by_node.clear()
+        self._totals = {}
+        for key, pod in snapshot.pods.items():
+            self._set_pod(key, attribute(snapshot, pod))
+        self._basis = basis
+        self._version = snapshot.version
+
+    def _apply(self, snapshot: ClusterSnapshot, changes: list[Change], attribute: Attribute) -> None:
+        touched: set[str] = set()
+        for change in changes:
+            if change.kind == "Pod":
+                touched.add(change.key)
+            elif change.kind == "ResourceClaim":
+                touched.update(self._pods_by_claim.get(change.key, ()))
+                claim = snapshot.claims.get(change.key)
+                if claim is not None:
+                    touched.update(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for)
+            elif change.kind == "Node":
+                touched.update(self._pods_by_node.get(change.key, ()))
+        for key in touched:
+            pod = snapshot.pods.get(key)
+            self._set_pod(key, attribute(snapshot, pod) if pod is not None else None)
+        self._version = snapshot.version
+
+    def _set_pod(self, key: str, usage: PodUsage | None) -> None:
+        old = self._by_pod.pop(key, None)
+        if old is not None:
+            for claim_key in old.claims:
+                self._pods_by_claim[claim_key].discard(key)
+            self._pods_by_node[old.node].discard(key)
+            for quota_key, amount in old.amounts:
+                remaining = self._totals.get(quota_key, Fraction(0)) - amount
+                if remaining:
+                    self._totals[quota_key] = remaining
+                else:
+                    self._totals.pop(quota_key, None)
+        if usage is None:
+            return
+        self._by_pod[key] = usage
+        for claim_key in usage.claims:
+            self._pods_by_claim[claim_key].add(key)
+        self._pods_by_node[usage.node].add(key)
+        for quota_key, amount in usage.amounts:
+            self._totals[quota_key] = self._totals.get(quota_key, Fraction(0)) + amount
