@@ -17,12 +17,15 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/dra-extender serve
 
-test: $(STAMP)
-	$(BIN)/ruff check .
+test: lint
 	$(BIN)/pytest -q
 
+# Style, formatting, the type checker (mypy strict on the package) and the layer contract (import-linter).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

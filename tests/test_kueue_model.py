@@ -395,9 +395,7 @@ H100_GPU = [*RG, 1, "flavors", 1, "resources", 0]
             "must be a list",
             id="covered-not-list",
         ),
-        pytest.param(
-            [*RG, 0, "flavors"], [], "spec.resourceGroups[0].flavors", "at least 1 item", id="no-flavors"
-        ),
+        pytest.param([*RG, 0, "flavors"], [], "spec.resourceGroups[0].flavors", "at least 1 item", id="no-flavors"),
         pytest.param(
             [*RG, 0, "flavors", 0],
             "default",
@@ -405,9 +403,7 @@ H100_GPU = [*RG, 1, "flavors", 1, "resources", 0]
             "must be an object",
             id="flavor-not-object",
         ),
-        pytest.param(
-            ["spec", "resourceGroups"], {"a": 1}, "spec.resourceGroups", "must be a list", id="groups-map"
-        ),
+        pytest.param(["spec", "resourceGroups"], {"a": 1}, "spec.resourceGroups", "must be a list", id="groups-map"),
         pytest.param(
             ["spec", "stopPolicy"],
             "Pause",
@@ -461,9 +457,7 @@ H100_GPU = [*RG, 1, "flavors", 1, "resources", 0]
         pytest.param(["metadata", "name"], ..., "metadata.name", "is required", id="missing-name"),
         pytest.param(["metadata"], ..., "metadata", "is required", id="missing-metadata"),
         pytest.param(["kind"], "LocalQueue", "kind", "expected ClusterQueue", id="wrong-kind"),
-        pytest.param(
-            ["apiVersion"], "kueue.x-k8s.io/v1alpha1", "apiVersion", "unsupported", id="wrong-version"
-        ),
+        pytest.param(["apiVersion"], "kueue.x-k8s.io/v1alpha1", "apiVersion", "unsupported", id="wrong-version"),
     ],
 )
 def test_cluster_queue_errors_name_the_field(path, value, field, fragment):
@@ -515,9 +509,7 @@ def test_cohort_v1beta1_and_root_limits():
 
 
 def test_cohort_minimal():
-    cohort = parse_cohort(
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "org"}}
-    )
+    cohort = parse_cohort({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "org"}})
     assert (cohort.parent_name, cohort.resource_groups) == (None, ())
 
 
@@ -846,9 +838,7 @@ def _mappings(*entries):
             id="invalid-class",
         ),
         pytest.param(
-            _mappings(
-                {"name": "gpus", "deviceClassNames": ["a"]}, {"name": "gpus", "deviceClassNames": ["b"]}
-            ),
+            _mappings({"name": "gpus", "deviceClassNames": ["a"]}, {"name": "gpus", "deviceClassNames": ["b"]}),
             "resources.deviceClassMappings[1].name",
             "duplicate mapping name",
             id="duplicate-name",
@@ -860,9 +850,7 @@ def _mappings(*entries):
             id="duplicate-class-in-mapping",
         ),
         pytest.param(
-            _mappings(
-                {"name": "gpus", "deviceClassNames": ["a"]}, {"name": "more", "deviceClassNames": ["a"]}
-            ),
+            _mappings({"name": "gpus", "deviceClassNames": ["a"]}, {"name": "more", "deviceClassNames": ["a"]}),
             "resources.deviceClassMappings[1].deviceClassNames[0]",
             "already mapped to resource 'gpus'",
             id="class-in-two-mappings",
@@ -911,9 +899,7 @@ def test_device_class_in_several_counter_mappings_like_kueue():
         {"name": "gpu-compute", "deviceClassNames": ["mig.example.com"], "sources": [_counter("compute")]},
     )
     mappings = parse_device_class_mappings(config)
-    assert (
-        mappings.resource_for_class("mig.example.com") == "gpu-memory"
-    )  # first mapping wins, as Kueue's mapper
+    assert mappings.resource_for_class("mig.example.com") == "gpu-memory"  # first mapping wins, as Kueue's mapper
     first = mappings.mapping_for_class("mig.example.com")
     assert not first.counts_devices
     assert first.sources[0].kind is DeviceClassSourceKind.COUNTER

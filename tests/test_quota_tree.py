@@ -420,9 +420,7 @@ class Reference:
     def usage(self, node):
         if node[0] == "cq":
             return self.used.get((node[1], F, R), Fraction(0))
-        return sum(
-            (max(Fraction(0), self.usage(c) - self.local(c)) for c in self.children(node[1])), Fraction(0)
-        )
+        return sum((max(Fraction(0), self.usage(c) - self.local(c)) for c in self.children(node[1])), Fraction(0))
 
     def available(self, node):
         parent = self.parent(node)

@@ -159,7 +159,7 @@ AllocationOutcome = Allocation | NotAllocatable
 # --- the search -----------------------------------------------------------------------------------------------
 
 
-Undo = Callable[[], None]
+Undo = Callable[[], object]  # what it returns is ignored
 
 
 class _BudgetExhaustedError(Exception):
@@ -929,8 +929,8 @@ class PodAllocator:
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
             )
-        claim = _new_claim_allocation((self.pending[0], chosen_devices, self._alternatives))
-        return _new_allocation((node_name, (claim,), self.class_counts))
+        claim_allocation = _new_claim_allocation((self.pending[0], chosen_devices, self._alternatives))
+        return _new_allocation((node_name, (claim_allocation,), self.class_counts))
 
     def _first_free(self, question: NodeQuestion) -> AllocationOutcome | None:
         assert self.simple is not None

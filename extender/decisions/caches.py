@@ -29,6 +29,7 @@ from extender.state.indexes.memo import BoundedMemo
 from extender.state.inventory import NodeDevices
 
 if TYPE_CHECKING:
+    from extender.decisions.allocator import ChosenDevice
     from extender.decisions.selection import Selectable, Verdict
 
 MAX_VERDICTS = 500_000
@@ -42,7 +43,7 @@ class FreeSelectable(NamedTuple):
     free: tuple[Device, ...]  # selectable and not allocated, in upstream order
     selectable: int  # how many the selectors select at all (free or not)
     # Results derived from `free` (the devices a request of N takes), dropped with this entry.
-    derived: dict[tuple[str, str, int], tuple[object, ...]]
+    derived: dict[tuple[str, str, int], tuple[ChosenDevice, ...]]
 
 
 class FreeEntry(NamedTuple):

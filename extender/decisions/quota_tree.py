@@ -226,8 +226,8 @@ class QuotaTree:
         for queue_index, parent_index in queue_parent.items():
             if parent_index in self._cyclic:
                 name = self._nodes[queue_index].name
-                cohort = self._nodes[parent_index].name
-                self._inactive[name] = f"cohort {cohort!r} is part of, or descends from, a cohort cycle"
+                cohort_name = self._nodes[parent_index].name
+                self._inactive[name] = f"cohort {cohort_name!r} is part of, or descends from, a cohort cycle"
         for name, queue in self._queues.items():
             if name not in self._inactive and queue.is_stopped:
                 self._inactive[name] = f"ClusterQueue is stopped (stopPolicy {queue.stop_policy.value})"
@@ -291,9 +291,9 @@ class QuotaTree:
             node = self._nodes[index]
             subtree = {fr: quota.nominal_quota for fr, quota in node.quotas.items()}
             for child_index in node.children:
-                child = self._nodes[child_index]
-                for fr, child_quota in child.subtree.items():
-                    subtree[fr] = subtree.get(fr, _ZERO) + child_quota - child.local_quota(fr)
+                child_node = self._nodes[child_index]
+                for fr, child_quota in child_node.subtree.items():
+                    subtree[fr] = subtree.get(fr, _ZERO) + child_quota - child_node.local_quota(fr)
             node.subtree = subtree
 
     # -- structure -------------------------------------------------------------------------------------------

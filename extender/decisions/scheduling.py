@@ -153,8 +153,8 @@ def decide_pod(
     strategy = pod_strategy(pod, options)
     if not pod.claims and QUEUE_NAME_LABEL not in pod.labels:
         # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error.
-        verdicts = {name: NodeVerdict(name, True) if name in nodes else _failed(unknown_node(name)) for name in names}
-        return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
+        every_known = {n: NodeVerdict(n, True) if n in nodes else _failed(unknown_node(n)) for n in names}
+        return PodDecision(pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy)
 
     pod_claims = resolve_pod_claims(snapshot, pod)
     outcomes: dict[str, AllocationOutcome] = device_feasibility(

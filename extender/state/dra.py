@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from extender.state.core import NodeSelector, Taint, Toleration, parse_metadata, parse_node_selector
 from extender.state.errors import ObjectError
@@ -211,7 +211,7 @@ def _parse_attribute(raw: object, path: str) -> Attribute:
     expected = {"int": int, "bool": bool, "string": str, "version": str}[kind]
     if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
         raise ObjectError(child_path(path, kind), f"must be a {kind}, got {type_name(value)}")
-    return Attribute(kind, value)
+    return Attribute(kind, cast("int | bool | str", value))  # checked just above
 
 
 def _parse_quantity_field(raw: object, path: str) -> Fraction:

@@ -34,6 +34,7 @@ from extender.state.inventory import (
     devices_for_node,
 )
 from extender.state.kinds import KINDS_BY_NAME, KindInfo, object_key
+from extender.state.kueue import Workload
 
 log = logging.getLogger(__name__)
 
@@ -181,10 +182,11 @@ class ClusterSnapshot:
         self._resolved_devices[node_name] = result
         return result
 
-    def admitted_workload(self, owner_uid: str) -> Any:
+    def admitted_workload(self, owner_uid: str) -> Workload | None:
         """The admitted Workload a pod (by uid) owns, or None."""
         key = self.admitted_workloads.get(owner_uid) if owner_uid else None
-        return self.workloads.get(key) if key is not None else None
+        workload: Workload | None = self.workloads.get(key) if key is not None else None
+        return workload
 
     def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
         """The ResourceClaim behind one pod.spec.resourceClaims entry, if it exists yet."""
@@ -368,7 +370,7 @@ class ClusterStore:
 
     def _rebuild_pool(self, pool_key: PoolKey) -> None:
         old = self._pools.get(pool_key)
-        slices = self._pool_slices[pool_key].values()
+        slices: Iterable[ResourceSlice] = self._pool_slices[pool_key].values()
         if self._taint_rules:
             slices = [apply_taint_rules(resource_slice, self._taint_rules) for resource_slice in slices]
         pool = build_pool(pool_key[0], pool_key[1], slices)
@@ -477,15 +479,20 @@ class ClusterStore:
             if len(self._chunks) > CHANGE_CHUNKS_KEPT:
                 self._chunks.pop(0)
                 self._chunks[0].older = None
-            claims_changed = current is None or objects["ResourceClaim"] is not current.objects["ResourceClaim"]
+            same_claims = current is not None and objects["ResourceClaim"] is current.objects["ResourceClaim"]
+            unchanged_claims = current if same_claims else None
             snapshot = ClusterSnapshot(
                 version=self._version,
                 objects=objects,
                 topology=topology,
-                allocated=dict(self._allocated) if claims_changed else current.allocated,
-                alloc_versions=dict(self._alloc_versions) if claims_changed else current.alloc_versions,
+                allocated=dict(self._allocated) if unchanged_claims is None else unchanged_claims.allocated,
+                alloc_versions=(
+                    dict(self._alloc_versions) if unchanged_claims is None else unchanged_claims.alloc_versions
+                ),
                 shared_alloc_version=self._shared_alloc_version,
-                generated_claims=dict(self._generated_claims) if claims_changed else current.generated_claims,
+                generated_claims=(
+                    dict(self._generated_claims) if unchanged_claims is None else unchanged_claims.generated_claims
+                ),
                 admitted_workloads=(
                     dict(self._admitted_by_owner)
                     if current is None or objects["Workload"] is not current.objects["Workload"]

@@ -20,7 +20,7 @@ from werkzeug.serving import make_server
 log = logging.getLogger(__name__)
 
 
-class ExtenderServer(BaseApplication):
+class ExtenderServer(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type information
     def __init__(self, app: Flask, options: dict[str, Any]) -> None:
         self._app = app
         self._options = options

@@ -258,6 +258,8 @@ class Finding:
 
 
 Rerun = Callable[[Mapping[str, Any], int], list[dict[str, Any]]]
+
+
 def stable_reruns(pools: int) -> int:
     """Reruns that see every pool order with high probability: 3 pools have 6 orders, each missed by 40 runs
     with probability (5/6)**40 < 0.1%; 4 pools have 24, missed by 200 runs with (23/24)**200 < 0.02%."""

@@ -223,9 +223,7 @@ def test_cel_capacity_selector(oracle_binary):
         n2=[gpu("gpu-0", memory_gi=16), gpu("gpu-1", memory_gi=24)],
     )
     selector = f"device.capacity['{DRIVER}'].memory.compareTo(quantity('40Gi')) >= 0"
-    nodes = run_one(
-        with_claims(scenario, claim("c1", [{"name": "gpu", "exactly": exactly(1, selectors=[selector])}]))
-    )
+    nodes = run_one(with_claims(scenario, claim("c1", [{"name": "gpu", "exactly": exactly(1, selectors=[selector])}])))
     assert devices_of(nodes["n1"]) == ["gpu-1"]
     assert nodes["n2"] == {"feasible": False, "allocation": [], "error": "", "reason": ""}
 
@@ -296,9 +294,7 @@ def test_missing_device_class_is_unschedulable_everywhere(oracle_binary):
 def test_batch_keeps_order_and_reports_bad_input_per_scenario(oracle_binary):
     scenarios = []
     for count in range(5):
-        scenarios.append(
-            with_claims(two_by_two(), claim("c", [{"name": "gpu", "exactly": exactly(count + 1)}]))
-        )
+        scenarios.append(with_claims(two_by_two(), claim("c", [{"name": "gpu", "exactly": exactly(count + 1)}])))
     scenarios.append({"features": {"noSuchFeature": True}})
     results = run_scenarios(scenarios)
     assert [r["nodes"]["n1"]["feasible"] for r in results[:5]] == [True, True, False, False, False]

@@ -220,11 +220,11 @@ def _decode_constant(data: bytes) -> tuple[str, object]:
         if number == 2:
             return "bool", bool(value)
         if number == 3:
-            return "int", signed64(int(value))  # type: ignore[arg-type]
+            return "int", signed64(int(value))
         if number == 4:
-            return "uint", int(value)  # type: ignore[arg-type]
+            return "uint", int(value)
         if number == 5:
-            return "double", struct.unpack("<d", int(value).to_bytes(8, "little"))[0]  # type: ignore[arg-type]
+            return "double", struct.unpack("<d", int(value).to_bytes(8, "little"))[0]
         if number == 6 and isinstance(value, bytes):
             return "string", value.decode()
         if number == 7 and isinstance(value, bytes):
@@ -240,7 +240,7 @@ def decode_expr(data: bytes) -> Node:
     body = b""
     for number, _wire, value in iter_fields(data):
         if number == 2:
-            node_id = signed64(int(value))  # type: ignore[arg-type]
+            node_id = signed64(int(value))
         elif number in _KIND_BY_FIELD and isinstance(value, bytes):
             kind = _KIND_BY_FIELD[number]
             body = value
@@ -275,7 +275,7 @@ def decode_expr(data: bytes) -> Node:
             if number == 1 and isinstance(value, bytes):
                 node.args.append(decode_expr(value))
             elif number == 2 and wire == WIRE_VARINT:
-                node.optional_indices.append(int(value))  # type: ignore[arg-type]
+                node.optional_indices.append(int(value))
             elif number == 2 and wire == WIRE_BYTES and isinstance(value, bytes):  # packed
                 pos = 0
                 while pos < len(value):
@@ -318,7 +318,7 @@ def _decode_entry(data: bytes) -> Entry:
     optional = False
     for number, _, value in iter_fields(data):
         if number == 1:
-            entry_id = signed64(int(value))  # type: ignore[arg-type]
+            entry_id = signed64(int(value))
         elif number == 2 and isinstance(value, bytes):
             field_key = value.decode()
         elif number == 3 and isinstance(value, bytes):

@@ -111,10 +111,10 @@ def activation_for(device: Device, cache: ActivationCache | None = None) -> cel.
     """This thread's Activation for the device (a new one without a cache); DeviceDataError when the device
     cannot be presented."""
     if cache is None:
-        entry = _build(device)
-        if entry.error is not None:
-            raise entry.error
-        return entry.activation
+        fresh = _build(device)
+        if fresh.error is not None:
+            raise fresh.error
+        return fresh.activation
     entries = cache.entries
     entry = entries.get(id(device))
     if entry is None or entry.device is not device or entry.uses >= RENEW_AFTER:

@@ -90,7 +90,7 @@ def _runtime_message(value: cel.Value, result: object) -> str:
 
 
 def _type_name(cel_type: cel.Type) -> str:
-    name = cel_type.name()
+    name = str(cel_type.name())
     return {"BYTES": "bytes (a quantity or version)", "DYN": "dyn"}.get(name, name.lower())
 
 

@@ -71,7 +71,7 @@ def status_details(body: bytes) -> tuple[str, str]:
 def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None) -> Configuration:
     config = Configuration()
     try:
-        kube_config.load_kube_config(
+        kube_config.load_kube_config(  # type: ignore[no-untyped-call]  # the client ships no annotations
             config_file=os.fspath(path), context=context, client_configuration=config, persist_config=False
         )
     except (kube_config.ConfigException, OSError) as error:
@@ -82,7 +82,7 @@ def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None)
 def load_in_cluster() -> Configuration:
     config = Configuration()
     try:
-        kube_config.load_incluster_config(client_configuration=config)
+        kube_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
     except kube_config.ConfigException as error:
         raise ApiConfigError(f"cannot use in-cluster configuration: {error}") from None
     return config
@@ -123,7 +123,8 @@ class KubeApi:
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         # auth_settings() runs the configuration's refresh hook, so expiring tokens (exec plugins, projected
         # service account tokens) are renewed on every request, as the generated API classes would.
-        for setting in self.config.auth_settings().values():
+        settings: Mapping[str, Any] = self.config.auth_settings()
+        for setting in settings.values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[str(setting["key"])] = str(setting["value"])
         if self.config.username or self.config.password:

@@ -112,12 +112,12 @@ def discover(
             else:
                 resources[info.kind] = Resource(info, info.versions[0])
             continue
-        versions = served.get(info.group)
-        if versions is None:
+        group_versions = served.get(info.group)
+        if group_versions is None:
             missing[info.kind] = f"API group {info.group} is not served"
             continue
         for version in info.versions:
-            if version not in versions:
+            if version not in group_versions:
                 continue
             verbs = served_resources(info.group, version).get(info.plural)
             if verbs is not None and {"list", "watch"} <= verbs:

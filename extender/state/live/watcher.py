@@ -60,7 +60,7 @@ class Backoff:
     def next(self) -> float:
         delay = min(self.maximum, self.initial * (2 ** min(self._attempt, 32)))
         self._attempt += 1
-        return delay * (0.5 + self._rng() / 2)
+        return float(delay * (0.5 + self._rng() / 2))
 
     def reset(self) -> None:
         self._attempt = 0
