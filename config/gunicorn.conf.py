@@ -1,4 +1,5 @@
-# gunicorn settings for `dra-extender serve --gunicorn-config config/gunicorn.conf.py`.
+# gunicorn settings for `dra-extender serve --gunicorn-config config/gunicorn.conf.py`: these are the defaults
+# (extender/transport/server.py GUNICORN_DEFAULTS; tests/test_service.py keeps the two equal). Change what you need.
 # One worker, many threads: the cluster view, the selector caches and the quota reservation ledger must live
 # in ONE process, or two workers would each admit pods against their own ledger and over-commit quota.
 workers = 1
@@ -10,3 +11,6 @@ graceful_timeout = 10
 keepalive = 30
 errorlog = "-"
 loglevel = "warning"
+limit_request_line = 8190
+limit_request_fields = 100
+limit_request_field_size = 16380

@@ -34,7 +34,7 @@ def option(
     key: str,
     default: Any,
     *,
-    minimum: float | None = None,
+    minimum: float = 0,
     choices: tuple[str, ...] = (),
     parse: Callable[[Any, str], Any] | None = None,
 ) -> Any:
@@ -194,18 +194,18 @@ class ExtenderConfig:
 S = TypeVar("S")
 
 
-def _scalar(value: Any, kind: Any, where: str, minimum: float | None, choices: tuple[str, ...]) -> Any:
+def _scalar(value: Any, kind: Any, where: str, minimum: float, choices: tuple[str, ...]) -> Any:
     if kind in (bool, "bool"):
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: must be true or false, got {value!r}")
         return value
     if kind in (int, "int"):
-        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-            raise ConfigError(f"{where}: must be an integer >= {minimum or 0:g}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"{where}: must be an integer >= {minimum:g}, got {value!r}")
         return value
     if kind in (float, "float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (minimum is not None and value < minimum):
-            raise ConfigError(f"{where}: must be a number >= {minimum or 0:g}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise ConfigError(f"{where}: must be a number >= {minimum:g}, got {value!r}")
         return float(value)
     if choices and value not in choices:
         raise ConfigError(f"{where}: must be one of {', '.join(choices)}, got {value!r}")

@@ -46,5 +46,8 @@ class QuotaView:
         own = next((r for r in self.reservations if r.pod_uid == pod_id), None)
         if own is None:
             return self.ledger
-        held = add_amounts(self.usage, self.reserved, {key: -amount for key, amount in own.charges.items()})
-        return self.context.tree.ledger(held)
+        # Kueue's removeUsage along the pod's queue's path, O(depth), instead of a rebuild over every quota.
+        known = self.context.cluster_queues  # the ledger ignored charges of a ClusterQueue deleted since
+        return self.ledger.with_usage_deltas(
+            (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in own.charges.items() if cq in known
+        )

@@ -248,10 +248,6 @@ class Pod:
     def is_terminal(self) -> bool:
         return self.phase in TERMINAL_POD_PHASES
 
-    @property
-    def is_bound(self) -> bool:
-        return bool(self.node_name)
-
 
 def parse_pod(obj: Mapping[str, Any]) -> Pod:
     meta = parse_metadata(obj, namespaced=True)

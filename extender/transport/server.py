@@ -61,24 +61,28 @@ def diagnostics_starter(app: Flask, listen: str) -> Callable[[Any], None]:
     return start
 
 
+# The one source of the server's settings: config/gunicorn.conf.py documents the same values (a test keeps them
+# equal) and `--gunicorn-config` overrides them.
+GUNICORN_DEFAULTS: dict[str, Any] = {
+    "workers": 1,  # never more: see the module docstring
+    "worker_class": "gthread",
+    "threads": 8,
+    "timeout": 30,  # kube-scheduler gives up after httpTimeout (5 s by default); a stuck request must not pin a thread
+    "graceful_timeout": 10,
+    "keepalive": 30,
+    "accesslog": None,
+    "errorlog": "-",
+    "loglevel": "warning",
+    "preload_app": True,
+    # Bounds on what one request may send before the app sees it (the body limit is the app's).
+    "limit_request_line": 8190,
+    "limit_request_fields": 100,
+    "limit_request_field_size": 16380,
+}
+
+
 def gunicorn_options(listen: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "bind": listen,
-        "workers": 1,  # never more: see the module docstring
-        "worker_class": "gthread",
-        "threads": 8,
-        "timeout": 30,
-        "graceful_timeout": 10,
-        "keepalive": 30,
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": "warning",
-        "preload_app": True,
-        # Bounds on what one request may send before the app sees it (the body limit is the app's).
-        "limit_request_line": 8190,
-        "limit_request_fields": 100,
-        "limit_request_field_size": 16380,
-    }
+    options: dict[str, Any] = {"bind": listen, **GUNICORN_DEFAULTS}
     if overrides:
         options.update({k: v for k, v in overrides.items() if v is not None})
     return options

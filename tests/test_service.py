@@ -1,0 +1,242 @@
+"""The application service and its single sources: one quota view behind every reader, one config schema, one
+memo rule, one set of server settings."""
+
+from __future__ import annotations
+
+import dataclasses
+import runpy
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import orjson
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from extender.service import ConfigError, ExtenderConfig, parse_config
+from extender.service.config import parse_section
+from extender.state.indexes.memo import BoundedMemo
+from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.transport.app import create_app
+from extender.transport.server import GUNICORN_DEFAULTS
+from tests import builders as b
+from tests.scenarios import cluster_queue, engine_for, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = ("team-a", "on-demand", "example.com/gpu")
+
+
+def quota_objects(nominal: int = 4) -> list[dict]:
+    return [
+        b.namespace("team-a"),
+        b.device_class(),
+        kueue_config(),
+        flavor("on-demand"),
+        *nodes_in_flavor("on-demand", 2, 4),
+        cluster_queue("team-a", {"on-demand": {"nominal": nominal}}, cohort=None),
+        local_queue("team-a", "team-a"),
+        b.claim_template("two", "team-a", [b.exact_request("gpu", 2)]),
+    ]
+
+
+def metric_samples(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = client.get("/metrics").get_data(as_text=True)
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def queue_row(client) -> dict:
+    (queue,) = client.get("/diagnostics/queues").get_json()["clusterQueues"]
+    (row,) = queue["resources"]
+    return row
+
+
+def test_metrics_and_diagnostics_read_the_same_quota_view():
+    """Usage changes (a reservation, then a binding turning it into usage): /metrics and /diagnostics/queues agree
+    at every step, because both read the service's one reconciled view."""
+    service = engine_for(quota_objects())
+    client = create_app(service).test_client()
+    labels = (("cluster_queue", "team-a"), ("flavor", "on-demand"), ("resource", "example.com/gpu"))
+
+    def both() -> tuple[dict, dict]:
+        samples = metric_samples(client)
+        metrics = {
+            "usage": samples[("dra_extender_quota_usage", labels)],
+            "reserved": samples[("dra_extender_quota_reserved", labels)],
+            "available": samples[("dra_extender_quota_available", labels)],
+        }
+        row = queue_row(client)
+        return metrics, {name: float(row[name]) for name in ("usage", "reserved", "available")}
+
+    metrics, queues = both()
+    assert metrics == queues == {"usage": 0.0, "reserved": 0.0, "available": 4.0}
+
+    pod = gpu_pod("p1", template="two")
+    body = orjson.dumps({"Pod": pod, "NodeNames": ["on-demand-0", "on-demand-1"]})
+    assert client.post("/filter", data=body, content_type="application/json").get_json()["NodeNames"]
+    metrics, queues = both()
+    assert metrics == queues == {"usage": 0.0, "reserved": 2.0, "available": 2.0}
+
+    # The pod binds and its claim is allocated: the reservation turns into usage, and the scrape (which did not
+    # reconcile before) shows that without a filter call in between.
+    uid = pod["metadata"]["uid"]
+    service.store.apply(
+        "ResourceClaim",
+        "ADDED",
+        b.claim(
+            "p1-gpu",
+            "team-a",
+            [b.exact_request("gpu", 2)],
+            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+            reserved_for=[("p1", uid)],
+            owner_uid=uid,
+            pod_claim_name="gpu",
+        ),
+    )
+    service.store.apply("Pod", "MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "on-demand-0"}})
+    metrics, queues = both()
+    assert metrics == queues == {"usage": 2.0, "reserved": 0.0, "available": 2.0}
+    assert service.quota_view().usage == {KEY: Fraction(2)}
+
+
+def test_refiltering_a_pod_whose_cluster_queue_was_deleted_is_a_reason_not_an_error():
+    service = engine_for(quota_objects())
+    client = create_app(service).test_client()
+    pod = gpu_pod("p1", template="two")
+    body = orjson.dumps({"Pod": pod, "NodeNames": ["on-demand-0"]})
+    assert client.post("/filter", data=body, content_type="application/json").get_json()["NodeNames"]
+    service.store.apply("ClusterQueue", "DELETED", cluster_queue("team-a", {"on-demand": {"nominal": 4}}, cohort=None))
+    response = client.post("/filter", data=body, content_type="application/json")
+    assert response.status_code == 200
+    assert "does not exist" in response.get_json()["FailedAndUnresolvableNodes"]["on-demand-0"]
+
+
+# --- configuration: the section dataclasses are the single source ---------------------------------------------
+
+
+def documented(raw: dict) -> dict:
+    """The documented file with the options it shows commented out (no default) left out."""
+    return {key: value for key, value in raw.items() if value is not None}
+
+
+def test_documented_defaults_equal_the_code_defaults():
+    text = (ROOT / "config" / "extender.yaml").read_text(encoding="utf-8")
+    assert parse_config(documented(yaml.safe_load(text))) == ExtenderConfig()
+
+
+def test_every_option_is_documented():
+    documented_text = (ROOT / "config" / "extender.yaml").read_text(encoding="utf-8")
+
+    def keys(section_type: type, prefix: str = "") -> list[str]:
+        out = []
+        for spec in dataclasses.fields(section_type):
+            out.append(prefix + spec.metadata["key"])
+            if spec.metadata["section"] is not None:
+                out += keys(spec.metadata["section"], prefix + spec.metadata["key"] + ".")
+        return out
+
+    for dotted in keys(ExtenderConfig):
+        assert f"{dotted.rsplit('.', 1)[-1]}:" in documented_text, f"{dotted} is not documented in config/extender.yaml"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"scoring": {"stratgy": "MostAllocated"}}, "scoring: unknown option(s) stratgy"),
+        ({"limits": {"maxBodyBytes": 10}}, "limits.maxBodyBytes: must be an integer >= 1024"),
+        ({"limits": {"requestDeadlineSeconds": True}}, "limits.requestDeadlineSeconds: must be a number"),
+        ({"scoring": {"strategy": "Random"}}, "scoring.strategy: must be one of MostAllocated, LeastAllocated"),
+        ({"scoring": {"weights": {"deviceFit": -1}}}, "scoring.weights.deviceFit: must be an integer >= 0"),
+        ({"bind": {"enabled": "yes"}}, "bind.enabled: must be true or false"),
+        ({"listen": "8888"}, "listen: must be HOST:PORT"),
+        ({"tls": {"certFile": "/nonexistent/cert.pem"}}, "tls.certFile: /nonexistent/cert.pem does not exist"),
+        ({"quota": {"deviceClassMappings": [{"name": "x"}]}}, "quota.deviceClassMappings"),
+        ({"reservations": []}, "reservations: must be a mapping"),
+        ({"nope": 1}, "unknown top-level option(s) nope"),
+        ({"logging": {"level": "loud"}}, "logging.level: must be DEBUG, INFO, WARNING or ERROR"),
+    ],
+)
+def test_invalid_options_are_refused_with_their_path(raw, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_config(raw)
+
+
+def test_options_reach_the_typed_sections():
+    config = parse_config(
+        {
+            "scoring": {"strategy": "LeastAllocated", "weights": {"quotaHeadroom": 3}},
+            "quota": {"unmappedDeviceClasses": "reject", "kueueConfigMap": {"namespace": "kueue"}},
+            "limits": {"requestDeadlineSeconds": 2},
+            "diagnostics": {"listen": "127.0.0.1:9090"},
+        }
+    )
+    assert config.decisions.scoring_strategy == "LeastAllocated"
+    assert config.decisions.weights.quota_headroom == 3 and config.decisions.weights.device_fit == 2
+    assert config.decisions.unmapped_classes == "reject"
+    assert config.kueue_config.namespace == "kueue" and config.kueue_config.name == "kueue-manager-config"
+    assert config.limits.request_deadline_seconds == 2.0
+    assert config.diagnostics.listen == "127.0.0.1:9090"
+    assert parse_section(type(config.search), None).budget == 20_000
+
+
+def test_gunicorn_settings_file_documents_the_defaults():
+    settings = runpy.run_path(str(ROOT / "config" / "gunicorn.conf.py"))
+    shown = {key: value for key, value in settings.items() if not key.startswith("_")}
+    assert shown, "config/gunicorn.conf.py sets nothing"
+    for key, value in shown.items():
+        assert GUNICORN_DEFAULTS[key] == value, f"{key}: file says {value!r}, code says {GUNICORN_DEFAULTS[key]!r}"
+
+
+# --- the one memo rule ------------------------------------------------------------------------------------------
+
+
+def test_bounded_memo_clears_wholesale_when_full_and_keeps_parts_apart():
+    memo: BoundedMemo[str, int] = BoundedMemo("test", max_entries=3)
+    memo.put("a", 1, part="x")
+    memo.put("a", 2, part="y")
+    memo.put("a", 3, part="y")  # an overwrite is not a new entry
+    assert len(memo) == 2 and memo.get("a", "x") == 1 and memo.get("a", "y") == 3
+    assert memo.table("y") == {"a": 3} and memo.table("z") == {}
+    memo.put("b", 4, part="x")
+    memo.put("c", 5, part="x")  # full: everything goes, then this one is kept
+    assert memo.clears == 1 and len(memo) == 1
+    assert memo.get("a", "x") is None and memo.get("c", "x") == 5
+    with pytest.raises(ValueError):
+        BoundedMemo("empty", 0)
+
+
+def test_bounded_memo_stays_within_its_bound_under_concurrent_writers():
+    memo: BoundedMemo[int, int] = BoundedMemo("race", max_entries=500)
+    errors: list[BaseException] = []
+
+    def write(offset: int) -> None:
+        try:
+            for value in range(5000):
+                memo.put(offset * 10_000 + value, value, part=value % 7)
+                assert len(memo) <= 500
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert 0 < len(memo) <= 500
+    assert sum(len(memo.table(part)) for part in range(7)) == len(memo)
+
+
+def test_service_without_a_queue_label_is_not_governed():
+    service = engine_for(quota_objects())
+    pod = gpu_pod("p1", template="two", queue=None)
+    assert QUEUE_NAME_LABEL not in pod["metadata"].get("labels", {})
+    from extender.state.core import parse_pod
+
+    decision = service.filter(parse_pod(pod), ["on-demand-0"])
+    assert decision.passed == ["on-demand-0"] and not decision.quota.governed
+    assert service.quota_view().reserved == {}
