@@ -16,12 +16,12 @@ import time
 
 import orjson
 
-from bench.clusters import cluster_objects
 from extender.decisions.quota_context import KueueConfigRef, build_quota_context
 from extender.decisions.usage import UsageTracker
 from extender.state.store import ClusterStore
 from extender.transport.gc_tuning import freeze_loaded_state, tune_for_large_heap
-from tests import builders as b
+from testkit import builders as b
+from testkit.clusters import cluster_objects
 
 
 def rss_mb() -> float:

@@ -8,8 +8,8 @@ import yaml
 
 from extender.transport.app import create_app
 from extender.transport.config import ExtenderConfig
-from tests import builders as b
-from tests.scenarios import (
+from testkit import builders as b
+from tests.support.scenarios import (
     cluster_queue,
     engine_for,
     flavor,

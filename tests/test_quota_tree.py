@@ -420,9 +420,7 @@ class Reference:
     def usage(self, node):
         if node[0] == "cq":
             return self.used.get((node[1], F, R), Fraction(0))
-        return sum(
-            (max(Fraction(0), self.usage(c) - self.local(c)) for c in self.children(node[1])), Fraction(0)
-        )
+        return sum((max(Fraction(0), self.usage(c) - self.local(c)) for c in self.children(node[1])), Fraction(0))
 
     def available(self, node):
         parent = self.parent(node)
@@ -479,6 +477,8 @@ def forests(draw):
     return queues, cohorts
 
 
+@pytest.mark.slow  # 200 generated cohort forests
+@pytest.mark.oracle  # differential: against a transliteration of Kueue's own code
 @settings(max_examples=200, deadline=None)
 @given(forests(), st.data())
 def test_matches_reference_transliteration(forest, data):
@@ -506,6 +506,7 @@ def _root_of(tree, queue):
     return path[-1] if path else None
 
 
+@pytest.mark.slow  # 300 generated forests with up to 40 steps each
 @settings(max_examples=300, deadline=None)
 @given(
     forests(),
