@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint fmt bench differential clean
+.PHONY: install run test unit lint fmt bench differential clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,11 @@ run: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
+
+# The fast loop (under a minute on 2 cores): no stress, fuzz, long property runs, differential or e2e.
+# Markers in pyproject.toml; make test still runs all of them.
+unit: $(STAMP)
+	$(BIN)/pytest -q -m "not slow and not e2e and not oracle"
 
 # Style, formatting, the type checker (mypy strict on the package) and the layer contract (import-linter).
 lint: $(STAMP)

@@ -10,13 +10,13 @@ import argparse
 import statistics
 import time
 
-from bench.clusters import build_cluster
 from extender.decisions.feasibility import device_feasibility
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
-from tests import builders as b
+from testkit import builders as b
+from testkit.clusters import build_cluster
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python -m bench.compare_upstream [--nodes 100 1000 5000] [--pods-growth 0 20000 100000]
 
-For N nodes x 8 GPUs with half of them allocated (bench/clusters.py), and three pods:
+For N nodes x 8 GPUs with half of them allocated (testkit/clusters.py), and three pods:
 - one:   one claim for 1 GPU (template "one"),
 - four:  one claim for 4 GPUs (template "four"),
 - pair:  two claims, one of them carrying a matchAttribute constraint over two requests (templates
@@ -32,15 +32,15 @@ import sys
 import time
 from typing import Any
 
-from bench.clusters import build_cluster, cluster_objects
 from extender.decisions.allocator import Allocation
 from extender.decisions.feasibility import device_feasibility
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
-from tests import builders as b
-from tests.oracle.oracle import ensure_oracle_binary
+from testkit import builders as b
+from testkit.clusters import build_cluster, cluster_objects
+from testkit.oracle_build import ensure_oracle_binary
 
 PODS: dict[str, dict[str, str]] = {
     "one": {"gpu": "one"},

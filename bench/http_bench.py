@@ -23,8 +23,8 @@ from pathlib import Path
 import orjson
 import yaml
 
-from bench.clusters import cluster_objects
-from tests import builders as b
+from testkit import builders as b
+from testkit.clusters import cluster_objects
 
 BIN = Path(sys.executable).parent / "dra-extender"
 

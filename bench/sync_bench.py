@@ -16,13 +16,13 @@ import time
 
 import orjson
 
-from bench.clusters import cluster_objects
 from extender.decisions.quota_context import KueueConfigRef, build_quota_context
 from extender.decisions.usage import pod_usage
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.indexes.usage import UsageIndex
 from extender.state.store import ClusterStore
-from tests import builders as b
+from testkit import builders as b
+from testkit.clusters import cluster_objects
 
 
 def rss_mb() -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore
-from tests import builders as b
+from testkit import builders as b
 
 SELECTORS = {
     "any": None,
@@ -140,6 +141,7 @@ def check_allocation(instance: dict[str, Any], outcome: Allocation) -> None:
         assert len(set(values)) == len(values)
 
 
+@pytest.mark.slow  # 300 generated instances, each checked against a brute-force search
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_allocator_agrees_with_brute_force(instance):

@@ -16,7 +16,7 @@ from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore
-from tests import builders as b
+from testkit import builders as b
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples" / "dra-example-driver"
 

@@ -32,8 +32,9 @@ from hypothesis import strategies as st
 from extender.service import ExtenderConfig
 from extender.service.config import BindSection, LimitsSection
 from extender.transport.app import create_app
-from tests import builders as b
-from tests.scenarios import (
+from testkit import builders as b
+from tests.support.fuzz import ODD_STRINGS, fuzz_settings, hostile_values, mutate
+from tests.support.scenarios import (
     cluster_queue,
     engine_for,
     flavor,
@@ -43,12 +44,13 @@ from tests.scenarios import (
     nodes_in_flavor,
     templates,
 )
-from tests.test_fuzz_inputs import ODD_STRINGS, fuzz_settings, hostile_values, mutate
 
 try:
     import schemathesis
 except ImportError:  # an optional test dependency; the hypothesis tests below still run
     schemathesis = None
+
+pytestmark = pytest.mark.slow  # fuzzing: hundreds of generated requests per test
 
 MAX_BODY = 256 * 1024
 NODES = ["on-demand-0", "on-demand-1", "spot-0", "spot-1"]

@@ -9,8 +9,8 @@ import yaml
 from extender.service import ExtenderConfig
 from extender.service.config import DiagnosticsSection, LimitsSection
 from extender.transport.app import create_app
-from tests import builders as b
-from tests.scenarios import (
+from testkit import builders as b
+from tests.support.scenarios import (
     cluster_queue,
     engine_for,
     flavor,

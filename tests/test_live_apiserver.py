@@ -33,7 +33,7 @@ from extender.state.snapshot_file import load_snapshot_text
 from extender.state.store import ClusterStore
 from tests.e2e import build
 from tests.e2e.cluster import KUEUE_CRD_DIR, ControlPlane, pod_manifest, start_control_plane, wait_until
-from tests.test_live_fake_api import state_of
+from tests.support.fake_api import state_of
 
 pytestmark = pytest.mark.e2e
 

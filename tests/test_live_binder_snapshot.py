@@ -18,10 +18,8 @@ from extender.state.live import (
     write_snapshot_from_kubeconfig,
 )
 from extender.state.snapshot_file import load_snapshot_text
-from tests import builders as b
-from tests.test_live_fake_api import DRA, DRA_PLURALS, FakeApiServer, fake_api, fresh_store, small_cluster, state_of
-
-__all__ = ["fake_api"]
+from testkit import builders as b
+from tests.support.fake_api import DRA, DRA_PLURALS, FakeApiServer, fresh_store, small_cluster, state_of
 
 
 def test_binding_is_posted_with_the_pods_uid(fake_api: FakeApiServer, tmp_path: Path) -> None:

@@ -17,10 +17,8 @@ from extender.state.live import (
     load_kubeconfig,
 )
 from extender.state.live.api import iter_lines
-from tests import builders as b
-from tests.test_live_fake_api import DRA, DRA_PLURALS, KUEUE, KUEUE_PLURALS, FakeApiServer, fake_api
-
-__all__ = ["fake_api"]
+from testkit import builders as b
+from tests.support.fake_api import DRA, DRA_PLURALS, KUEUE, KUEUE_PLURALS, FakeApiServer
 
 
 def api_for(server: FakeApiServer, tmp_path: Path, token: str | None = None) -> KubeApi:

@@ -13,8 +13,8 @@ import pytest
 
 from extender.state.live import KUEUE_ABSENT_MESSAGE, LiveSource, from_kubeconfig
 from extender.state.store import ClusterStore
-from tests import builders as b
-from tests.test_live_fake_api import (
+from testkit import builders as b
+from tests.support.fake_api import (
     DRA,
     DRA_PLURALS,
     KUEUE,
@@ -22,14 +22,11 @@ from tests.test_live_fake_api import (
     ExpireMode,
     FakeApiServer,
     assert_converges,
-    fake_api,
     kueue_objects,
     small_cluster,
     state_of,
     wait_for,
 )
-
-__all__ = ["fake_api"]  # the fixture, imported for pytest
 
 FAST = {
     "backoff_initial_seconds": 0.01,
@@ -330,7 +327,7 @@ def test_unreachable_api_server_is_reported_not_ready(tmp_path: Path) -> None:
 def test_state_equality_helper_sees_differences(fake_api: FakeApiServer) -> None:
     """Guards the guard: the comparison all these tests rely on must notice a missing allocation."""
     fake_api.put_all(*small_cluster())
-    from tests.test_live_fake_api import fresh_store
+    from tests.support.fake_api import fresh_store
 
     store = fresh_store(fake_api)
     assert state_of(store) == state_of(fresh_store(fake_api))

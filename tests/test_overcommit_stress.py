@@ -33,13 +33,25 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import pytest
+
 from extender.decisions.usage import pod_usage
 from extender.service.history import DecisionHistory
 from extender.service.quota_view import add_amounts
 from extender.state.core import parse_pod
 from extender.state.indexes.usage import UsageIndex
-from tests import builders as b
-from tests.scenarios import RESOURCE, cluster_queue, engine_for, flavor, kueue_config, local_queue, nodes_in_flavor
+from testkit import builders as b
+from tests.support.scenarios import (
+    RESOURCE,
+    cluster_queue,
+    engine_for,
+    flavor,
+    kueue_config,
+    local_queue,
+    nodes_in_flavor,
+)
+
+pytestmark = pytest.mark.slow  # thousands of concurrent scheduler operations
 
 OPERATIONS = int(os.environ.get("STRESS_OPERATIONS", "6000"))
 THREADS = int(os.environ.get("STRESS_THREADS", "8"))

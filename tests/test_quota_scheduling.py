@@ -7,8 +7,8 @@ from fractions import Fraction
 import pytest
 
 from extender.state.core import parse_pod
-from tests import builders as b
-from tests.scenarios import (
+from testkit import builders as b
+from tests.support.scenarios import (
     RESOURCE,
     cluster_queue,
     engine_for,

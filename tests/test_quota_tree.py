@@ -477,6 +477,8 @@ def forests(draw):
     return queues, cohorts
 
 
+@pytest.mark.slow  # 200 generated cohort forests
+@pytest.mark.oracle  # differential: against a transliteration of Kueue's own code
 @settings(max_examples=200, deadline=None)
 @given(forests(), st.data())
 def test_matches_reference_transliteration(forest, data):
@@ -504,6 +506,7 @@ def _root_of(tree, queue):
     return path[-1] if path else None
 
 
+@pytest.mark.slow  # 300 generated forests with up to 40 steps each
 @settings(max_examples=300, deadline=None)
 @given(
     forests(),

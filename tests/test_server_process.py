@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import builders as b
-from tests.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
+from testkit import builders as b
+from tests.support.net import free_port
+from tests.support.scenarios import (
+    cluster_queue,
+    flavor,
+    gpu_pod,
+    kueue_config,
+    local_queue,
+    nodes_in_flavor,
+    templates,
+)
+
+pytestmark = pytest.mark.slow  # starts `dra-extender serve` (gunicorn) and the CLI as real processes
 
 BIN = Path(sys.executable).parent / "dra-extender"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def request(url: str, body: object | None = None, *, raw: bytes | None = None) -> tuple[int, object]:

@@ -20,8 +20,16 @@ from extender.state.indexes.memo import BoundedMemo
 from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS
-from tests import builders as b
-from tests.scenarios import cluster_queue, engine_for, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor
+from testkit import builders as b
+from tests.support.scenarios import (
+    cluster_queue,
+    engine_for,
+    flavor,
+    gpu_pod,
+    kueue_config,
+    local_queue,
+    nodes_in_flavor,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = ("team-a", "on-demand", "example.com/gpu")

@@ -6,7 +6,7 @@ import yaml
 
 from extender.state.snapshot_file import SnapshotError, load_snapshot_text
 from extender.state.store import ClusterStore
-from tests import builders as b
+from testkit import builders as b
 
 
 def _dump(*objects):

@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_server_process import free_port
+from tests.support.net import free_port
 
 BIN = Path(sys.executable).parent / "dra-extender"
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl command not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl command not installed"),
+    pytest.mark.slow,  # generates certificates and starts `dra-extender serve` (gunicorn) with TLS
+]
 
 
 def openssl(*args: str, cwd: Path) -> None:

@@ -60,6 +60,9 @@ from tests.differential import harness as h
 from tests.differential.strategies import FEATURES, coverage, diff_cases, profiles_for, random_cases
 from tests.oracle.oracle import OracleBuildError, OracleUnavailableError, ensure_oracle_binary, run_scenarios
 
+# Differential against the upstream allocator; also the replay of its stored verdicts and the generator checks.
+pytestmark = pytest.mark.oracle
+
 SCENARIOS = int(os.environ.get("DIFF_SCENARIOS", "2000"))
 SEED = int(os.environ.get("DIFF_SEED", "1"))
 HYPOTHESIS_EXAMPLES = int(os.environ.get("DIFF_HYPOTHESIS_EXAMPLES", "150"))

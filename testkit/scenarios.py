@@ -1,4 +1,8 @@
-"""A two-team, two-flavor cluster for quota scenario tests, built from plain API objects."""
+"""Kueue objects and GPU nodes for two-team, two-flavor quota scenarios, built as plain API objects.
+
+Used by the quota tests (through tests/support/scenarios.py, which adds the engine around them) and by the
+benchmarks' generated clusters (testkit/clusters.py).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ from typing import Any
 
 import yaml
 
-from extender.service import ExtenderConfig, SchedulingService
-from extender.state.sources import SnapshotSource
-from tests import builders as b
+from testkit import builders as b
 
 RESOURCE = "example.com/gpu"
 FLAVOR_LABEL = "example.com/capacity-type"
@@ -84,16 +86,6 @@ def nodes_in_flavor(flavor_name: str, count: int, gpus: int) -> list[dict[str, A
         objects.append(b.node(name, {FLAVOR_LABEL: flavor_name}))
         objects.append(b.gpu_slice(name, gpus))
     return objects
-
-
-def engine_for(
-    objects: list[dict[str, Any]], config: ExtenderConfig | None = None, clock: Any = None
-) -> SchedulingService:
-    text = yaml.safe_dump_all(objects)
-    kwargs = {"clock": clock} if clock is not None else {}
-    engine = SchedulingService(SnapshotSource(text=text), config or ExtenderConfig(), **kwargs)
-    engine.start()
-    return engine
 
 
 def gpu_pod(

@@ -6,8 +6,8 @@ import random
 from typing import Any
 
 from extender.state.store import ClusterStore
-from tests import builders as b
-from tests.scenarios import cluster_queue, flavor, kueue_config, local_queue
+from testkit import builders as b
+from testkit.scenarios import cluster_queue, flavor, kueue_config, local_queue
 
 CAPACITY_SELECTOR = "device.capacity['gpu.example.com'].memory.compareTo(quantity('40Gi')) >= 0"
 
