@@ -41,6 +41,7 @@ from typing import NamedTuple
 
 from extender.state.kueue import ClusterQueue, Cohort, ResourceGroup, ResourceQuota
 from extender.state.quantity import format_quantity
+from extender.state.reservations import QuotaKey
 
 _ZERO = Fraction(0)
 
@@ -48,10 +49,6 @@ _ZERO = Fraction(0)
 class FlavorResource(NamedTuple):
     flavor: str
     resource: str
-
-
-UsageKey = tuple[str, str, str]
-"""(ClusterQueue name, flavor name, resource name)."""
 
 
 class FitOutcome(StrEnum):
@@ -367,7 +364,7 @@ class QuotaTree:
 
     # -- usage -----------------------------------------------------------------------------------------------
 
-    def ledger(self, usage: Mapping[UsageKey, Fraction | int] | None = None) -> QuotaLedger:
+    def ledger(self, usage: Mapping[QuotaKey, Fraction | int] | None = None) -> QuotaLedger:
         """Bind a usage snapshot: {(ClusterQueue, flavor, resource): amount}; unknown queues are ignored.
 
         Usage in a flavor-resource the queue has no quota for still counts against its cohort, as in Kueue
@@ -445,7 +442,7 @@ class QuotaLedger:
         self._available_cache: dict[tuple[int, FlavorResource], Fraction] = {}
 
     @classmethod
-    def _from_usage(cls, tree: QuotaTree, usage: Mapping[UsageKey, Fraction | int]) -> QuotaLedger:
+    def _from_usage(cls, tree: QuotaTree, usage: Mapping[QuotaKey, Fraction | int]) -> QuotaLedger:
         node_usage: dict[tuple[int, FlavorResource], Fraction] = {}
         for (queue_name, flavor, resource), amount in usage.items():
             queue = tree._queue_index.get(queue_name)
@@ -493,7 +490,7 @@ class QuotaLedger:
         """Usage charged to the cohort: its children's usage beyond their localQuota."""
         return self._get((self._tree._cohort_node(cohort), FlavorResource(flavor, resource)))
 
-    def cluster_queue_usage(self) -> dict[UsageKey, Fraction]:
+    def cluster_queue_usage(self) -> dict[QuotaKey, Fraction]:
         """Non-zero usage per (ClusterQueue, flavor, resource); `tree.ledger()` of it equals this ledger."""
         merged = {**self._base, **self._overlay}
         nodes = self._tree._nodes

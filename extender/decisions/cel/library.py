@@ -114,13 +114,13 @@ def _comparable(items: list[object], function: str) -> None:
 
 def cel_is_sorted(items: list[object]) -> bool:
     _comparable(items, "isSorted")
-    return all(a <= b for a, b in itertools.pairwise(items))  # type: ignore[operator]
+    return all(a <= b for a, b in itertools.pairwise(items))  # type: ignore[operator]  # the CEL checker admits only comparable, addable element types
 
 
 def cel_sum(items: list[object]) -> object:
     total: object = 0
     for item in items:
-        total = total + item  # type: ignore[operator]
+        total = total + item  # type: ignore[operator]  # the CEL checker admits only comparable, addable element types
     return total
 
 
@@ -128,14 +128,14 @@ def cel_min(items: list[object]) -> object:
     if not items:
         raise ValueError("min(list) argument must not be empty")
     _comparable(items, "min")
-    return min(items)  # type: ignore[type-var]
+    return min(items)  # type: ignore[type-var]  # the CEL checker admits only comparable element types
 
 
 def cel_max(items: list[object]) -> object:
     if not items:
         raise ValueError("max(list) argument must not be empty")
     _comparable(items, "max")
-    return max(items)  # type: ignore[type-var]
+    return max(items)  # type: ignore[type-var]  # the CEL checker admits only comparable element types
 
 
 def cel_index_of(items: list[object], element: object) -> int:

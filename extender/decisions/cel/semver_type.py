@@ -48,7 +48,7 @@ class Version:
                 continue
             if isinstance(a, int) != isinstance(b, int):
                 return -1 if isinstance(a, int) else 1  # numeric identifiers sort first
-            return 1 if a > b else -1  # type: ignore[operator]
+            return 1 if a > b else -1  # type: ignore[operator]  # identifiers of one kind (both int or both str)
         return (len(self.pre) > len(other.pre)) - (len(self.pre) < len(other.pre))
 
 

@@ -82,7 +82,7 @@ def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None)
 def load_in_cluster() -> Configuration:
     config = Configuration()
     try:
-        kube_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+        kube_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]  # as above
     except kube_config.ConfigException as error:
         raise ApiConfigError(f"cannot use in-cluster configuration: {error}") from None
     return config
