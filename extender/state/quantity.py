@@ -27,16 +27,15 @@ import re
 from fractions import Fraction
 from functools import lru_cache
 
+from extender.state.fields import MAX_INT64, parse_int64
+
 NANO = 10**9
-MAX_INT64 = 2**63 - 1
-MIN_INT64 = -(2**63)
 
 _DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 # parseQuantityString as one pattern: each part's follow set is disjoint from the part, so greedy matching
 # splits exactly where upstream's hand-written scanner does.
 _SPLIT_RE = re.compile(r"([+-]?)(0*)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)")
-_INT64_RE = re.compile(r"[+-]?[0-9]+")
 # unicode.IsSpace, which strings.TrimSpace uses (Python's str.isspace also counts \x1c-\x1f).
 _GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
 # apimachinery's maxInt64Factors: the fast path handles at most 18 decimal digits.
@@ -52,17 +51,6 @@ NUMERIC_WRONG = "unable to parse numeric part of quantity"
 
 class QuantityError(ValueError):
     """Text that is not a Kubernetes quantity; from parse_quantity_string the message is upstream's."""
-
-
-def parse_int64(text: str) -> int | None:
-    """strconv.ParseInt(text, 10, 64): an optional sign and ASCII digits within int64, else None.
-
-    Stricter than int(), which also takes surrounding white space, '_' separators and non-ASCII digits.
-    """
-    if _INT64_RE.fullmatch(text) is None:
-        return None
-    value = int(text)
-    return value if MIN_INT64 <= value <= MAX_INT64 else None
 
 
 def _interpret(suffix: str) -> tuple[int, int, bool]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import lru_cache
 
-from extender.state.quantity import MAX_INT64, MIN_INT64, NANO, QuantityError, parse_quantity_string, round_to_nano
+from extender.state.fields import MAX_INT64, MIN_INT64
+from extender.state.quantity import NANO, QuantityError, parse_quantity_string, round_to_nano
 
 QUANTITY_TAG = b"\xffQ"
 QUANTITY_TYPE_NAME = "kubernetes.Quantity"
