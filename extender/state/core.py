@@ -15,9 +15,15 @@ from extender.state.fields import (
     child_path,
     get_map,
     get_str,
-    get_str_list,
     get_str_map,
     map_items,
+)
+from extender.state.labels import (
+    NODE_FIELD_SELECTOR_OPERATORS,
+    NODE_SELECTOR_OPERATORS,
+    Operator,
+    Requirement,
+    parse_requirement,
 )
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
@@ -59,39 +65,11 @@ def parse_metadata(obj: Mapping[str, Any], *, namespaced: bool) -> Metadata:
 
 # --- node selectors -------------------------------------------------------------------------------------------
 
-_SELECTOR_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
-
-
-@dataclass(frozen=True, slots=True)
-class SelectorRequirement:
-    key: str
-    operator: str
-    values: tuple[str, ...]
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        present = self.key in labels
-        if self.operator == "In":
-            return present and labels[self.key] in self.values
-        if self.operator == "NotIn":
-            return not present or labels[self.key] not in self.values
-        if self.operator == "Exists":
-            return present
-        if self.operator == "DoesNotExist":
-            return not present
-        # Gt / Lt compare integers; a non-integer label or value never matches, as upstream.
-        if not present or len(self.values) != 1:
-            return False
-        try:
-            label_value, bound = int(labels[self.key]), int(self.values[0])
-        except ValueError:
-            return False
-        return label_value > bound if self.operator == "Gt" else label_value < bound
-
 
 @dataclass(frozen=True, slots=True)
 class NodeSelectorTerm:
-    match_expressions: tuple[SelectorRequirement, ...]
-    match_fields: tuple[SelectorRequirement, ...]
+    match_expressions: tuple[Requirement, ...]
+    match_fields: tuple[Requirement, ...]
 
     def matches(self, node: Node) -> bool:
         # An empty term matches nothing (upstream: a null or empty term selects no objects).
@@ -113,19 +91,19 @@ class NodeSelector:
         return any(term.matches(node) for term in self.terms)
 
 
-def _parse_requirements(obj: Mapping[str, Any], key: str, path: str, *, fields: bool) -> tuple:
+def _parse_requirements(obj: Mapping[str, Any], key: str, path: str, *, fields: bool) -> tuple[Requirement, ...]:
+    """NodeSelectorRequirements: matchExpressions take labels' six operators, matchFields only In and NotIn
+    on metadata.name (ValidateNodeSelectorRequirement / ValidateNodeFieldSelectorRequirement)."""
+    allowed = NODE_FIELD_SELECTOR_OPERATORS if fields else NODE_SELECTOR_OPERATORS
     requirements = []
     for req_path, raw in map_items(obj, key, path):
-        operator = get_str(raw, "operator", req_path, required=True)
-        if operator not in _SELECTOR_OPERATORS:
-            raise ObjectError(child_path(req_path, "operator"), f"unknown operator {operator!r}")
-        req_key = get_str(raw, "key", req_path, required=True)
-        if fields and req_key != "metadata.name":
-            raise ObjectError(child_path(req_path, "key"), f"unsupported field selector {req_key!r}")
-        values = get_str_list(raw, "values", req_path)
-        if operator in ("In", "NotIn") and not values:
-            raise ObjectError(child_path(req_path, "values"), f"must not be empty for operator {operator}")
-        requirements.append(SelectorRequirement(req_key, operator, values))
+        requirement = parse_requirement(raw, req_path, allowed)
+        if fields and requirement.key != "metadata.name":
+            raise ObjectError(child_path(req_path, "key"), f"unsupported field selector {requirement.key!r}")
+        if requirement.operator in (Operator.IN, Operator.NOT_IN) and not requirement.values:
+            message = f"must not be empty for operator {requirement.operator.value}"
+            raise ObjectError(child_path(req_path, "values"), message)
+        requirements.append(requirement)
     return tuple(requirements)
 
 

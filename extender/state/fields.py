@@ -7,12 +7,16 @@ allocator.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from extender.state.errors import ObjectError
 
 _MISSING: Any = object()
+_INT64_RE = re.compile(r"[+-]?[0-9]+")
+MAX_INT64 = 2**63 - 1
+MIN_INT64 = -(2**63)
 
 
 def child_path(path: str, key: str | int) -> str:
@@ -135,3 +139,14 @@ def type_name(value: object) -> str:
     return {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
         type(value), type(value).__name__
     )
+
+
+def parse_int64(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 64): an optional sign and ASCII digits within int64, else None.
+
+    Stricter than int(), which also takes surrounding white space, '_' separators and non-ASCII digits.
+    """
+    if _INT64_RE.fullmatch(text) is None or len(text.lstrip("+-").lstrip("0")) > 19:
+        return None  # the length test keeps int() away from huge digit strings; leading zeros are fine in Go
+    value = int(text)
+    return value if MIN_INT64 <= value <= MAX_INT64 else None

@@ -36,6 +36,7 @@ from extender.state.fields import (
     map_items,
     type_name,
 )
+from extender.state.labels import LABEL_SELECTOR_OPERATORS, Operator, Requirement, parse_requirement
 from extender.state.quantity import QuantityError, format_quantity, parse_quantity
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -132,31 +133,6 @@ def _namespace(obj: Mapping[str, Any]) -> str:
 # --- label selectors ----------------------------------------------------------------------------------------
 
 
-class SelectorOperator(StrEnum):
-    IN = "In"
-    NOT_IN = "NotIn"
-    EXISTS = "Exists"
-    DOES_NOT_EXIST = "DoesNotExist"
-
-
-@dataclass(frozen=True, slots=True)
-class LabelSelectorRequirement:
-    key: str
-    operator: SelectorOperator
-    values: frozenset[str] = frozenset()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        # k8s.io/apimachinery labels.Requirement.Matches: NotIn and DoesNotExist hold for an absent key.
-        present = self.key in labels
-        if self.operator is SelectorOperator.IN:
-            return present and labels[self.key] in self.values
-        if self.operator is SelectorOperator.NOT_IN:
-            return not present or labels[self.key] not in self.values
-        if self.operator is SelectorOperator.EXISTS:
-            return present
-        return not present
-
-
 @dataclass(frozen=True, slots=True)
 class LabelSelector:
     """A metav1.LabelSelector. All requirements must hold; an empty selector matches everything.
@@ -166,7 +142,7 @@ class LabelSelector:
     """
 
     match_labels: Mapping[str, str] = field(default_factory=_no_entries)
-    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -185,22 +161,14 @@ def parse_label_selector(raw: object, path: str) -> LabelSelector:
         raise ObjectError(path, f"must be an object, got {type_name(raw)}")
     requirements = []
     for item_path, item in map_items(raw, "matchExpressions", path):
-        key = get_str(item, "key", item_path, required=True)
-        operator = get_str(item, "operator", item_path, required=True)
-        values = get_str_list(item, "values", item_path)
-        try:
-            op = SelectorOperator(operator)
-        except ValueError:
-            allowed = ", ".join(member.value for member in SelectorOperator)
-            raise ObjectError(
-                child_path(item_path, "operator"), f"unsupported operator {operator!r}; must be one of {allowed}"
-            ) from None
-        if op in (SelectorOperator.IN, SelectorOperator.NOT_IN) and not values:
+        requirement = parse_requirement(item, item_path, LABEL_SELECTOR_OPERATORS)
+        op, values = requirement.operator, requirement.values
+        if op in (Operator.IN, Operator.NOT_IN) and not values:
             raise ObjectError(child_path(item_path, "values"), f"must be specified when operator is {op.value}")
-        if op in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST) and values:
+        if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and values:
             message = f"may not be specified when operator is {op.value}"
             raise ObjectError(child_path(item_path, "values"), message)
-        requirements.append(LabelSelectorRequirement(key, op, frozenset(values)))
+        requirements.append(requirement)
     return LabelSelector(_str_map(raw, "matchLabels", path), tuple(requirements))
 
 

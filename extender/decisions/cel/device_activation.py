@@ -64,7 +64,7 @@ def device_data(device: Device) -> dict[str, Any]:
     capacity: dict[str, dict[str, bytes]] = {}
     for name, quantity in device.capacity.items():
         domain, ident = split_qualified_name(name, device.driver)
-        capacity.setdefault(domain, {})[ident] = quantity_type.encode_capacity(quantity)
+        capacity.setdefault(domain, {})[ident] = quantity_type.encode(quantity)
     multi = bool(device.allow_multiple_allocations)
     return {
         VAR_DRIVER: device.driver,

@@ -1,5 +1,8 @@
 """Kubernetes' CEL Quantity type (k8s.io/apiserver/pkg/cel/library/quantity.go), re-implemented.
 
+The value and its parser are the state model's (extender/state/quantity.py: apimachinery's ParseQuantity over
+an exact Fraction); this module only gives that value a CEL runtime form and the library's functions.
+
 cel-expr-python cannot carry opaque values, so a Quantity travels through the CEL runtime as `bytes`:
 the tag QUANTITY_TAG followed by the decimal digits of the value in nano-units. Every Kubernetes
 quantity is a whole number of nano-units (ParseQuantity rounds finer values up), so the encoding is exact
@@ -8,9 +11,8 @@ quantity('1024Mi')`). The type checker still sees the distinct type `kubernetes.
 environment.py), so `<` on quantities or `quantity('1') == 1` are compile errors, as upstream.
 
 Semantic notes against upstream:
-- quantity() follows apimachinery's ParseQuantity syntax (sign, digits, '.', suffix), its rounding of
-  sub-nano values away from zero and its cap of binary-suffixed values at 2^63-1. Exponents beyond
-  +-1000 are refused instead of being held symbolically.
+- quantity() is ParseQuantity (no white space trimming: that belongs to JSON decoding); see the state
+  module for its syntax, rounding, cap of binary values and the bounds upstream does not have.
 - isInteger()/asInteger() answer for the value: "is a whole number that fits int64". Upstream answers
   for the internal representation, which differs only for non-canonical literals such as
   quantity('50.0') or quantity('1.5Gi') (false upstream). Capacities come from the API server in
@@ -21,119 +23,30 @@ from __future__ import annotations
 
 from fractions import Fraction
 from functools import lru_cache
+from typing import TypeGuard
+
+from extender.state.fields import MAX_INT64, MIN_INT64
+from extender.state.quantity import NANO, QuantityError, parse_quantity_string, round_to_nano
 
 QUANTITY_TAG = b"\xffQ"
 QUANTITY_TYPE_NAME = "kubernetes.Quantity"
-_NANO = 10**9
-_MAX_INT64 = 2**63 - 1
-_MIN_INT64 = -(2**63)
-_MAX_EXPONENT = 1000
 
-_FORMAT_WRONG = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-_SUFFIX_WRONG = "unable to parse quantity's suffix"
-
-_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_SUFFIX_CHARS = frozenset("eEinumkKMGTP")
-_DIGITS = frozenset("0123456789")
-
-
-class QuantityParseError(ValueError):
-    """Text that apimachinery's ParseQuantity refuses; the message is upstream's."""
-
-
-def _split(text: str) -> tuple[bool, str, str, str]:
-    """apimachinery's parseQuantityString: (positive, integer digits, fraction digits, suffix)."""
-    positive = True
-    pos = 0
-    end = len(text)
-    if pos < end and text[0] in "+-":
-        positive = text[0] == "+"
-        pos += 1
-    while pos < end and text[pos] == "0":
-        pos += 1
-    if pos >= end:
-        return positive, "0", "", ""
-    start = pos
-    while pos < end and text[pos] in _DIGITS:
-        pos += 1
-    num = text[start:pos] or "0"
-    denom = ""
-    if pos < end and text[pos] == ".":
-        pos += 1
-        start = pos
-        while pos < end and text[pos] in _DIGITS:
-            pos += 1
-        denom = text[start:pos]
-    suffix_start = pos
-    while pos < end and text[pos] in _SUFFIX_CHARS:
-        pos += 1
-    if pos < end and text[pos] in "+-":
-        pos += 1
-    while pos < end and text[pos] in _DIGITS:
-        pos += 1
-    if pos < end:
-        raise QuantityParseError(_FORMAT_WRONG)
-    return positive, num, denom, text[suffix_start:]
-
-
-def _interpret(suffix: str) -> tuple[int, int, bool]:
-    """(base, exponent, binary) for a suffix, as apimachinery's quantitySuffixer.interpret."""
-    if suffix in _DECIMAL_SUFFIXES:
-        return 10, _DECIMAL_SUFFIXES[suffix], False
-    if suffix in _BINARY_SUFFIXES:
-        return 2, _BINARY_SUFFIXES[suffix], True
-    if len(suffix) > 1 and suffix[0] in "eE":
-        digits = suffix[1:]
-        body = digits[1:] if digits[:1] in ("+", "-") else digits
-        if not body or not set(body) <= _DIGITS:
-            raise QuantityParseError(_SUFFIX_WRONG)
-        exponent = int(digits)
-        if abs(exponent) > _MAX_EXPONENT:
-            raise QuantityParseError(f"quantity exponent out of supported range: {suffix!r}")
-        return 10, exponent, False
-    raise QuantityParseError(_SUFFIX_WRONG)
-
-
-def round_to_nano(value: Fraction) -> Fraction:
-    """Round a value that is not a whole number of nano-units away from zero, as ParseQuantity does."""
-    scaled = value * _NANO
-    if scaled.denominator == 1:
-        return value
-    magnitude = -(-abs(scaled.numerator) // scaled.denominator)  # ceil of |scaled|
-    return Fraction(magnitude if value > 0 else -magnitude, _NANO)
-
-
-@lru_cache(maxsize=4096)
-def parse_go_quantity(text: str) -> Fraction:
-    """The exact value of apimachinery's ParseQuantity(text), or QuantityParseError."""
-    if not text:
-        raise QuantityParseError(_FORMAT_WRONG)
-    if text == "0":
-        return Fraction(0)
-    positive, num, denom, suffix = _split(text)
-    base, exponent, binary = _interpret(suffix)
-    value = Fraction(int(num + denom), 10 ** len(denom)) * Fraction(base) ** exponent
-    value = round_to_nano(value)
-    if binary and value > _MAX_INT64:
-        value = Fraction(_MAX_INT64)
-    return value if positive else -value
+# quantity() raises the state model's QuantityError; this older name (used by the CEL tests) is the same class.
+QuantityParseError = QuantityError
 
 
 def encode(value: Fraction) -> bytes:
-    """The CEL runtime form of a quantity; the value must be a whole number of nano-units."""
-    nanos = value * _NANO
+    """The CEL runtime form of a quantity.
+
+    Parsed quantities are whole nano-units already; a value computed elsewhere is rounded as ParseQuantity would.
+    """
+    nanos = value * NANO
     if nanos.denominator != 1:
-        nanos = round_to_nano(value) * _NANO
+        nanos = round_to_nano(value) * NANO
     return QUANTITY_TAG + str(nanos.numerator).encode()
 
 
-def encode_capacity(value: Fraction) -> bytes:
-    """A device capacity as CEL sees it: the API server has already rounded it to nano-units."""
-    return encode(round_to_nano(value))
-
-
-def is_quantity(raw: object) -> bool:
+def is_quantity(raw: object) -> TypeGuard[bytes | bytearray]:
     return isinstance(raw, (bytes, bytearray)) and raw[:2] == QUANTITY_TAG
 
 
@@ -146,11 +59,11 @@ def nanos(raw: object) -> int:
     """The value of an encoded quantity in nano-units; TypeError when raw is not a quantity."""
     if not is_quantity(raw):
         raise TypeError("no such overload")
-    return _nanos(bytes(raw))  # type: ignore[arg-type]
+    return _nanos(bytes(raw))
 
 
 def decode(raw: object) -> Fraction:
-    return Fraction(nanos(raw), _NANO)
+    return Fraction(nanos(raw), NANO)
 
 
 def _from_nanos(value: int) -> bytes:
@@ -161,13 +74,13 @@ def _from_nanos(value: int) -> bytes:
 
 
 def cel_quantity(text: str) -> bytes:
-    return encode(parse_go_quantity(text))
+    return encode(parse_quantity_string(text))
 
 
 def cel_is_quantity(text: str) -> bool:
     try:
-        parse_go_quantity(text)
-    except QuantityParseError:
+        parse_quantity_string(text)
+    except QuantityError:
         return False
     return True
 
@@ -188,8 +101,8 @@ def cel_as_approximate_float(raw: bytearray) -> float:
 
 def _as_int64(raw: bytearray) -> int | None:
     value = nanos(raw)
-    whole, rest = divmod(value, _NANO)
-    if rest or not _MIN_INT64 <= whole <= _MAX_INT64:
+    whole, rest = divmod(value, NANO)
+    if rest or not MIN_INT64 <= whole <= MAX_INT64:
         return None
     return whole
 
@@ -207,11 +120,11 @@ def cel_as_integer(raw: bytearray) -> int:
 
 def cel_add(left: bytearray, right: bytearray | int) -> bytes:
     if isinstance(right, int) and not isinstance(right, bool):
-        return _from_nanos(nanos(left) + right * _NANO)
+        return _from_nanos(nanos(left) + right * NANO)
     return _from_nanos(nanos(left) + nanos(right))
 
 
 def cel_sub(left: bytearray, right: bytearray | int) -> bytes:
     if isinstance(right, int) and not isinstance(right, bool):
-        return _from_nanos(nanos(left) - right * _NANO)
+        return _from_nanos(nanos(left) - right * NANO)
     return _from_nanos(nanos(left) - nanos(right))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeGuard
 
 SEMVER_TAG = b"\xffV"
 SEMVER_TYPE_NAME = "kubernetes.Semver"
@@ -131,7 +132,7 @@ def encode_attribute(text: str) -> bytes:
     return encode(parse(text))
 
 
-def is_semver(raw: object) -> bool:
+def is_semver(raw: object) -> TypeGuard[bytes | bytearray]:
     return isinstance(raw, (bytes, bytearray)) and raw[:2] == SEMVER_TAG
 
 
@@ -143,7 +144,7 @@ def _decode(raw: bytes) -> Version:
 def decode(raw: object) -> Version:
     if not is_semver(raw):
         raise TypeError("no such overload")
-    return _decode(bytes(raw))  # type: ignore[arg-type]
+    return _decode(bytes(raw))
 
 
 # --- the CEL functions ----------------------------------------------------------------------------------
