@@ -52,10 +52,11 @@ class DeviceMatcher:
 
     Thread-safe as the caches are (BoundedMemo's rule: a lost race only costs a duplicate evaluation)."""
 
-    __slots__ = ("caches",)
+    __slots__ = ("_verdict_parts", "caches")
 
     def __init__(self, caches: DecisionCaches | None = None) -> None:
         self.caches = caches if caches is not None else DecisionCaches()
+        self._verdict_parts = self.caches.verdicts.parts
 
     def selectable_on(
         self, devices: NodeDevices, device_class: DeviceClass, selectors: tuple[str, ...]
@@ -85,16 +86,18 @@ class DeviceMatcher:
         return memo.put(devices, None if failed else Selectable(tuple(result), plain), signature)
 
     def expression_verdict(self, expression: str, device: Device) -> Verdict:
-        memo = self.caches.verdicts
-        verdict = memo.get(device, expression)
-        if verdict is not None:
-            return verdict
-        return memo.put(device, self._evaluate(expression, device), expression)
+        return self.all_verdict((expression,), device)
 
     def all_verdict(self, expressions: Sequence[str], device: Device) -> Verdict:
-        """All expressions true (the first failure or false wins, in order, like upstream)."""
+        """All expressions true (the first failure or false wins, in order, like upstream).
+
+        The search asks this for every candidate device at every step: the memo is read inline."""
+        parts = self._verdict_parts
         for expression in expressions:
-            verdict = self.expression_verdict(expression, device)
+            entries = parts.get(expression)
+            verdict = entries.get(device) if entries is not None else None
+            if verdict is None:
+                verdict = self.caches.verdicts.put(device, self._evaluate(expression, device), expression)
             if verdict is not True:
                 return verdict
         return True

@@ -26,7 +26,7 @@ V = TypeVar("V")
 
 
 class BoundedMemo(Generic[K, V]):
-    __slots__ = ("_lock", "_parts", "_size", "clears", "max_entries", "name")
+    __slots__ = ("_lock", "_parts", "_size", "clears", "max_entries", "name", "parts")
 
     def __init__(self, name: str, max_entries: int) -> None:
         if max_entries < 1:
@@ -35,6 +35,9 @@ class BoundedMemo(Generic[K, V]):
         self.max_entries = max_entries
         self.clears = 0
         self._parts: dict[Hashable, dict[K, V]] = {}
+        # Read-only view for the hottest loops (selector verdicts per device): the same dict object for the
+        # memo's whole life (a clear empties it in place), so a reader may keep it.
+        self.parts: Mapping[Hashable, Mapping[K, V]] = self._parts
         self._size = 0
         self._lock = threading.Lock()
 
