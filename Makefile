@@ -39,6 +39,7 @@ fmt: $(STAMP)
 # Benchmarks print measured numbers; they are not part of make test.
 bench: $(STAMP)
 	$(BIN)/python -m bench.allocator_bench
+	$(BIN)/python -m bench.loop_bench
 	$(BIN)/python -m bench.http_bench
 	$(BIN)/python -m bench.sync_bench
 	$(BIN)/python -m bench.compare_upstream

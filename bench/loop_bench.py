@@ -1,0 +1,198 @@
+"""The scheduling loop as kube-scheduler drives it, state changing between every two pods.
+
+Run: .venv/bin/python -m bench.loop_bench [--nodes 200 1000] [--pods 400] [--rounds 3]
+
+Per pod: filter over every node, prioritize over the nodes that passed, then the watch events the binding
+causes (the generated claim allocated and reserved for the pod, the pod bound), then the next pod. A static
+cluster (what bench/allocator_bench.py replays) hides the work a changed snapshot causes: a new snapshot, the
+usage index catching up, reservations reconciled, per-node caches retired for the node that changed.
+
+Two measurements per round, each over a fresh cluster:
+- the verbs as the service runs them (`service.filter`, `service.prioritize`) plus the wire answers
+  (`wire.filter_result` / `prioritize_result` encoded with orjson), per pod;
+- the same loop split into its steps, timed one by one through the same public functions the service calls:
+  quota view (snapshot + reconcile + usage + ledger), decision (devices + quota), scoring, response building,
+  watch events applied to the store.
+Figures are medians over pods, then the median over rounds; these machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from extender.decisions.scheduling import decide_pod, score_nodes
+from extender.service import ExtenderConfig, SchedulingService
+from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.state.core import parse_pod
+from extender.state.sources import SourceHealth
+from extender.state.store import ClusterStore
+from extender.transport.wire import ExtenderArgs, filter_result, prioritize_result
+from testkit import builders as b
+from testkit.clusters import build_cluster
+
+STEPS = ("view", "decide", "score", "respond", "events")
+
+
+class PrefilledSource:
+    """The store is filled by the benchmark itself; the service only needs a source that says ready."""
+
+    description = "benchmark cluster"
+
+    def start(self, store: ClusterStore) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+    def health(self) -> SourceHealth:
+        return SourceHealth(True, "benchmark cluster")
+
+
+@dataclass
+class Burst:
+    service: SchedulingService
+    names: list[str]
+    free: dict[str, list[int]]  # node -> free GPU indexes (what the benchmark's "in-tree plugin" allocates)
+
+
+def new_burst(nodes: int) -> Burst:
+    tune_for_large_heap()
+    store = build_cluster(nodes, with_quota=True)
+    service = SchedulingService(PrefilledSource(), ExtenderConfig(), store=store)
+    service.start()
+    freeze_loaded_state()
+    snapshot = store.snapshot()
+    free: dict[str, list[int]] = {}
+    for name in snapshot.nodes:
+        devices = snapshot.node_devices(name).devices
+        free[name] = [int(d.name.rsplit("-", 1)[1]) for d in devices if d.key not in snapshot.allocated]
+    return Burst(service, sorted(snapshot.nodes), free)
+
+
+def pod_object(index: int) -> dict:
+    return b.pod(f"burst-{index}", "bench", templates={"gpu": "one"}, queue="q")
+
+
+def bind_events(burst: Burst, raw_pod: dict, node: str) -> None:
+    """What the API server sends after kube-scheduler's PreBind and Bind: the claim, then the bound pod."""
+    uid = raw_pod["metadata"]["uid"]
+    device = burst.free[node].pop(0)
+    claim = b.claim(
+        f"{raw_pod['metadata']['name']}-gpu",
+        "bench",
+        [b.exact_request("gpu", 1)],
+        allocated=[("gpu", node, f"gpu-{device}")],
+        allocated_node=node,
+        reserved_for=[(raw_pod["metadata"]["name"], uid)],
+        owner_uid=uid,
+        pod_claim_name="gpu",
+    )
+    store = burst.service.store
+    store.apply("ResourceClaim", "ADDED", claim)
+    bound = {**raw_pod, "spec": {**raw_pod["spec"], "nodeName": node}, "status": {"phase": "Pending"}}
+    store.apply("Pod", "MODIFIED", bound)
+
+
+def choose(passed: list[str], scores: dict[str, int]) -> str:
+    best = max(scores.get(name, 0) for name in passed)
+    return next(name for name in passed if scores.get(name, 0) == best)
+
+
+def run_verbs(nodes: int, pods: int) -> list[float]:
+    """Per-pod time of filter + prioritize through the service and the wire format (events not counted)."""
+    burst = new_burst(nodes)
+    service = burst.service
+    costs = []
+    for index in range(pods):
+        raw = pod_object(index)
+        pod = parse_pod(raw)
+        started = time.perf_counter()
+        decision = service.filter(pod, burst.names)
+        args = ExtenderArgs(pod, burst.names, None)
+        orjson.dumps(filter_result(args, decision))
+        passed = decision.passed
+        if not passed:
+            raise SystemExit(f"pod {index} found no node: the cluster is too small for {pods} pods")
+        ranking = service.prioritize(pod, passed)
+        answer = prioritize_result(ExtenderArgs(pod, passed, None), ranking)
+        orjson.dumps(answer)
+        costs.append(time.perf_counter() - started)
+        bind_events(burst, raw, choose(passed, {entry["Host"]: entry["Score"] for entry in answer}))
+    return costs
+
+
+def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
+    """The same loop, each step timed through the public pieces the service's verbs are made of."""
+    burst = new_burst(nodes)
+    service = burst.service
+    steps: dict[str, list[float]] = {step: [] for step in STEPS}
+    weights = service.options.weights
+
+    clock = time.perf_counter
+    for index in range(pods):
+        raw = pod_object(index)
+        pod = parse_pod(raw)
+        t0 = clock()
+        view = service.quota_view()
+        t1 = clock()
+        decision = decide_pod(
+            view.snapshot,
+            pod,
+            burst.names,
+            matcher=service.matcher,
+            quota_context=view.context,
+            ledger=view.ledger_excluding(pod.uid),
+            options=service.options,
+        )
+        service.reservations.reserve(pod.uid, pod.key, decision.quota.cluster_queue, decision.reservation)
+        t2 = clock()
+        passed = decision.passed
+        ranking = score_nodes(decision, passed, view.snapshot, service.caches.driver_usage, weights)
+        t3 = clock()
+        orjson.dumps(filter_result(ExtenderArgs(pod, burst.names, None), decision))
+        answer = prioritize_result(ExtenderArgs(pod, passed, None), ranking)
+        orjson.dumps(answer)
+        t4 = clock()
+        bind_events(burst, raw, choose(passed, {entry["Host"]: entry["Score"] for entry in answer}))
+        t5 = clock()
+        for step, seconds in zip(STEPS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+            steps[step].append(seconds)
+    return steps
+
+
+def median_ms(values: list[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--pods", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print("Scheduling loop: filter over all nodes, prioritize over the passing ones, then the binding's watch events")
+    print(f"(1-GPU pods with a LocalQueue, {args.pods} per round, {args.rounds} rounds; medians in ms per pod)")
+    print()
+    header = f"{'nodes':>6} {'verbs':>8} {'pods/s':>8} " + " ".join(f"{step:>8}" for step in STEPS)
+    print(header)
+    for nodes in args.nodes:
+        verbs, split = [], {step: [] for step in STEPS}
+        for _ in range(args.rounds):
+            verbs.append(median_ms(run_verbs(nodes, args.pods)))
+            for step, values in run_steps(nodes, args.pods).items():
+                split[step].append(median_ms(values))
+        verb_ms = statistics.median(verbs)
+        parts = " ".join(f"{statistics.median(split[step]):8.3f}" for step in STEPS)
+        print(f"{nodes:>6} {verb_ms:8.3f} {1000 / verb_ms:8.0f} {parts}")
+    print()
+    print("verbs: filter + prioritize + wire answers through the service; the columns after pods/s split the same")
+    print("loop into quota view, decision, scoring, response building and watch events (store.apply x2).")
+
+
+if __name__ == "__main__":
+    main()
