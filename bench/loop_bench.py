@@ -152,7 +152,7 @@ def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
         service.reservations.reserve(pod.uid, pod.key, decision.quota.cluster_queue, decision.reservation)
         t2 = clock()
         passed = decision.passed
-        ranking = score_nodes(decision, passed, view.snapshot, service.caches.driver_usage, weights)
+        ranking = score_nodes(decision, passed, view.snapshot, service.caches, weights)
         t3 = clock()
         orjson.dumps(filter_result(ExtenderArgs(pod, burst.names, None), decision))
         answer = prioritize_result(ExtenderArgs(pod, passed, None), ranking)

@@ -12,6 +12,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | selectable | class signature / NodeDevices | a slice, node-label or DeviceTaintRule event (new NodeDevices) |
 | free | class signature / NodeDevices | as above, and entries carry the node's allocation versions |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
+| node_scores | strategy / (devices taken, allocation versions) | slice or claim event on the node |
 
 Sizes were chosen against the 5000-node benchmark (bench/allocator_bench.py): verdicts for ~40k devices times a
 dozen expressions, selectable and free lists for every node times a few dozen pod shapes.
@@ -62,7 +63,12 @@ class DecisionCaches:
     )
     free: BoundedMemo[NodeDevices, FreeEntry] = field(default_factory=lambda: BoundedMemo("free", MAX_NODE_LISTS))
     driver_usage: DriverUsageIndex = field(default_factory=DriverUsageIndex)
+    # (devices taken, device fit, firstAvailable) per strategy, keyed by the taken tuple's identity and the node's
+    # allocation versions (see scheduling.score_nodes)
+    node_scores: BoundedMemo[tuple[int, int, int], tuple[tuple[ChosenDevice, ...], float, float]] = field(
+        default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
+    )
 
     def memos(self) -> tuple[BoundedMemo[Any, Any], ...]:
         """Every memo, for the metrics that show their sizes and clears."""
-        return (self.programs, self.verdicts, self.selectable, self.free, self.driver_usage.memo)
+        return (self.programs, self.verdicts, self.selectable, self.free, self.driver_usage.memo, self.node_scores)

@@ -16,6 +16,7 @@ from functools import partial
 from typing import NamedTuple
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
+from extender.decisions.caches import DecisionCaches
 from extender.decisions.feasibility import device_feasibility, unknown_node
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
@@ -33,12 +34,12 @@ from extender.decisions.scoring import (
     STRATEGY_MOST,
     ScoreBreakdown,
     ScoringWeights,
+    combine,
+    node_parts,
     quota_headroom,
-    score_node,
 )
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
-from extender.state.indexes.driver_usage import DriverUsageIndex
 from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
@@ -111,13 +112,25 @@ def score_nodes(
     decision: PodDecision,
     node_names: Iterable[str],
     snapshot: ClusterSnapshot,
-    driver_usage: DriverUsageIndex,
+    caches: DecisionCaches,
     weights: ScoringWeights,
 ) -> Ranking:
-    """Scores of the named nodes that passed (prioritize asks for a few, explain for all)."""
+    """Scores of the named nodes that passed (prioritize asks for a few, explain for all).
+
+    The node parts of a score (device fit, firstAvailable choice) of the commonest pods are remembered in
+    `caches.node_scores`: a one-claim ExactCount allocation on the fast path takes its devices from the node's
+    free-list entry (the same tuple for every pod of that shape until the node's allocations change), so the
+    parts are keyed by that tuple (identity, held by the entry so it cannot be reused) and the node's allocation
+    versions. Only the quota headroom, which moves with every reservation, is combined afresh."""
     scores: dict[str, ScoreBreakdown] = {}
     headrooms: dict[int, float] = {}  # NodeQuota objects are shared by every node of one charge and flavor
+    combined: dict[tuple[float, float, float], ScoreBreakdown] = {}
     verdicts = decision.verdicts
+    strategy = decision.strategy
+    memo = caches.node_scores
+    entries = memo.parts.get(strategy) or {}
+    alloc_versions = snapshot.alloc_versions
+    shared_version = snapshot.shared_alloc_version
     for node in node_names:
         verdict = verdicts.get(node)
         if verdict is None or not verdict.passed or verdict.allocation is None or node in scores:
@@ -125,8 +138,26 @@ def score_nodes(
         headroom = headrooms.get(id(verdict.quota))
         if headroom is None:
             headroom = headrooms[id(verdict.quota)] = quota_headroom(verdict.quota)
-        usage = driver_usage.usage(snapshot, node)
-        scores[node] = score_node(verdict.allocation, usage, headroom, decision.strategy, weights)
+        allocation = verdict.allocation
+        claims = allocation.claims
+        if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same tuple
+            usage = caches.driver_usage.usage(snapshot, node)
+            fit, first = node_parts(allocation, usage, strategy)
+        else:
+            taken = claims[0].devices
+            key = (id(taken), alloc_versions.get(node, 0), shared_version)
+            remembered = entries.get(key)
+            if remembered is None or remembered[0] is not taken:
+                usage = caches.driver_usage.usage(snapshot, node)
+                fit, first = node_parts(allocation, usage, strategy)
+                memo.put(key, (taken, fit, first), strategy)
+            else:
+                fit, first = remembered[1], remembered[2]
+        parts = (fit, first, headroom)
+        score = combined.get(parts)  # nodes with the same free share and flavor get the same breakdown
+        if score is None:
+            score = combined[parts] = combine(fit, first, headroom, strategy, weights)
+        scores[node] = score
     return Ranking(decision, scores)
 
 

@@ -91,6 +91,14 @@ def quota_headroom(quota: NodeQuota | None) -> float:
     return min(shares)
 
 
+def node_parts(
+    allocation: Allocation, driver_usage: Mapping[str, tuple[int, int]], strategy: str
+) -> tuple[float, float]:
+    """The parts of a score that depend on the node and the devices taken there (not on quota): device fit and
+    the firstAvailable choice. `driver_usage`: driver -> (devices on the node, devices in use)."""
+    return _device_fit(allocation, driver_usage, strategy), _first_available(allocation)
+
+
 def score_node(
     allocation: Allocation,
     driver_usage: Mapping[str, tuple[int, int]],
@@ -99,8 +107,11 @@ def score_node(
     weights: ScoringWeights,
 ) -> ScoreBreakdown:
     """`driver_usage`: driver -> (devices on the node, devices in use); `headroom` from `quota_headroom`."""
-    fit = _device_fit(allocation, driver_usage, strategy)
-    first = _first_available(allocation)
+    fit, first = node_parts(allocation, driver_usage, strategy)
+    return combine(fit, first, headroom, strategy, weights)
+
+
+def combine(fit: float, first: float, headroom: float, strategy: str, weights: ScoringWeights) -> ScoreBreakdown:
     weight_sum = weights.device_fit + weights.first_available + weights.quota_headroom
     if weight_sum <= 0:
         total = 0

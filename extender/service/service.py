@@ -163,7 +163,7 @@ class SchedulingService:
             if not needs_our_decision(pod):
                 return Ranking(self._decide(snapshot, pod, names, view=None), {})
             decision = self._decide(snapshot, pod, names, view=self.quota_view(), started=started)
-        ranking = score_nodes(decision, names, snapshot, self.caches.driver_usage, self.options.weights)
+        ranking = score_nodes(decision, names, snapshot, self.caches, self.options.weights)
         if not decision.fast_path:
             self.history.record("prioritize", ranking, started)
         return ranking
@@ -173,7 +173,7 @@ class SchedulingService:
         view = self.quota_view()
         names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
         decision = self._decide(view.snapshot, pod, names, view=view if needs_our_decision(pod) else None)
-        return score_nodes(decision, names, view.snapshot, self.caches.driver_usage, self.options.weights)
+        return score_nodes(decision, names, view.snapshot, self.caches, self.options.weights)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind through the API; on success hold exactly the charge of the node chosen, on failure nothing."""
