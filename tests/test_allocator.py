@@ -12,6 +12,7 @@ from extender.decisions.allocator import (
     CATEGORY_POOL,
     CATEGORY_SELECTOR,
     CATEGORY_TAKEN,
+    CATEGORY_TOO_MANY,
     Allocation,
     NotAllocatable,
 )
@@ -306,6 +307,63 @@ def test_at_most_32_devices_per_claim():
     objects = [b.node("n1"), b.gpu_slice("n1", 40), b.device_class()]
     outcome = run(objects, [b.exact_request("gpu", mode="All")])["n1"]
     assert isinstance(outcome, NotAllocatable)
+
+
+@pytest.mark.parametrize("count", [33, 500, 2**62])
+def test_count_above_the_claim_limit_is_the_allocators_reason_not_a_malformed_claim(count):
+    """Upstream keeps such a claim (API validation has no upper bound) and Allocate reports the limit."""
+    template, pod = template_pod([b.exact_request("gpu", count)])
+    store = cluster(*BASE, template)  # parses: ObjectError would raise here
+    outcome = decide(store, pod)["n1"]
+    assert isinstance(outcome, NotAllocatable)
+    assert outcome.category == CATEGORY_TOO_MANY and outcome.fatal and outcome.unresolvable
+    assert f"adding {count} devices exceeds the claim limit of 32, with 0 already accounted for" in outcome.summary
+
+
+def test_claim_limit_counts_every_request_at_its_smallest_alternative():
+    requests = [
+        b.exact_request("a", 20),
+        b.first_available_request("b", [b.subrequest("twenty", 20), b.subrequest("thirteen", 13)]),
+    ]
+    objects = [b.node("n1"), b.gpu_slice("n1", 40), b.device_class()]
+    outcome = run(objects, requests)["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_TOO_MANY
+    assert "request b: adding 13 devices exceeds the claim limit of 32, with 20 already accounted for" in (
+        outcome.summary
+    )
+    requests[1] = b.first_available_request("b", [b.subrequest("twenty", 20), b.subrequest("twelve", 12)])
+    outcome = run(objects, requests)["n1"]
+    assert [c.request for c in outcome.claims[0].devices] == ["a"] * 20 + ["b/twelve"] * 12
+
+
+@pytest.mark.parametrize("count", [33, 2**63 - 1])
+def test_first_available_subrequest_over_the_limit_is_skipped(count):
+    requests = [
+        b.exact_request("first", 1),
+        b.first_available_request("gpu", [b.subrequest("too-many", count), b.subrequest("one", 1)]),
+    ]
+    outcome = run(BASE, requests)["n1"]
+    assert devices(outcome) == ["gpu-0", "gpu-1"]
+    assert [c.request for c in outcome.claims[0].devices] == ["first", "gpu/one"]
+    assert outcome.claims[0].chosen_alternatives == {"first": 0, "gpu": 1}
+
+
+def test_max_allocation_backtracks_to_the_smaller_subrequests_within_a_small_budget():
+    """Two requests that could each take 32 of 64 devices: after the first takes 32, no choice of its devices
+    lets the second fit, so the search goes straight back to the first's smaller subrequest (upstream's
+    errAllocationResultMaxSizeExceeded; its table pins 75 allocateOne calls). 64 device tries suffice."""
+    objects = [b.node("n1"), b.gpu_slice("n1", 64), b.device_class()]
+    requests = [
+        b.first_available_request(name, [b.subrequest("all-32", 32), b.subrequest("half", 16)]) for name in ("a", "b")
+    ]
+    template, pod = template_pod(requests)
+    store = cluster(*objects, template)
+    outcome = decide(store, pod, budget=64)["n1"]
+    assert isinstance(outcome, Allocation), outcome
+    assert [c.request for c in outcome.claims[0].devices] == ["a/half"] * 16 + ["b/half"] * 16
+    assert devices(outcome) == [f"gpu-{i}" for i in range(32)]
+    assert outcome.claims[0].chosen_alternatives == {"a": 1, "b": 1}
+    assert isinstance(decide(store, pod, budget=63)["n1"], NotAllocatable)  # the figure is exact
 
 
 @pytest.mark.parametrize("node_name", ["n1", "n2"])

@@ -169,6 +169,14 @@ class _BudgetExhaustedError(Exception):
     pass
 
 
+class _MaxSizeExceededError(Exception):
+    """The devices still to pick for a request do not fit into the claim's 32 (upstream's
+    errAllocationResultMaxSizeExceeded, structured/internal/incubating allocateOne). No other choice of
+    devices for the requests before it helps, since every choice takes as many; so the search goes straight
+    back to the nearest firstAvailable request, whose next subrequest may need fewer. It never crosses a
+    claim boundary (a later claim's count does not depend on an earlier claim's devices)."""
+
+
 class _SelectorError(Exception):
     def __init__(self, failure: SelectorFailure, claim: str, request: str) -> None:
         super().__init__(failure.describe())
@@ -266,7 +274,7 @@ class _Search:
             devices_at_least = 0
             for request in claim.spec.requests:
                 alternatives: list[_Alternative] = []
-                fewest = MAX_DEVICES_PER_ALLOCATION + 1
+                fewest: int | None = None
                 for sub in request.alternatives:
                     name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
                     alternative = _Alternative(sub, name, classes[sub.device_class_name])
@@ -274,17 +282,24 @@ class _Search:
                         failure = self._collect_all(claim, alternative)
                         if failure is not None:
                             return failure
-                        fewest = min(fewest, len(alternative.all_devices or ()))
+                        needs = len(alternative.all_devices or ())
                     else:
-                        self._collect_free(alternative)
-                        fewest = min(fewest, sub.count)
+                        # Candidates only for subrequests that can fit: one over the limit is skipped in the
+                        # search before it looks at a device.
+                        if sub.count <= MAX_DEVICES_PER_ALLOCATION:
+                            self._collect_free(alternative)
+                        needs = sub.count
+                    fewest = needs if fewest is None else min(fewest, needs)
                     alternatives.append(alternative)
                 per_request.append(alternatives)
+                assert fewest is not None  # the parser guarantees one alternative at least
+                # Upstream's pre-flight check (incubating Allocate): a request is worth at least its smallest
+                # alternative; compared, not added, so that a huge count cannot overflow.
                 if fewest > MAX_DEVICES_PER_ALLOCATION - devices_at_least:
                     return self._fail(
                         CATEGORY_TOO_MANY,
-                        f"{claim.label} request {request.name}: needs more than {MAX_DEVICES_PER_ALLOCATION} "
-                        "devices in one claim",
+                        f"{claim.label} request {request.name}: adding {fewest} devices exceeds the claim limit "
+                        f"of {MAX_DEVICES_PER_ALLOCATION}, with {devices_at_least} already accounted for",
                         "",
                         unresolvable=True,
                         claim=claim,
@@ -362,23 +377,45 @@ class _Search:
     # search -------------------------------------------------------------------------------------------------
 
     def run(self) -> bool:
-        return self._request(0, 0)
+        try:
+            return self._request(0, 0)
+        except _MaxSizeExceededError:
+            # Unreachable after prepare()'s pre-flight check (the smallest alternatives fit); no solution.
+            return False
 
     def _request(self, claim_index: int, request_index: int) -> bool:
+        """Upstream allocateOne at a request boundary: `exactly`, or each firstAvailable subrequest in order."""
         if claim_index == len(self.claims):
             return True
         requests = self.claims[claim_index].spec.requests
         if request_index == len(requests):
-            return self._request(claim_index + 1, 0)
+            try:
+                return self._request(claim_index + 1, 0)
+            except _MaxSizeExceededError:
+                return False  # upstream: not propagated past the claim ("not a fatal error")
         request = requests[request_index]
+        chosen = self.alternatives_chosen[claim_index]
+        subrequests = request.exactly is None
+        all_exceeded = True
         for alt_index, alternative in enumerate(self.alternatives[claim_index][request_index]):
-            self.alternatives_chosen[claim_index][request.name] = alt_index
-            if alternative.all_devices is not None:
-                if self._take_all(claim_index, request, alternative, request_index):
-                    return True
-            elif self._pick(claim_index, request, alternative, request_index, 0, alternative.sub.count):
+            chosen[request.name] = alt_index
+            try:
+                if alternative.all_devices is not None:
+                    found = self._take_all(claim_index, request, alternative, request_index)
+                else:
+                    found = self._pick(claim_index, request, alternative, request_index, 0, alternative.sub.count)
+            except _MaxSizeExceededError:
+                if not subrequests:
+                    chosen.pop(request.name, None)
+                    raise
+                continue  # the next subrequest may need fewer devices
+            if found:
                 return True
-        self.alternatives_chosen[claim_index].pop(request.name, None)
+            all_exceeded = False
+        chosen.pop(request.name, None)
+        if subrequests and all_exceeded:
+            # Every subrequest overflowed: nothing the requests before this one choose can help.
+            raise _MaxSizeExceededError
         return False
 
     def _pick(
@@ -392,6 +429,8 @@ class _Search:
     ) -> bool:
         if remaining == 0:
             return self._request(claim_index, request_index + 1)
+        if remaining > MAX_DEVICES_PER_ALLOCATION - len(self.chosen[claim_index]):
+            raise _MaxSizeExceededError
         candidates = alternative.candidates
         failures = alternative.failures
         busy = self.claim_taking[claim_index] if alternative.sub.admin_access else self.taking
@@ -405,8 +444,12 @@ class _Search:
             undo = self._take(claim_index, request, alternative, device)
             if undo is None:
                 continue
-            if self._pick(claim_index, request, alternative, request_index, position + 1, remaining - 1):
-                return True
+            try:
+                if self._pick(claim_index, request, alternative, request_index, position + 1, remaining - 1):
+                    return True
+            except _MaxSizeExceededError:
+                undo()  # upstream: deallocate and return the error, trying no other device here
+                raise
             undo()
         return False
 
@@ -416,6 +459,8 @@ class _Search:
         devices = alternative.all_devices or []
         if not devices:
             return False
+        if len(devices) > MAX_DEVICES_PER_ALLOCATION - len(self.chosen[claim_index]):
+            raise _MaxSizeExceededError
         undos = []
         admin = alternative.sub.admin_access
         for device in devices:
@@ -429,8 +474,13 @@ class _Search:
                 break
             undos.append(undo)
         else:
-            if self._request(claim_index, request_index + 1):
-                return True
+            try:
+                if self._request(claim_index, request_index + 1):
+                    return True
+            except _MaxSizeExceededError:
+                for undo in reversed(undos):
+                    undo()
+                raise
         for undo in reversed(undos):
             undo()
         return False
@@ -453,9 +503,7 @@ class _Search:
         sub = alternative.sub
         if not _tolerated(device, sub):
             return None
-        chosen = self.chosen[claim_index]
-        if len(chosen) >= MAX_DEVICES_PER_ALLOCATION:
-            return None
+        chosen = self.chosen[claim_index]  # below the limit: _pick and _take_all checked before
         claim = self.claims[claim_index]
         undo_steps = []
         if device.consumes_counters:
@@ -886,6 +934,10 @@ class PodAllocator:
         for claim_index, claim in enumerate(self.pending):
             if claim.spec.constraints:
                 return None
+            if sum(r.exactly.count if r.exactly is not None else 0 for r in claim.spec.requests) > (
+                MAX_DEVICES_PER_ALLOCATION
+            ):
+                return None  # the search reports the claim limit (an error), not a shortfall
             for request in claim.spec.requests:
                 sub = request.exactly
                 if sub is None or sub.allocation_mode != ALLOCATION_MODE_EXACT or sub.admin_access:

@@ -429,7 +429,10 @@ def _parse_subrequest(raw: Mapping[str, Any], path: str, name: str, *, allow_adm
     mode = get_str(raw, "allocationMode", path, default=ALLOCATION_MODE_EXACT)
     if mode not in (ALLOCATION_MODE_EXACT, ALLOCATION_MODE_ALL):
         raise ObjectError(child_path(path, "allocationMode"), f"unknown allocation mode {mode!r}")
-    count = get_int(raw, "count", path, default=1, minimum=1, maximum=MAX_DEVICES_PER_ALLOCATION)
+    # No upper bound here: the API server accepts any positive count, and upstream's allocator, not
+    # validation, refuses a claim over AllocationResultsMaxSize (32) devices, or skips a firstAvailable
+    # subrequest over it (structured/internal/incubating validateDeviceRequest and allocateOne).
+    count = get_int(raw, "count", path, default=1, minimum=1)
     admin = get_bool(raw, "adminAccess", path)
     if admin and not allow_admin:
         raise ObjectError(child_path(path, "adminAccess"), "is not allowed in a firstAvailable subrequest")

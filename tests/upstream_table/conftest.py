@@ -21,7 +21,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         if report.passed:
             _outcomes[name] = "xpass" if hasattr(report, "wasxfail") else "agree"
         else:
-            _outcomes[name] = "fail"
+            _outcomes[name] = "xpass" if hasattr(report, "wasxfail") else "fail"
     elif report.failed:
         _outcomes[name] = "fail"
 

@@ -115,14 +115,6 @@ EXPECTED_FAILURES: Mapping[str, str] = {
     "with-distinct-constraints-with-subrequests": DISTINCT_SHARED,
     # Binding conditions (item 2).
     "lexicographical-sorting-pools-with-binding-conditions": BINDING,
-    # The 32-device limit and firstAvailable pruning (item 3).
-    "all-devices-invalid-CEL": "item 3: a count above 32 is refused by our parser (claim 'does not exist')",
-    "exact-count-total-overflows-claim-limit": "item 3: a count above 32 is refused by our parser",
-    "exact-count-total-would-wrap-to-zero": "item 3: a count above 32 is refused by our parser",
-    "too-many-devices-single-request": "item 3: a count above 32 is refused by our parser",
-    "prioritized-list-overflowing-first-subrequest-is-pruned": "item 3: a subrequest over the limit is not pruned",
-    "prioritized-list-too-many-in-first-subrequest": "item 3: a subrequest over the limit is not pruned",
-    "prioritized-list-max-allocation-limit-request": "item 3: the search budget runs out before backtracking",
     # Fields the API server validates, which the table feeds the allocator anyway.
     "empty-class": "our parser refuses the claim (empty deviceClassName); upstream's Allocate reports an error",
     "unknown-allocation-mode": "our parser refuses the claim (unknown allocationMode); upstream reports an error",
