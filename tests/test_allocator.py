@@ -6,6 +6,7 @@ import pytest
 
 from extender.decisions.allocator import (
     CATEGORY_CLAIM_NODE,
+    CATEGORY_CLAIM_SPEC,
     CATEGORY_CLASS,
     CATEGORY_CONSTRAINT,
     CATEGORY_NO_DEVICES,
@@ -364,6 +365,28 @@ def test_max_allocation_backtracks_to_the_smaller_subrequests_within_a_small_bud
     assert devices(outcome) == [f"gpu-{i}" for i in range(32)]
     assert outcome.claims[0].chosen_alternatives == {"a": 1, "b": 1}
     assert isinstance(decide(store, pod, budget=63)["n1"], NotAllocatable)  # the figure is exact
+
+
+NO_CEL = [{"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "selectors": [{}]}}]
+
+
+@pytest.mark.parametrize(
+    ("requests", "constraints", "category", "words"),
+    [
+        ([b.exact_request("gpu", mode="Future")], None, CATEGORY_CLAIM_SPEC, "unsupported allocationMode Future"),
+        ([b.exact_request("gpu", device_class_name="")], None, CATEGORY_CLASS, "no deviceClassName"),
+        ([b.exact_request("gpu")], [{"requests": ["gpu"]}], CATEGORY_CLAIM_SPEC, "constraint #0: neither"),
+        (NO_CEL, None, CATEGORY_SELECTOR, "CEL selector '' failed to compile"),
+    ],
+    ids=["unknown-mode", "empty-class", "empty-constraint", "selector-without-cel"],
+)
+def test_fields_this_client_does_not_know_fail_the_pod_with_a_reason(requests, constraints, category, words):
+    """Upstream's Allocate returns an error for these (a newer API's values, or validation bypassed); the claim
+    still exists, so the reason names the field instead of saying the claim does not exist."""
+    outcome = run(BASE, requests, constraints)["n1"]
+    assert isinstance(outcome, NotAllocatable), outcome
+    assert outcome.category == category and outcome.fatal, outcome
+    assert words in outcome.summary
 
 
 @pytest.mark.parametrize("node_name", ["n1", "n2"])

@@ -138,6 +138,7 @@ CATEGORY_CLAIM_NODE = "claim-on-other-node"
 CATEGORY_POOL = "pool-not-ready"
 CATEGORY_BUDGET = "search-budget"
 CATEGORY_TOO_MANY = "too-many-devices"
+CATEGORY_CLAIM_SPEC = "unsupported-claim"  # a field value this client does not know (a newer API's)
 
 
 class NotAllocatable(NamedTuple):
@@ -259,8 +260,19 @@ class _Search:
         for claim in self.claims:
             for request in claim.spec.requests:
                 for sub in request.alternatives:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    if not sub.device_class_name:
+                        # The plugin's PreFilter (dynamicresources.go validateDeviceClass): an error for the pod.
+                        return self._fail(
+                            CATEGORY_CLASS,
+                            f"{claim.label} request {name}: no deviceClassName (unsupported request type)",
+                            "",
+                            unresolvable=True,
+                            claim=claim,
+                            request=name,
+                            fatal=True,
+                        )
                     if sub.device_class_name not in classes:
-                        name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
                         return self._fail(
                             CATEGORY_CLASS,
                             f"{claim.label} request {name}: DeviceClass {sub.device_class_name} does not exist",
@@ -278,6 +290,16 @@ class _Search:
                 for sub in request.alternatives:
                     name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
                     alternative = _Alternative(sub, name, classes[sub.device_class_name])
+                    if sub.allocation_mode not in (ALLOCATION_MODE_ALL, ALLOCATION_MODE_EXACT):
+                        return self._fail(
+                            CATEGORY_CLAIM_SPEC,
+                            f"{claim.label} request {name}: unsupported allocationMode {sub.allocation_mode}",
+                            "",
+                            unresolvable=True,
+                            claim=claim,
+                            request=name,
+                            fatal=True,
+                        )
                     if sub.allocation_mode == ALLOCATION_MODE_ALL:
                         failure = self._collect_all(claim, alternative)
                         if failure is not None:
@@ -307,6 +329,17 @@ class _Search:
                         fatal=True,
                     )
                 devices_at_least += fewest
+            for index, constraint in enumerate(claim.spec.constraints):
+                if not constraint.match_attribute and not constraint.distinct_attribute:
+                    return self._fail(
+                        CATEGORY_CLAIM_SPEC,
+                        f"{claim.label} constraint #{index}: neither matchAttribute nor distinctAttribute "
+                        "(unsupported constraint type)",
+                        "",
+                        unresolvable=True,
+                        claim=claim,
+                        fatal=True,
+                    )
             self.alternatives.append(per_request)
         return None
 

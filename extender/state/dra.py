@@ -398,10 +398,13 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
 
 
 def _parse_selectors(raw: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    """CEL expressions; a selector without one (a selector type this client does not know) is kept as "",
+    which fails to compile when the allocator reaches a device, as upstream's "CEL expression empty
+    (unsupported selector type?)" error does (structured/internal/incubating selectorsMatch)."""
     expressions = []
     for selector_path, selector in map_items(raw, "selectors", path):
-        cel = get_map(selector, "cel", selector_path, required=True)
-        expressions.append(get_str(cel, "expression", child_path(selector_path, "cel"), required=True))
+        cel = get_map(selector, "cel", selector_path)
+        expressions.append(get_str(cel, "expression", child_path(selector_path, "cel")))
     return tuple(expressions)
 
 
@@ -426,9 +429,10 @@ def _parse_tolerations(raw: Mapping[str, Any], path: str) -> tuple[Toleration, .
 
 
 def _parse_subrequest(raw: Mapping[str, Any], path: str, name: str, *, allow_admin: bool) -> DeviceSubRequest:
+    # An allocationMode this client does not know (a newer API's) and an empty deviceClassName are kept: the
+    # allocator reports them for the pod, as upstream's does ("unsupported count mode", "unsupported request
+    # type"), instead of the claim seeming not to exist.
     mode = get_str(raw, "allocationMode", path, default=ALLOCATION_MODE_EXACT)
-    if mode not in (ALLOCATION_MODE_EXACT, ALLOCATION_MODE_ALL):
-        raise ObjectError(child_path(path, "allocationMode"), f"unknown allocation mode {mode!r}")
     # No upper bound here: the API server accepts any positive count, and upstream's allocator, not
     # validation, refuses a claim over AllocationResultsMaxSize (32) devices, or skips a firstAvailable
     # subrequest over it (structured/internal/incubating validateDeviceRequest and allocateOne).
@@ -438,7 +442,7 @@ def _parse_subrequest(raw: Mapping[str, Any], path: str, name: str, *, allow_adm
         raise ObjectError(child_path(path, "adminAccess"), "is not allowed in a firstAvailable subrequest")
     return DeviceSubRequest(
         name=name,
-        device_class_name=get_str(raw, "deviceClassName", path, required=True),
+        device_class_name=get_str(raw, "deviceClassName", path),
         selectors=_parse_selectors(raw, path),
         allocation_mode=mode,
         count=count if mode == ALLOCATION_MODE_EXACT else 0,
@@ -483,8 +487,9 @@ def parse_claim_spec(spec: Mapping[str, Any], path: str) -> ClaimSpec:
             match_attribute=get_str(raw, "matchAttribute", con_path),
             distinct_attribute=get_str(raw, "distinctAttribute", con_path),
         )
-        if bool(constraint.match_attribute) == bool(constraint.distinct_attribute):
-            raise ObjectError(con_path, "exactly one of matchAttribute and distinctAttribute is required")
+        # Neither set (a constraint type this client does not know) is kept for the allocator to report, as
+        # upstream's "empty constraint (unsupported constraint type?)"; with both, matchAttribute wins, as in
+        # upstream's switch.
         for request_name in constraint.requests:
             if request_name.split("/", 1)[0] not in names:
                 raise ObjectError(child_path(con_path, "requests"), f"unknown request {request_name!r}")

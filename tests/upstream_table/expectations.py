@@ -115,11 +115,7 @@ EXPECTED_FAILURES: Mapping[str, str] = {
     "with-distinct-constraints-with-subrequests": DISTINCT_SHARED,
     # Binding conditions (item 2).
     "lexicographical-sorting-pools-with-binding-conditions": BINDING,
-    # Fields the API server validates, which the table feeds the allocator anyway.
-    "empty-class": "our parser refuses the claim (empty deviceClassName); upstream's Allocate reports an error",
-    "unknown-allocation-mode": "our parser refuses the claim (unknown allocationMode); upstream reports an error",
-    "unknown-constraint": "our parser refuses the claim (empty constraint); upstream reports an error",
-    "unknown-selector": "our parser refuses the claim (selector without cel); upstream reports an error",
+    # A value our parser does not know how to read.
     "with-distinct-constraints-unknown-type-attribute": (
         "an attribute without a value of a known type: our parser refuses the whole slice (its devices vanish); "
         "upstream keeps the device and fails the CEL selector that reads the attribute"
