@@ -17,10 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
+from types import MappingProxyType
 from typing import NamedTuple
 
-from extender.decisions.free_devices import FreeDeviceIndex, FreeView
+from extender.decisions.free_devices import FreeDeviceIndex, FreeSelectable, FreeView
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
+from extender.state.capacity import CapacityError, SharedUse, request_fits
 from extender.state.core import Node
 from extender.state.dra import (
     ALLOCATION_MODE_ALL,
@@ -64,6 +66,9 @@ class AllocatedClaim:
     claim: ResourceClaim
 
 
+_NO_SHARES: Mapping[DeviceKey, SharedUse] = MappingProxyType({})
+
+
 class NodeQuestion(NamedTuple):
     """Everything the allocator needs about one node; assembled by the caller from a cluster snapshot."""
 
@@ -71,6 +76,8 @@ class NodeQuestion(NamedTuple):
     devices: NodeDevices
     allocated: Mapping[DeviceKey, int]
     classes: Mapping[str, DeviceClass]
+    # Of `allocated`, the shares of devices that allow multiple allocations (ClusterSnapshot.shared_allocated).
+    shared: Mapping[DeviceKey, SharedUse] = _NO_SHARES
 
 
 # --- outputs --------------------------------------------------------------------------------------------------
@@ -83,6 +90,10 @@ class ChosenDevice(NamedTuple):
     device: Device
     device_class: str
     admin_access: bool
+    # A share of a device that allows multiple allocations (the result gets a shareID), and what it consumes
+    # of the device's capacities (name as written -> amount, sorted pairs).
+    shared: bool = False
+    consumed_capacity: tuple[tuple[str, Fraction], ...] = ()
 
 
 class ClaimAllocation(NamedTuple):
@@ -139,6 +150,7 @@ CATEGORY_POOL = "pool-not-ready"
 CATEGORY_BUDGET = "search-budget"
 CATEGORY_TOO_MANY = "too-many-devices"
 CATEGORY_CLAIM_SPEC = "unsupported-claim"  # a field value this client does not know (a newer API's)
+CATEGORY_CAPACITY = "capacity-request"  # a capacity request upstream refuses outright (not representable...)
 
 
 class NotAllocatable(NamedTuple):
@@ -179,7 +191,7 @@ class _MaxSizeExceededError(Exception):
 
 
 class _SelectorError(Exception):
-    def __init__(self, failure: SelectorFailure, claim: str, request: str) -> None:
+    def __init__(self, failure: SelectorFailure | _CapacityFailure, claim: str, request: str) -> None:
         super().__init__(failure.describe())
         self.failure = failure
         self.claim = claim
@@ -195,6 +207,19 @@ class _FatalError(Exception):
         self.summary = summary
         self.claim = claim
         self.request = request
+
+
+class _CapacityFailure(NamedTuple):
+    """A capacity request that upstream's allocator turns into an error when its scan reaches the device
+    (CmpRequestOverCapacity failing, structured/internal/incubating allocateOne): fatal, like a selector
+    failure, and only when reached."""
+
+    device: str
+    message: str
+    category: str = CATEGORY_CAPACITY
+
+    def describe(self) -> str:
+        return f"checking capacity for device {self.device}: {self.message}"
 
 
 def _tolerated(device: Device, sub: DeviceSubRequest) -> bool:
@@ -215,8 +240,10 @@ class _Alternative:
     # only evaluates selectors when its scan reaches a device that is not in use, so a failing device is an
     # error only if the search gets to it while no other request of the pod holds it.
     candidates: list[Device] = field(default_factory=list)
-    failures: dict[int, SelectorFailure] = field(default_factory=dict)  # position in `candidates` -> failure
+    # position in `candidates` -> why the device fails the pod when reached
+    failures: dict[int, SelectorFailure | _CapacityFailure] = field(default_factory=dict)
     all_devices: list[Device] | None = None  # allocationMode All: every selectable device
+    capacity_requests: dict[str, Fraction] = field(default_factory=dict)
 
     def selectable_candidates(self) -> list[Device]:
         if not self.failures:
@@ -237,6 +264,11 @@ class _Search:
         self.matcher = matcher
         self.budget = budget
         self.allocated = question.allocated
+        self.shared = question.shared
+        # Shares this search is adding (devices that allow multiple allocations are never in `taking`): how many
+        # per device and the capacity they consume (upstream's allocatingCapacity).
+        self.allocating_shares: dict[DeviceKey, int] = {}
+        self.allocating_capacity: dict[DeviceKey, dict[str, Fraction]] = {}
         self.taking: set[DeviceKey] = set()
         self.claim_taking: list[set[DeviceKey]] = [set() for _ in claims]  # adminAccess only avoids these
         self.chosen: list[list[ChosenDevice]] = [[] for _ in claims]
@@ -289,7 +321,9 @@ class _Search:
                 fewest: int | None = None
                 for sub in request.alternatives:
                     name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-                    alternative = _Alternative(sub, name, classes[sub.device_class_name])
+                    alternative = _Alternative(
+                        sub, name, classes[sub.device_class_name], capacity_requests=dict(sub.capacity_requests)
+                    )
                     if sub.allocation_mode not in (ALLOCATION_MODE_ALL, ALLOCATION_MODE_EXACT):
                         return self._fail(
                             CATEGORY_CLAIM_SPEC,
@@ -350,16 +384,54 @@ class _Search:
             verdict = self.matcher.all_verdict(alternative.sub.selectors, device)
         return verdict
 
+    def _exclusively_held(self, device: Device) -> bool:
+        """Held by another claim's result without a shareID (upstream: in AllocatedDevices): nobody else may
+        use it, even if it allows multiple allocations."""
+        held = self.allocated.get(device.key, 0)
+        if not held:
+            return False
+        use = self.shared.get(device.key)
+        return held > (use.shares if use is not None else 0)
+
+    def _held_capacity(self, key: DeviceKey, *, in_search: bool) -> Mapping[str, Fraction]:
+        """Capacity of the device that allocated shares (and, `in_search`, the shares this search adds) consume."""
+        use = self.shared.get(key)
+        adding = self.allocating_capacity.get(key) if in_search else None
+        if not adding:
+            return use.consumed if use is not None else {}
+        if use is None:
+            return adding
+        total = dict(use.consumed)
+        for name, amount in adding.items():
+            total[name] = total.get(name, Fraction(0)) + amount
+        return total
+
+    def _capacity_verdict(self, alternative: _Alternative, device: Device) -> bool | _CapacityFailure:
+        """CmpRequestOverCapacity at scan time, against what allocated shares already consume."""
+        requests = alternative.capacity_requests
+        if not requests and device.default_request_fits and device.key not in self.shared:
+            return True  # the commonest case: nothing asked, nothing shared, the default consumption is valid
+        try:
+            held = self._held_capacity(device.key, in_search=False)
+            return request_fits(requests, device.consumable, held) is not None
+        except CapacityError as error:
+            return _CapacityFailure("/".join(device.key), str(error))
+
     def _collect_free(self, alternative: _Alternative) -> None:
         admin = alternative.sub.admin_access
         allocated = self.allocated
         candidates = alternative.candidates
         for device in self.usable:
-            if not admin and device.key in allocated and not device.allow_multiple_allocations:
+            if not admin and device.key in allocated and self._exclusively_held(device):
                 continue  # upstream checks "in use" first: selectors never run on taken devices
             verdict = self._selectable(alternative, device)
             if verdict is True:
-                candidates.append(device)
+                verdict = self._capacity_verdict(alternative, device)
+                if verdict is True:
+                    candidates.append(device)
+                elif verdict is not False:
+                    alternative.failures[len(candidates)] = verdict
+                    candidates.append(device)
             elif verdict is not False:
                 alternative.failures[len(candidates)] = verdict
                 candidates.append(device)
@@ -383,7 +455,23 @@ class _Search:
         for device in self.usable:
             verdict = self._selectable(alternative, device)
             if verdict is True:
-                selectable.append(device)
+                # Static capacity only (upstream validateDeviceRequest): a device that could never serve the
+                # request is not part of "all"; one whose capacity others use up stays, so All then fails.
+                try:
+                    fits = request_fits(alternative.capacity_requests, device.consumable, {}) is not None
+                except CapacityError as error:
+                    return self._fail(
+                        CATEGORY_CAPACITY,
+                        f"{claim.label} request {alternative.request_name}: checking capacity for device "
+                        f"{device.name}: {error}",
+                        "",
+                        unresolvable=True,
+                        claim=claim,
+                        request=alternative.request_name,
+                        fatal=True,
+                    )
+                if fits:
+                    selectable.append(device)
             elif verdict is not False:
                 return self._fail(
                     CATEGORY_SELECTOR,
@@ -500,7 +588,7 @@ class _Search:
             if admin:
                 if device.key in self.claim_taking[claim_index]:
                     break
-            elif (device.key in self.allocated and not device.allow_multiple_allocations) or device.key in self.taking:
+            elif (device.key in self.allocated and self._exclusively_held(device)) or device.key in self.taking:
                 break
             undo = self._take(claim_index, request, alternative, device, must=True)
             if undo is None:
@@ -539,7 +627,10 @@ class _Search:
         chosen = self.chosen[claim_index]  # below the limit: _pick and _take_all checked before
         claim = self.claims[claim_index]
         undo_steps = []
-        if device.consumes_counters:
+        multi = device.allow_multiple_allocations
+        # A further share of a device already shared does not charge its counters again (upstream
+        # skipCounterCheck): they were charged when the device was first allocated.
+        if device.consumes_counters and not (multi and self._capacity_in_use(device.key)):
             undo = self._consume_counters(device)
             if undo is None:
                 return None
@@ -561,6 +652,23 @@ class _Search:
                     )
                 return None
             undo_steps.append(undo)
+        consumed: dict[str, Fraction] | None = None
+        if alternative.capacity_requests or (device.consumable and (multi or device.key in self.shared)):
+            # What is left now, next to allocated shares and the shares this search adds (allocateDevice).
+            try:
+                consumed = request_fits(
+                    alternative.capacity_requests, device.consumable, self._held_capacity(device.key, in_search=True)
+                )
+            except CapacityError as error:  # the scan already checked the request; kept for safety
+                raise _FatalError(
+                    CATEGORY_CAPACITY, f"{claim.label} request {alternative.request_name}: {error}", claim.label, ""
+                ) from None
+            if consumed is None:
+                for step in reversed(undo_steps):
+                    step()
+                return None
+        if multi:
+            return self._take_share(claim_index, alternative, device, consumed or {}, undo_steps)
         chosen.append(ChosenDevice(alternative.request_name, device, sub.device_class_name, sub.admin_access))
         added_to_taking = device.key not in self.taking
         self.taking.add(device.key)
@@ -576,6 +684,53 @@ class _Search:
                 step()
 
         return undo_all
+
+    def _capacity_in_use(self, key: DeviceKey) -> bool:
+        """upstream deviceCapacityInUse: allocated shares, or shares this search adds."""
+        return key in self.shared or self.allocating_shares.get(key, 0) > 0
+
+    def _take_share(
+        self,
+        claim_index: int,
+        alternative: _Alternative,
+        device: Device,
+        consumed: Mapping[str, Fraction],
+        undo_steps: list[Undo],
+    ) -> Undo:
+        """A share of a device that allows multiple allocations: it stays available to every other request and
+        claim, so it is never marked as taken; its consumed capacity is added to what the search allocates."""
+        key = device.key
+        chosen = self.chosen[claim_index]
+        sub = alternative.sub
+        chosen.append(
+            ChosenDevice(
+                alternative.request_name,
+                device,
+                sub.device_class_name,
+                sub.admin_access,
+                True,
+                tuple(sorted(consumed.items())),
+            )
+        )
+        self.allocating_shares[key] = self.allocating_shares.get(key, 0) + 1
+        adding = self.allocating_capacity.setdefault(key, {})
+        for name, amount in consumed.items():
+            adding[name] = adding.get(name, Fraction(0)) + amount
+
+        def undo_share() -> None:
+            chosen.pop()
+            remaining = self.allocating_shares[key] - 1
+            if remaining:
+                self.allocating_shares[key] = remaining
+                for name, amount in consumed.items():
+                    adding[name] -= amount
+            else:
+                del self.allocating_shares[key]
+                del self.allocating_capacity[key]
+            for step in reversed(undo_steps):
+                step()
+
+        return undo_share
 
     def _apply_constraint(
         self, claim_index: int, constraint_index: int, constraint: DeviceConstraint, device: Device
@@ -739,7 +894,7 @@ class _Search:
             in_use = [
                 d
                 for d in alternative.all_devices
-                if not sub.admin_access and d.key in self.allocated and not d.allow_multiple_allocations
+                if not sub.admin_access and d.key in self.allocated and self._exclusively_held(d)
             ]
             if not alternative.all_devices:
                 return self._fail(
@@ -894,7 +1049,7 @@ def _search(
         )
     except _SelectorError as error:
         return search._fail(
-            CATEGORY_SELECTOR,
+            getattr(error.failure, "category", CATEGORY_SELECTOR),
             f"{error.claim} request {error.request}: {error.failure.describe()}",
             "",
             unresolvable=True,
@@ -912,6 +1067,19 @@ def _search(
             for index, claim in enumerate(pending)
         ),
     )
+
+
+_FITS = ("default-request-fits",)
+
+
+def _default_requests_fit(found: FreeSelectable) -> bool:
+    """Whether every free device serves a request without capacity requests (its requestPolicy allows the
+    default consumption): else the shortcut would take a device upstream skips. Remembered with the list."""
+    fits = found.memo.get(_FITS)
+    if fits is None:
+        fits = all(device.default_request_fits for device in found.free)
+        found.memo[_FITS] = fits
+    return fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -975,6 +1143,8 @@ class PodAllocator:
                 sub = request.exactly
                 if sub is None or sub.allocation_mode != ALLOCATION_MODE_EXACT or sub.admin_access:
                     return None
+                if sub.capacity_requests:
+                    return None  # consumable capacity: the search checks policies and what is left
                 device_class = classes.get(sub.device_class_name)
                 if device_class is None:
                     return None
@@ -998,14 +1168,14 @@ class PodAllocator:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast
-        return self.on_node(NodeQuestion(node, devices, allocated, classes))
+        return self.on_node(NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated))
 
     def _one_request(self, node_name: str, devices: NodeDevices) -> AllocationOutcome | None:
         """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
         node's free list, so the next pod of the same shape costs two lookups and one result per node."""
         step = self.simple[0]  # type: ignore[index]
         found = self._free_view.get(node_name, devices)
-        if found is None:
+        if found is None or not _default_requests_fit(found):
             return None
         chosen_devices = found.memo.get(self._memo_key)
         if chosen_devices is None:
@@ -1034,7 +1204,7 @@ class PodAllocator:
             found = self.free_index.free_selectable(
                 self.snapshot, node_name, question.devices, step.device_class, step.sub.selectors
             )
-            if found is None:
+            if found is None or not _default_requests_fit(found):
                 return None
             needed = step.sub.count
             class_name = step.sub.device_class_name

@@ -11,6 +11,12 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
+from extender.state.capacity import (
+    CapacityPolicy,
+    CapacityRange,
+    DeviceCapacity,
+    default_request_fits,
+)
 from extender.state.core import NodeSelector, Taint, Toleration, parse_metadata, parse_node_selector
 from extender.state.errors import ObjectError
 from extender.state.fields import (
@@ -71,6 +77,13 @@ class Device:
     consumes_counters: tuple[CounterConsumption, ...] = ()
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
+    # The capacities under their names as the slice spells them: capacity requests and requestPolicy match
+    # those names as written (upstream compares the raw map keys), unlike CEL, which sees qualified names.
+    consumable: Mapping[str, DeviceCapacity] = field(default_factory=dict)
+    # Whether a request without capacity requests can take the device at all: what it would consume (each
+    # policy's default, else the whole value) satisfies every requestPolicy. Intrinsic to the device, so the
+    # allocator's shortcut can tell, without evaluating policies per pod, whether it may use the device.
+    default_request_fits: bool = True
     # Only with the slice's perDeviceNodeSelection: where this device is reachable.
     node_name: str = ""
     node_selector: NodeSelector | None = None
@@ -112,6 +125,9 @@ class DeviceSubRequest:
     count: int
     admin_access: bool
     tolerations: tuple[Toleration, ...]
+    # capacity.requests (DRAConsumableCapacity): capacity name as written -> amount. A tuple of pairs, sorted,
+    # so that the subrequest stays hashable.
+    capacity_requests: tuple[tuple[str, Fraction], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +161,10 @@ class AllocatedDevice:
     pool: str
     device: str
     admin_access: bool = False
+    # A share of a device that allows multiple allocations (DRAConsumableCapacity): its shareID, and the
+    # capacity this share consumes (name as written -> amount, sorted pairs).
+    share_id: str = ""
+    consumed_capacity: tuple[tuple[str, Fraction], ...] = ()
 
     @property
     def key(self) -> DeviceKey:
@@ -247,6 +267,49 @@ def _parse_taints(raw: Mapping[str, Any], path: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+def _optional_quantity(raw: Mapping[str, Any], key: str, path: str) -> Fraction | None:
+    value = raw.get(key)
+    return None if value is None else _parse_quantity_field(value, child_path(path, key))
+
+
+def _parse_capacity_policy(raw: Mapping[str, Any], path: str) -> CapacityPolicy | None:
+    policy = get_map(raw, "requestPolicy", path)
+    if not policy:
+        return None
+    policy_path = child_path(path, "requestPolicy")
+    valid_values = None
+    if policy.get("validValues") is not None:
+        values = policy["validValues"]
+        if not isinstance(values, list):
+            raise ObjectError(child_path(policy_path, "validValues"), f"must be a list, got {type_name(values)}")
+        valid_values = tuple(
+            _parse_quantity_field(v, child_path(policy_path, f"validValues[{i}]")) for i, v in enumerate(values)
+        )
+    valid_range = None
+    range_raw = get_map(policy, "validRange", policy_path)
+    if range_raw or policy.get("validRange") is not None:
+        range_path = child_path(policy_path, "validRange")
+        valid_range = CapacityRange(
+            _optional_quantity(range_raw, "min", range_path),
+            _optional_quantity(range_raw, "max", range_path),
+            _optional_quantity(range_raw, "step", range_path),
+        )
+        if valid_range.step is not None and valid_range.step <= 0:
+            raise ObjectError(child_path(range_path, "step"), "must be positive")
+    return CapacityPolicy(_optional_quantity(policy, "default", policy_path), valid_values, valid_range)
+
+
+def _parse_capacity_requests(raw: Mapping[str, Any], path: str) -> tuple[tuple[str, Fraction], ...]:
+    capacity = get_map(raw, "capacity", path)
+    if not capacity:
+        return ()
+    capacity_path = child_path(path, "capacity")
+    requests = get_map(capacity, "requests", capacity_path)
+    requests_path = child_path(capacity_path, "requests")
+    parsed = [(name, _parse_quantity_field(value, child_path(requests_path, name))) for name, value in requests.items()]
+    return tuple(sorted(parsed))
+
+
 def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: str, pool: str) -> Device:
     name = get_str(raw, "name", path, required=True)
     body = raw
@@ -259,11 +322,14 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
         for attr_name, value in get_map(body, "attributes", body_path).items()
     }
     capacity: dict[str, Fraction] = {}
+    consumable: dict[str, DeviceCapacity] = {}
     for cap_name, value in get_map(body, "capacity", body_path).items():
         cap_path = child_path(child_path(body_path, "capacity"), cap_name)
         if not isinstance(value, Mapping):
             raise ObjectError(cap_path, f"must be an object, got {type_name(value)}")
-        capacity[qualify(cap_name, driver)] = _parse_quantity_field(value.get("value"), child_path(cap_path, "value"))
+        amount = _parse_quantity_field(value.get("value"), child_path(cap_path, "value"))
+        capacity[qualify(cap_name, driver)] = amount
+        consumable[cap_name] = DeviceCapacity(amount, _parse_capacity_policy(value, cap_path))
     consumes = tuple(
         CounterConsumption(get_str(item, "counterSet", item_path, required=True), _parse_counters(item, item_path))
         for item_path, item in map_items(body, "consumesCounters", body_path)
@@ -280,6 +346,8 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
         consumes_counters=consumes,
         taints=_parse_taints(body, body_path),
         allow_multiple_allocations=get_bool(body, "allowMultipleAllocations", body_path),
+        consumable=consumable,
+        default_request_fits=default_request_fits(consumable),
         node_name=get_str(body, "nodeName", body_path),
         node_selector=parse_node_selector(node_selector_raw, child_path(body_path, "nodeSelector"))
         if node_selector_raw
@@ -448,6 +516,7 @@ def _parse_subrequest(raw: Mapping[str, Any], path: str, name: str, *, allow_adm
         count=count if mode == ALLOCATION_MODE_EXACT else 0,
         admin_access=admin,
         tolerations=_parse_tolerations(raw, path),
+        capacity_requests=_parse_capacity_requests(raw, path),
     )
 
 
@@ -509,6 +578,13 @@ def _parse_allocation(status: Mapping[str, Any]) -> Allocation | None:
             pool=get_str(item, "pool", path, required=True),
             device=get_str(item, "device", path, required=True),
             admin_access=get_bool(item, "adminAccess", path),
+            share_id=get_str(item, "shareID", path),
+            consumed_capacity=tuple(
+                sorted(
+                    (name, _parse_quantity_field(value, child_path(child_path(path, "consumedCapacity"), name)))
+                    for name, value in get_map(item, "consumedCapacity", path).items()
+                )
+            ),
         )
         for path, item in map_items(devices, "results", "status.allocation.devices")
     )

@@ -21,7 +21,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         if report.passed:
             _outcomes[name] = "xpass" if hasattr(report, "wasxfail") else "agree"
         else:
-            _outcomes[name] = "xpass" if hasattr(report, "wasxfail") else "fail"
+            strict_xpass = "XPASS(strict)" in str(report.longrepr)
+            _outcomes[name] = "xpass" if hasattr(report, "wasxfail") or strict_xpass else "fail"
     elif report.failed:
         _outcomes[name] = "fail"
 

@@ -49,15 +49,7 @@ def out_of_scope(case: Mapping[str, Any]) -> str:
 
 # --- known disagreements -------------------------------------------------------------------------------------
 
-CONSUMABLE = (
-    "consumable capacity (issue 12 item 1): allowMultipleAllocations devices are treated as always free and "
-    "exclusive to one request; capacity requests, requestPolicy, consumed capacity and shareIDs are not modelled"
-)
 BINDING = "binding conditions (issue 12 item 2): bindingConditions are ignored, so pools without them are not preferred"
-DISTINCT_SHARED = (
-    "consumable capacity (issue 12 item 1): distinctAttribute over allowMultipleAllocations devices; ours "
-    "never lets two requests share a multi-allocatable device"
-)
 
 
 def _gate_off(gate: str) -> str:
@@ -78,41 +70,8 @@ EXPECTED_FAILURES: Mapping[str, str] = {
     "tainted-all-devices-single-disabled": _gate_off("DRADeviceTaints"),
     "tainted-disabled": _gate_off("DRADeviceTaints"),
     "tainted-prioritized-list-disabled": _gate_off("DRADeviceTaints"),
-    "consumable-capacity-disabled-feature": (
-        "needs DRAConsumableCapacity off (item 4), and capacity requests are not modelled (item 1)"
-    ),
-    "consumable-capacity-disabled-feature-with-prioritized-list": (
-        "needs DRAConsumableCapacity off (item 4), and capacity requests are not modelled (item 1)"
-    ),
-    # Consumable capacity (item 1).
-    "allow-multiple-allocations-not-allocate-multi-allocatable-device-which-already-dedicated": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-allocation-mode-all-allocating-sufficient": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-allocation-mode-all-filter-out-insufficient-capacity": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-allocation-mode-all-filter-out-no-capacity": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-allocation-mode-all-in-use-insufficient": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-allocation-mode-all-with-missing-capacity-request": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-violates-zero-request-policy": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-allocated-capacity-next-device": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-missing-capacity-request": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-no-available-consumable-capacity": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-policy-without-capacity-request": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-range-policy-with-capacity-request": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-request-over-max-sharing-policy": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-subrequest": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-with-zero-request-policy": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-without-capacity-without-capacity-request": CONSUMABLE,
-    "consumable-capacity-multi-allocatable-device-without-policy-with-capacity-request": CONSUMABLE,
-    "consumable-capacity-negative-request-aborts": CONSUMABLE,
-    "consumable-capacity-range-policy-allocation-mode-all-overflow-aborts": CONSUMABLE,
-    "consumable-capacity-range-policy-overflow-aborts-not-skip": CONSUMABLE,
-    "consumable-capacity-range-policy-request-above-int64-rejected": CONSUMABLE,
-    "consumable-capacity-range-policy-rounded-value-overflow-rejected": CONSUMABLE,
-    "consumable-capacity-requests-are-not-modified": CONSUMABLE,
-    "consumable-capacity-with-multi-allocatable-device-backtrack": CONSUMABLE,
-    "consumable-capacity-with-partitionable-device-multiple-capacity-pools": CONSUMABLE,
-    "partitionable-consumable-capacity-shared-device-counter-not-recharged": CONSUMABLE,
-    "partitionable-empty-capacity-multiple-share-backtrack-keeps-counter-ownership": CONSUMABLE,
-    "with-distinct-constraints-with-subrequests": DISTINCT_SHARED,
+    "consumable-capacity-disabled-feature": _gate_off("DRAConsumableCapacity"),
+    "consumable-capacity-disabled-feature-with-prioritized-list": _gate_off("DRAConsumableCapacity"),
     # Binding conditions (item 2).
     "lexicographical-sorting-pools-with-binding-conditions": BINDING,
     # A value our parser does not know how to read.
@@ -123,10 +82,7 @@ EXPECTED_FAILURES: Mapping[str, str] = {
 }
 
 # Cases that depend on a gate being off: ours against upstream under the 1.37 default gates.
-DEFAULTS_EXPECTED_FAILURES: Mapping[str, str] = {
-    "consumable-capacity-disabled-feature": CONSUMABLE,
-    "consumable-capacity-disabled-feature-with-prioritized-list": CONSUMABLE,
-}
+DEFAULTS_EXPECTED_FAILURES: Mapping[str, str] = {}
 
 AREAS: Sequence[tuple[str, str]] = (
     ("DRAConsumableCapacity", "consumable capacity"),
