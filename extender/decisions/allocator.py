@@ -136,6 +136,7 @@ class Allocation(NamedTuple):
 
 
 # Hot-path constructors: tuple.__new__ without the NamedTuple's Python-level __new__ (about 3x cheaper).
+_new_chosen = partial(tuple.__new__, ChosenDevice)
 _new_claim_allocation = partial(tuple.__new__, ClaimAllocation)
 _new_allocation = partial(tuple.__new__, Allocation)
 
@@ -421,17 +422,21 @@ class _Search:
         admin = alternative.sub.admin_access
         allocated = self.allocated
         candidates = alternative.candidates
+        shared = self.shared
+        requests = alternative.capacity_requests
         for device in self.usable:
-            if not admin and device.key in allocated and self._exclusively_held(device):
+            if not admin and device.key in allocated and (not shared or self._exclusively_held(device)):
                 continue  # upstream checks "in use" first: selectors never run on taken devices
             verdict = self._selectable(alternative, device)
             if verdict is True:
-                verdict = self._capacity_verdict(alternative, device)
-                if verdict is True:
-                    candidates.append(device)
-                elif verdict is not False:
-                    alternative.failures[len(candidates)] = verdict
-                    candidates.append(device)
+                if requests or not device.default_request_fits or (shared and device.key in shared):
+                    verdict = self._capacity_verdict(alternative, device)
+                    if verdict is not True:
+                        if verdict is not False:
+                            alternative.failures[len(candidates)] = verdict
+                            candidates.append(device)
+                        continue
+                candidates.append(device)
             elif verdict is not False:
                 alternative.failures[len(candidates)] = verdict
                 candidates.append(device)
@@ -653,7 +658,8 @@ class _Search:
                 return None
             undo_steps.append(undo)
         consumed: dict[str, Fraction] | None = None
-        if alternative.capacity_requests or (device.consumable and (multi or device.key in self.shared)):
+        shared = self.shared
+        if alternative.capacity_requests or (device.consumable and (multi or (shared and device.key in shared))):
             # What is left now, next to allocated shares and the shares this search adds (allocateDevice).
             try:
                 consumed = request_fits(
@@ -669,7 +675,9 @@ class _Search:
                 return None
         if multi:
             return self._take_share(claim_index, alternative, device, consumed or {}, undo_steps)
-        chosen.append(ChosenDevice(alternative.request_name, device, sub.device_class_name, sub.admin_access))
+        chosen.append(
+            _new_chosen((alternative.request_name, device, sub.device_class_name, sub.admin_access, False, ()))
+        )
         added_to_taking = device.key not in self.taking
         self.taking.add(device.key)
         claim_taking = self.claim_taking[claim_index]
@@ -1072,6 +1080,13 @@ def _search(
 _FITS = ("default-request-fits",)
 
 
+class _Unfit(tuple):
+    """Memo marker: the shortcut does not apply to this free list (empty, so the hit path tests nothing)."""
+
+
+_UNFIT = _Unfit()
+
+
 def _default_requests_fit(found: FreeSelectable) -> bool:
     """Whether every free device serves a request without capacity requests (its requestPolicy allows the
     default consumption): else the shortcut would take a device upstream skips. Remembered with the list."""
@@ -1175,16 +1190,22 @@ class PodAllocator:
         node's free list, so the next pod of the same shape costs two lookups and one result per node."""
         step = self.simple[0]  # type: ignore[index]
         found = self._free_view.get(node_name, devices)
-        if found is None or not _default_requests_fit(found):
+        if found is None:
             return None
         chosen_devices = found.memo.get(self._memo_key)
         if chosen_devices is None:
-            class_name = step.sub.device_class_name
-            chosen_devices = tuple(
-                ChosenDevice(step.request_name, device, class_name, False) for device in found.free[: step.sub.count]
-            )
+            if not _default_requests_fit(found):
+                chosen_devices = _UNFIT  # remembered too: the check costs nothing on the next pod
+            else:
+                class_name = step.sub.device_class_name
+                chosen_devices = tuple(
+                    _new_chosen((step.request_name, device, class_name, False, False, ()))
+                    for device in found.free[: step.sub.count]
+                )
             found.memo[self._memo_key] = chosen_devices
         if len(chosen_devices) < step.sub.count:
+            if chosen_devices is _UNFIT:
+                return None
             claim = self.pending[0]
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
@@ -1213,12 +1234,13 @@ class PodAllocator:
                 chosen_devices = found.memo.get(memo_key)
                 if chosen_devices is None:
                     chosen_devices = tuple(
-                        ChosenDevice(step.request_name, device, class_name, False) for device in found.free[:needed]
+                        _new_chosen((step.request_name, device, class_name, False, False, ()))
+                        for device in found.free[:needed]
                     )
                     found.memo[memo_key] = chosen_devices
             else:
                 chosen_devices = tuple(
-                    ChosenDevice(step.request_name, device, class_name, False)
+                    _new_chosen((step.request_name, device, class_name, False, False, ()))
                     for device in found.free
                     if device.key not in taken
                 )[:needed]
