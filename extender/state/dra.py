@@ -84,6 +84,12 @@ class Device:
     # policy's default, else the whole value) satisfies every requestPolicy. Intrinsic to the device, so the
     # allocator's shortcut can tell, without evaluating policies per pod, whether it may use the device.
     default_request_fits: bool = True
+    # DRADeviceBindingConditions (beta, on by default since 1.36): the scheduler waits in PreBind until the
+    # conditions are true on the claim (and retries when a failure condition is). `binding_conditions` is None
+    # when the field is absent: upstream orders pools by whether any device sets it at all.
+    binding_conditions: tuple[str, ...] | None = None
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
     # Only with the slice's perDeviceNodeSelection: where this device is reachable.
     node_name: str = ""
     node_selector: NodeSelector | None = None
@@ -348,6 +354,9 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
         allow_multiple_allocations=get_bool(body, "allowMultipleAllocations", body_path),
         consumable=consumable,
         default_request_fits=default_request_fits(consumable),
+        binding_conditions=get_str_list(body, "bindingConditions", body_path) if "bindingConditions" in body else None,
+        binding_failure_conditions=get_str_list(body, "bindingFailureConditions", body_path),
+        binds_to_node=get_bool(body, "bindsToNode", body_path),
         node_name=get_str(body, "nodeName", body_path),
         node_selector=parse_node_selector(node_selector_raw, child_path(body_path, "nodeSelector"))
         if node_selector_raw

@@ -49,8 +49,6 @@ def out_of_scope(case: Mapping[str, Any]) -> str:
 
 # --- known disagreements -------------------------------------------------------------------------------------
 
-BINDING = "binding conditions (issue 12 item 2): bindingConditions are ignored, so pools without them are not preferred"
-
 
 def _gate_off(gate: str) -> str:
     return (
@@ -72,8 +70,6 @@ EXPECTED_FAILURES: Mapping[str, str] = {
     "tainted-prioritized-list-disabled": _gate_off("DRADeviceTaints"),
     "consumable-capacity-disabled-feature": _gate_off("DRAConsumableCapacity"),
     "consumable-capacity-disabled-feature-with-prioritized-list": _gate_off("DRAConsumableCapacity"),
-    # Binding conditions (item 2).
-    "lexicographical-sorting-pools-with-binding-conditions": BINDING,
     # A value our parser does not know how to read.
     "with-distinct-constraints-unknown-type-attribute": (
         "an attribute without a value of a known type: our parser refuses the whole slice (its devices vanish); "
