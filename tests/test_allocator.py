@@ -400,3 +400,17 @@ def test_devices_of_other_nodes_are_not_used(node_name):
     )
     outcome = decide(store, b.pod("p", "ns", templates={"gpu": "t"}), (node_name,))[node_name]
     assert isinstance(outcome, Allocation) == (node_name == "n1")
+
+
+def test_an_attribute_of_a_type_this_client_does_not_know_keeps_the_device_and_fails_selectors_on_it():
+    """Upstream keeps such a device; every CEL selector evaluated on it fails (getAttributeValue: "unsupported
+    attribute value"), while a class without selectors still takes it."""
+    device = b.gpu_device(0, extra_attributes={"future": {"someNewType": {"x": 1}}})
+    selected = cluster(b.node("n1"), b.gpu_slice("n1", 0, devices=[device]), b.device_class())
+    template, pod = template_pod([b.exact_request("gpu", 1)])
+    selected.apply("ResourceClaimTemplate", "ADDED", template)
+    outcome = decide(selected, pod)["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.fatal and outcome.category == CATEGORY_SELECTOR
+    assert "unsupported attribute value" in outcome.summary
+    plain = cluster(b.node("n1"), b.gpu_slice("n1", 0, devices=[device]), b.device_class(selectors=[]), template)
+    assert devices(decide(plain, pod)["n1"]) == ["gpu-0"]

@@ -36,6 +36,8 @@ DeviceKey = tuple[str, str, str]
 
 MAX_DEVICES_PER_ALLOCATION = 32
 MAX_SUBREQUESTS = 8
+# List-valued attributes exist only with DRAListTypeAttributes (alpha, off in 1.37); not modelled.
+LIST_ATTRIBUTE_KINDS = ("ints", "bools", "strings", "versions")
 ALLOCATION_MODE_EXACT = "ExactCount"
 ALLOCATION_MODE_ALL = "All"
 TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
@@ -46,7 +48,7 @@ BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 class Attribute:
     """A device attribute value with its declared type: matchAttribute compares type and value."""
 
-    kind: str  # "int" | "bool" | "string" | "version"
+    kind: str  # "int" | "bool" | "string" | "version" | "unknown" (no value of a type we know)
     value: int | bool | str
 
 
@@ -230,6 +232,10 @@ def _parse_attribute(raw: object, path: str) -> Attribute:
     if not isinstance(raw, Mapping):
         raise ObjectError(path, f"must be an object, got {type_name(raw)}")
     present = [kind for kind in ("int", "bool", "string", "version") if raw.get(kind) is not None]
+    if not present and not any(raw.get(kind) is not None for kind in LIST_ATTRIBUTE_KINDS):
+        # A value of a type this client does not know (a newer API's): the device stays, and every CEL
+        # selector evaluated on it fails, as upstream's getAttributeValue ("unsupported attribute value").
+        return Attribute("unknown", "")
     if len(present) != 1:
         raise ObjectError(path, "must have exactly one of int, bool, string, version")
     kind = present[0]

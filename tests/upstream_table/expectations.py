@@ -70,11 +70,6 @@ EXPECTED_FAILURES: Mapping[str, str] = {
     "tainted-prioritized-list-disabled": _gate_off("DRADeviceTaints"),
     "consumable-capacity-disabled-feature": _gate_off("DRAConsumableCapacity"),
     "consumable-capacity-disabled-feature-with-prioritized-list": _gate_off("DRAConsumableCapacity"),
-    # A value our parser does not know how to read.
-    "with-distinct-constraints-unknown-type-attribute": (
-        "an attribute without a value of a known type: our parser refuses the whole slice (its devices vanish); "
-        "upstream keeps the device and fails the CEL selector that reads the attribute"
-    ),
 }
 
 # Cases that depend on a gate being off: ours against upstream under the 1.37 default gates.
