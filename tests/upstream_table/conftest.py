@@ -30,6 +30,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _outcomes:
         return
+    from tests.upstream_table import table
     from tests.upstream_table.expectations import EXPECTED_FAILURES, area, out_of_scope
     from tests.upstream_table.test_upstream_table import BY_NAME
 
@@ -48,6 +49,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     write = terminalreporter.write_line
     totals: Counter[str] = Counter(_outcomes.values())
     terminalreporter.section("upstream allocator table (v0.37.2)")
+    write(table.build_note)
     write(
         f"{len(_outcomes)} cases: {totals['agree']} in scope agree, {totals['xfail']} expected failures, "
         f"{totals['skip']} out of scope, {totals['fail']} failed, {totals['xpass']} unexpectedly agree"

@@ -35,6 +35,9 @@ BUILD_DIR = HERE / ".build"
 EXPORTER = HERE / "exporter" / "table_export_test.go"
 BUILD_TIMEOUT_S = 1800
 
+# What the last ensure_table() did, for the run's summary (tests/upstream_table/conftest.py).
+build_note = ""
+
 # The patch: RunTestAllocator's opening line (anchor) gets the hook call; the hook variable is appended.
 ANCHOR = "\ttestcases map[string]AllocatorTestCase) {\n"
 HOOK_CALL = "\tif tableExportHook != nil && tableExportHook(t, testcases) {\n\t\treturn\n\t}\n"
@@ -78,8 +81,10 @@ def patch_source(text: str) -> str:
 
 def ensure_table() -> Path:
     """Build and run the exporter if the table for the current sources is not there yet; return its path."""
+    global build_note
     target = table_path()
     if target.is_file():
+        build_note = f"export reused from {target.relative_to(HERE)}"
         return target
     go = find_go()
     env = dict(os.environ)
@@ -118,10 +123,8 @@ def ensure_table() -> Path:
             raise OracleBuildError(f"table exporter failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
         Path(tmp_json).replace(target)
     done = time.monotonic()
-    print(
-        f"upstream table: built the exporter in {built - start:.1f}s, exported in {done - built:.1f}s -> {target}",
-        file=sys.stderr,
-    )
+    build_note = f"built the exporter in {built - start:.1f}s, exported in {done - built:.1f}s"
+    print(f"upstream table: {build_note} -> {target}", file=sys.stderr)
     for entry in BUILD_DIR.iterdir():
         if entry.is_dir() and entry != target.parent:
             shutil.rmtree(entry, ignore_errors=True)
