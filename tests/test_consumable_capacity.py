@@ -11,10 +11,12 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+import orjson
 import pytest
 
 from extender.decisions.allocator import (
     CATEGORY_CAPACITY,
+    CATEGORY_NO_DEVICES,
     CATEGORY_TAKEN,
     Allocation,
     NotAllocatable,
@@ -29,7 +31,9 @@ from extender.state.capacity import (
     violates_policy,
 )
 from extender.state.quantity import parse_quantity
+from extender.transport.app import create_app
 from tests import builders as b
+from tests.scenarios import engine_for
 from tests.test_allocator import cluster, decide, template_pod
 
 Gi = 2**30
@@ -136,6 +140,8 @@ def test_pods_share_one_gpu_by_capacity_and_never_beyond_it():
     assert taken(fits) == [("gpu", "gpu-0", True, (("memory", q("40Gi")),))]
     too_much = outcome_for([shared_gpu()], [memory_request("gpu", "41Gi")], held)
     assert isinstance(too_much, NotAllocatable) and not too_much.unresolvable, too_much
+    assert too_much.category == CATEGORY_TAKEN and "not enough capacity left" in too_much.summary
+    assert "1 could serve it, 0 are free with enough capacity left" in too_much.detail
 
 
 def test_a_capacity_without_policy_and_request_is_consumed_whole():
@@ -174,6 +180,10 @@ def test_a_request_outside_the_policy_skips_the_device():
     policy = {"validRange": {"min": "10Gi", "max": "40Gi", "step": "10Gi"}, "default": "10Gi"}
     outcome = outcome_for([shared_gpu(policy=policy), shared_gpu("gpu-1")], [memory_request("gpu", "50Gi")])
     assert [d for _, d, _, _ in taken(outcome)] == ["gpu-1"]
+    # Alone, the device can never serve it: no preemption helps, and the reason says so.
+    alone = outcome_for([shared_gpu(policy=policy)], [memory_request("gpu", "50Gi")])
+    assert isinstance(alone, NotAllocatable) and alone.unresolvable and alone.category == CATEGORY_NO_DEVICES
+    assert "can serve its capacity request" in alone.summary and "memory=53687091200" in alone.detail
 
 
 def test_a_plain_device_whose_value_breaks_its_own_policy_is_skipped_on_both_paths():
@@ -221,3 +231,37 @@ def test_the_store_keeps_shares_incrementally():
     assert snapshot.allocated[key] == 1
     store.apply("ResourceClaim", "DELETED", holder("second", "gpu-0", share="bbbb", memory="20Gi"))
     assert key not in store.snapshot().shared_allocated
+
+
+def test_filter_over_http_answers_capacity_verdicts_per_node_and_never_fails():
+    """Through /filter (no queue label: devices only): a node whose shared GPU has room passes, one whose GPU
+    is used up fails resolvably, a request outside the policy fails unresolvably; the answer is a 200."""
+    policy = {"default": "10Gi", "validRange": {"min": "10Gi", "max": "40Gi", "step": "10Gi"}}
+    objects = [
+        b.namespace("team-a"),
+        b.device_class(),
+        b.node("roomy"),
+        b.node("full"),
+        b.gpu_slice("roomy", 0, devices=[shared_gpu(policy=policy)]),
+        b.gpu_slice("full", 0, devices=[shared_gpu(policy=policy)]),
+        b.claim_template("share-20", "team-a", [memory_request("gpu", "15Gi")]),
+        b.claim_template("share-50", "team-a", [memory_request("gpu", "50Gi")]),
+    ]
+    used = holder("first", "gpu-0", share="aaaa", memory="70Gi")
+    used["status"]["allocation"]["devices"]["results"][0]["pool"] = "full"
+    objects.append(used)
+    client = create_app(engine_for(objects)).test_client()
+
+    def filter_(template: str) -> dict[str, Any]:
+        pod = b.pod(f"p-{template}", "team-a", templates={"gpu": template})
+        body = {"Pod": pod, "NodeNames": ["roomy", "full"]}
+        response = client.post("/filter", data=orjson.dumps(body), content_type="application/json")
+        assert response.status_code == 200
+        return response.get_json()
+
+    fits = filter_("share-20")
+    assert fits["NodeNames"] == ["roomy"] and "capacity left" in fits["FailedNodes"]["full"]
+    outside = filter_("share-50")
+    assert outside["NodeNames"] == []
+    assert set(outside["FailedAndUnresolvableNodes"]) == {"roomy", "full"}
+    assert "can serve its capacity request" in outside["FailedAndUnresolvableNodes"]["roomy"]

@@ -930,7 +930,53 @@ class _Search:
             return None
         if len(usable) >= sub.count:
             return None
+        if alternative.capacity_requests or self.shared:
+            capable = self._count_capable(alternative)
+            if capable < selectable and capable < sub.count:
+                # Devices exist, but their capacity or requestPolicy can never serve this request: no
+                # preemption helps (a request outside a device's policy lands here).
+                asked = ", ".join(f"{k}={_quantity_text(v)}" for k, v in sorted(alternative.capacity_requests.items()))
+                return self._fail(
+                    CATEGORY_NO_DEVICES,
+                    f"{claim.label} request {name}: no device of {class_part} on the node can serve its capacity "
+                    "request",
+                    f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part} serving "
+                    f"{asked or 'the default capacity'}; {selectable} match on this node, {capable} of them can "
+                    "(capacity or requestPolicy)",
+                    unresolvable=True,
+                    claim=claim,
+                    request=name,
+                    needed=sub.count,
+                    matching=capable,
+                    free=len(usable),
+                )
+            if capable >= sub.count and len(usable) < sub.count:
+                return self._fail(
+                    CATEGORY_TAKEN,
+                    f"{claim.label} request {name}: not enough capacity left on the devices of {class_part}",
+                    f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part}; {capable} could "
+                    f"serve it, {len(usable)} are free with enough capacity left",
+                    unresolvable=False,
+                    claim=claim,
+                    request=name,
+                    needed=sub.count,
+                    matching=capable,
+                    free=len(usable),
+                )
         return count_shortfall(self.question.node.name, claim.label, name, sub, selectable, len(usable))
+
+    def _count_capable(self, alternative: _Alternative) -> int:
+        """Devices the subrequest selects whose capacity could serve it if nobody shared them (reasons only)."""
+        count = 0
+        for device in self.usable:
+            if self._selectable(alternative, device) is not True:
+                continue
+            try:
+                if request_fits(alternative.capacity_requests, device.consumable, {}) is not None:
+                    count += 1
+            except CapacityError:
+                pass
+        return count
 
     def _count_selectable(self, alternative: _Alternative) -> int:
         """Devices the subrequest selects on this node, free or not (only computed for reasons)."""
@@ -941,6 +987,10 @@ class _Search:
             if self._selectable(alternative, device) is True:
                 count += 1
         return count
+
+
+def _quantity_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
 def count_shortfall(
