@@ -9,7 +9,9 @@ from typing import Any
 from extender.decisions.allocator import Allocation
 from extender.state.dra import parse_resource_slice
 from tests import builders as b
+from tests.scenarios import engine_for, gpu_pod
 from tests.test_allocator import cluster, decide, template_pod
+from tests.test_quota_scheduling import RESOURCE, base_objects, filter_pod
 
 
 def bound_device(index: int) -> dict[str, Any]:
@@ -47,3 +49,48 @@ def test_pools_without_binding_conditions_are_tried_first_on_both_allocator_path
     assert chosen_pools([b.exact_request("x", 1), b.exact_request("y", 1)], *slices) == ["b", "c"]  # the search
     # Only when the others do not suffice.
     assert chosen_pools([b.exact_request("gpu", 3)], *slices) == ["b", "c", "a"]
+
+
+def waiting_claim(*, allocated: bool) -> dict[str, Any]:
+    """p1's claim as kube-scheduler leaves it while PreBind waits for the devices' binding conditions:
+    allocated (results carry the conditions), reserved for p1, p1 not bound. After a binding failure
+    condition the scheduler clears the allocation and the reservation."""
+    obj = b.claim(
+        "p1-gpu",
+        "team-a",
+        [b.exact_request("gpu", 2)],
+        allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")] if allocated else None,
+        allocated_node="on-demand-0" if allocated else None,
+        reserved_for=[("p1", "uid-team-a-p1")] if allocated else None,
+    )
+    if allocated:
+        for result in obj["status"]["allocation"]["devices"]["results"]:
+            result["bindingConditions"] = ["dra.example.com/attached"]
+            result["bindingFailureConditions"] = ["dra.example.com/attach-failed"]
+        obj["status"]["devices"] = [
+            {
+                "driver": b.DRIVER,
+                "pool": "on-demand-0",
+                "device": device,
+                "conditions": [{"type": "dra.example.com/attached", "status": "False", "reason": "Attaching"}],
+            }
+            for device in ("gpu-0", "gpu-1")
+        ]
+    return obj
+
+
+def test_a_claim_waiting_for_binding_conditions_holds_its_devices_and_quota_until_a_failure_clears_it():
+    objects = base_objects({"on-demand": {"nominal": 4}}, od_nodes=1, spot_nodes=0, gpus=4)
+    waiting_pod = b.pod("p1", "team-a", templates={"gpu": "two"}, queue="q", claim_statuses={"gpu": "p1-gpu"})
+    engine = engine_for([*objects, waiting_pod, waiting_claim(allocated=True)])
+    snapshot = engine.snapshot()
+    assert engine.usage.usage(snapshot, engine.quota_context(snapshot)) == {("team-a", "on-demand", RESOURCE): 2}
+    # Two of the node's four devices are held: a pod wanting all four does not fit, one wanting two does.
+    assert not filter_pod(engine, gpu_pod("p2", template="four")).passed
+    assert filter_pod(engine, gpu_pod("p3", template="two")).passed
+    # The driver reports a binding failure; kube-scheduler clears the allocation: devices and quota are free.
+    engine.reservations.release("uid-team-a-p3")
+    engine.store.apply("ResourceClaim", "MODIFIED", waiting_claim(allocated=False))
+    snapshot = engine.snapshot()
+    assert engine.usage.usage(snapshot, engine.quota_context(snapshot)) == {}
+    assert filter_pod(engine, gpu_pod("p2", template="four")).passed
