@@ -6,46 +6,23 @@ import pytest
 
 from extender.decisions.allocator import (
     CATEGORY_CLAIM_NODE,
+    CATEGORY_CLAIM_SPEC,
     CATEGORY_CLASS,
     CATEGORY_CONSTRAINT,
     CATEGORY_NO_DEVICES,
     CATEGORY_POOL,
     CATEGORY_SELECTOR,
     CATEGORY_TAKEN,
+    CATEGORY_TOO_MANY,
     Allocation,
     NotAllocatable,
 )
-from extender.decisions.feasibility import device_feasibility
-from extender.decisions.pod_claims import resolve_pod_claims
-from extender.decisions.selection import DeviceMatcher
-from extender.state.core import parse_pod
-from extender.state.store import ClusterStore
 from testkit import builders as b
-
-
-def cluster(*objects):
-    store = ClusterStore()
-    for obj in objects:
-        store.apply(obj["kind"], "ADDED", obj)
-    return store
-
-
-def decide(store, pod_obj, nodes=("n1",), matcher=None, budget=20_000):
-    snapshot = store.snapshot()
-    pod = parse_pod(pod_obj)
-    claims = resolve_pod_claims(snapshot, pod)
-    return device_feasibility(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget)
+from tests.support.allocation import cluster, decide, template_pod
 
 
 def basic(count=4, *extra):
     return cluster(b.node("n1"), b.gpu_slice("n1", count), b.device_class(), *extra)
-
-
-def template_pod(requests, constraints=None, *, name="p"):
-    return [
-        b.claim_template("t-" + name, "ns", requests, constraints),
-        b.pod(name, "ns", templates={"gpu": "t-" + name}),
-    ]
 
 
 def run(store_objects, requests, constraints=None, nodes=("n1",)):
@@ -308,6 +285,85 @@ def test_at_most_32_devices_per_claim():
     assert isinstance(outcome, NotAllocatable)
 
 
+@pytest.mark.parametrize("count", [33, 500, 2**62])
+def test_count_above_the_claim_limit_is_the_allocators_reason_not_a_malformed_claim(count):
+    """Upstream keeps such a claim (API validation has no upper bound) and Allocate reports the limit."""
+    template, pod = template_pod([b.exact_request("gpu", count)])
+    store = cluster(*BASE, template)  # parses: ObjectError would raise here
+    outcome = decide(store, pod)["n1"]
+    assert isinstance(outcome, NotAllocatable)
+    assert outcome.category == CATEGORY_TOO_MANY and outcome.fatal and outcome.unresolvable
+    assert f"adding {count} devices exceeds the claim limit of 32, with 0 already accounted for" in outcome.summary
+
+
+def test_claim_limit_counts_every_request_at_its_smallest_alternative():
+    requests = [
+        b.exact_request("a", 20),
+        b.first_available_request("b", [b.subrequest("twenty", 20), b.subrequest("thirteen", 13)]),
+    ]
+    objects = [b.node("n1"), b.gpu_slice("n1", 40), b.device_class()]
+    outcome = run(objects, requests)["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.category == CATEGORY_TOO_MANY
+    assert "request b: adding 13 devices exceeds the claim limit of 32, with 20 already accounted for" in (
+        outcome.summary
+    )
+    requests[1] = b.first_available_request("b", [b.subrequest("twenty", 20), b.subrequest("twelve", 12)])
+    outcome = run(objects, requests)["n1"]
+    assert [c.request for c in outcome.claims[0].devices] == ["a"] * 20 + ["b/twelve"] * 12
+
+
+@pytest.mark.parametrize("count", [33, 2**63 - 1])
+def test_first_available_subrequest_over_the_limit_is_skipped(count):
+    requests = [
+        b.exact_request("first", 1),
+        b.first_available_request("gpu", [b.subrequest("too-many", count), b.subrequest("one", 1)]),
+    ]
+    outcome = run(BASE, requests)["n1"]
+    assert devices(outcome) == ["gpu-0", "gpu-1"]
+    assert [c.request for c in outcome.claims[0].devices] == ["first", "gpu/one"]
+    assert outcome.claims[0].chosen_alternatives == {"first": 0, "gpu": 1}
+
+
+def test_max_allocation_backtracks_to_the_smaller_subrequests_within_a_small_budget():
+    """Two requests that could each take 32 of 64 devices: after the first takes 32, no choice of its devices
+    lets the second fit, so the search goes straight back to the first's smaller subrequest (upstream's
+    errAllocationResultMaxSizeExceeded; its table pins 75 allocateOne calls). 64 device tries suffice."""
+    objects = [b.node("n1"), b.gpu_slice("n1", 64), b.device_class()]
+    requests = [
+        b.first_available_request(name, [b.subrequest("all-32", 32), b.subrequest("half", 16)]) for name in ("a", "b")
+    ]
+    template, pod = template_pod(requests)
+    store = cluster(*objects, template)
+    outcome = decide(store, pod, budget=64)["n1"]
+    assert isinstance(outcome, Allocation), outcome
+    assert [c.request for c in outcome.claims[0].devices] == ["a/half"] * 16 + ["b/half"] * 16
+    assert devices(outcome) == [f"gpu-{i}" for i in range(32)]
+    assert outcome.claims[0].chosen_alternatives == {"a": 1, "b": 1}
+    assert isinstance(decide(store, pod, budget=63)["n1"], NotAllocatable)  # the figure is exact
+
+
+NO_CEL = [{"name": "gpu", "exactly": {"deviceClassName": b.GPU_CLASS, "selectors": [{}]}}]
+
+
+@pytest.mark.parametrize(
+    ("requests", "constraints", "category", "words"),
+    [
+        ([b.exact_request("gpu", mode="Future")], None, CATEGORY_CLAIM_SPEC, "unsupported allocationMode Future"),
+        ([b.exact_request("gpu", device_class_name="")], None, CATEGORY_CLASS, "no deviceClassName"),
+        ([b.exact_request("gpu")], [{"requests": ["gpu"]}], CATEGORY_CLAIM_SPEC, "constraint #0: neither"),
+        (NO_CEL, None, CATEGORY_SELECTOR, "CEL selector '' failed to compile"),
+    ],
+    ids=["unknown-mode", "empty-class", "empty-constraint", "selector-without-cel"],
+)
+def test_fields_this_client_does_not_know_fail_the_pod_with_a_reason(requests, constraints, category, words):
+    """Upstream's Allocate returns an error for these (a newer API's values, or validation bypassed); the claim
+    still exists, so the reason names the field instead of saying the claim does not exist."""
+    outcome = run(BASE, requests, constraints)["n1"]
+    assert isinstance(outcome, NotAllocatable), outcome
+    assert outcome.category == category and outcome.fatal, outcome
+    assert words in outcome.summary
+
+
 @pytest.mark.parametrize("node_name", ["n1", "n2"])
 def test_devices_of_other_nodes_are_not_used(node_name):
     store = cluster(
@@ -319,3 +375,17 @@ def test_devices_of_other_nodes_are_not_used(node_name):
     )
     outcome = decide(store, b.pod("p", "ns", templates={"gpu": "t"}), (node_name,))[node_name]
     assert isinstance(outcome, Allocation) == (node_name == "n1")
+
+
+def test_an_attribute_of_a_type_this_client_does_not_know_keeps_the_device_and_fails_selectors_on_it():
+    """Upstream keeps such a device; every CEL selector evaluated on it fails (getAttributeValue: "unsupported
+    attribute value"), while a class without selectors still takes it."""
+    device = b.gpu_device(0, extra_attributes={"future": {"someNewType": {"x": 1}}})
+    selected = cluster(b.node("n1"), b.gpu_slice("n1", 0, devices=[device]), b.device_class())
+    template, pod = template_pod([b.exact_request("gpu", 1)])
+    selected.apply("ResourceClaimTemplate", "ADDED", template)
+    outcome = decide(selected, pod)["n1"]
+    assert isinstance(outcome, NotAllocatable) and outcome.fatal and outcome.category == CATEGORY_SELECTOR
+    assert "unsupported attribute value" in outcome.summary
+    plain = cluster(b.node("n1"), b.gpu_slice("n1", 0, devices=[device]), b.device_class(selectors=[]), template)
+    assert devices(decide(plain, pod)["n1"]) == ["gpu-0"]

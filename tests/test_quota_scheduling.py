@@ -8,16 +8,14 @@ import pytest
 
 from extender.state.core import parse_pod
 from testkit import builders as b
+from tests.support.quota import base_objects, filter_pod
 from tests.support.scenarios import (
     RESOURCE,
     cluster_queue,
     engine_for,
-    flavor,
     gpu_pod,
     kueue_config,
     local_queue,
-    nodes_in_flavor,
-    templates,
 )
 
 
@@ -27,36 +25,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def base_objects(team_a_quota, team_b_quota=None, *, try_next=False, od_nodes=2, spot_nodes=2, gpus=8):
-    objects = [
-        b.namespace("team-a"),
-        b.namespace("team-b"),
-        b.device_class(),
-        kueue_config(),
-        flavor("on-demand"),
-        flavor("spot"),
-        *nodes_in_flavor("on-demand", od_nodes, gpus),
-        *nodes_in_flavor("spot", spot_nodes, gpus),
-        cluster_queue("team-a", team_a_quota, try_next=try_next),
-        local_queue("team-a", "team-a"),
-        local_queue("team-b", "team-b"),
-        *templates("team-a"),
-        *templates("team-b"),
-    ]
-    if team_b_quota is not None:
-        objects.append(cluster_queue("team-b", team_b_quota))
-    return objects
-
-
-def all_nodes(engine):
-    return sorted(engine.snapshot().nodes)
-
-
-def filter_pod(engine, pod_obj, nodes=None):
-    pod = parse_pod(pod_obj)
-    return engine.filter(pod, nodes or all_nodes(engine))
 
 
 def test_pod_without_queue_label_is_not_governed():

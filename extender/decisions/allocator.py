@@ -17,10 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
+from types import MappingProxyType
 from typing import NamedTuple
 
+from extender.decisions.caches import FreeSelectable
 from extender.decisions.free_devices import FreeView, free_selectable
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
+from extender.state.capacity import CapacityError, SharedUse, request_fits
 from extender.state.core import Node
 from extender.state.dra import (
     ALLOCATION_MODE_ALL,
@@ -64,6 +67,9 @@ class AllocatedClaim:
     claim: ResourceClaim
 
 
+_NO_SHARES: Mapping[DeviceKey, SharedUse] = MappingProxyType({})
+
+
 class NodeQuestion(NamedTuple):
     """Everything the allocator needs about one node; assembled by the caller from a cluster snapshot."""
 
@@ -71,6 +77,8 @@ class NodeQuestion(NamedTuple):
     devices: NodeDevices
     allocated: Mapping[DeviceKey, int]
     classes: Mapping[str, DeviceClass]
+    # Of `allocated`, the shares of devices that allow multiple allocations (ClusterSnapshot.shared_allocated).
+    shared: Mapping[DeviceKey, SharedUse] = _NO_SHARES
 
 
 # --- outputs --------------------------------------------------------------------------------------------------
@@ -83,6 +91,10 @@ class ChosenDevice(NamedTuple):
     device: Device
     device_class: str
     admin_access: bool
+    # A share of a device that allows multiple allocations (the result gets a shareID), and what it consumes
+    # of the device's capacities (name as written -> amount, sorted pairs).
+    shared: bool = False
+    consumed_capacity: tuple[tuple[str, Fraction], ...] = ()
 
 
 class ClaimAllocation(NamedTuple):
@@ -122,6 +134,7 @@ class Allocation(NamedTuple):
 
 
 # Hot-path constructors: tuple.__new__ without the NamedTuple's Python-level __new__ (about 3x cheaper).
+_new_chosen = partial(tuple.__new__, ChosenDevice)
 _new_claim_allocation = partial(tuple.__new__, ClaimAllocation)
 _new_allocation = partial(tuple.__new__, Allocation)
 
@@ -135,6 +148,8 @@ CATEGORY_CLAIM_NODE = "claim-on-other-node"
 CATEGORY_POOL = "pool-not-ready"
 CATEGORY_BUDGET = "search-budget"
 CATEGORY_TOO_MANY = "too-many-devices"
+CATEGORY_CLAIM_SPEC = "unsupported-claim"  # a field value this client does not know (a newer API's)
+CATEGORY_CAPACITY = "capacity-request"  # a capacity request upstream refuses outright (not representable...)
 
 
 class NotAllocatable(NamedTuple):
@@ -166,8 +181,16 @@ class _BudgetExhaustedError(Exception):
     pass
 
 
+class _MaxSizeExceededError(Exception):
+    """The devices still to pick for a request do not fit into the claim's 32 (upstream's
+    errAllocationResultMaxSizeExceeded, structured/internal/incubating allocateOne). No other choice of
+    devices for the requests before it helps, since every choice takes as many; so the search goes straight
+    back to the nearest firstAvailable request, whose next subrequest may need fewer. It never crosses a
+    claim boundary (a later claim's count does not depend on an earlier claim's devices)."""
+
+
 class _SelectorError(Exception):
-    def __init__(self, failure: SelectorFailure, claim: str, request: str) -> None:
+    def __init__(self, failure: SelectorFailure | _CapacityFailure, claim: str, request: str) -> None:
         super().__init__(failure.describe())
         self.failure = failure
         self.claim = claim
@@ -183,6 +206,19 @@ class _FatalError(Exception):
         self.summary = summary
         self.claim = claim
         self.request = request
+
+
+class _CapacityFailure(NamedTuple):
+    """A capacity request that upstream's allocator turns into an error when its scan reaches the device
+    (CmpRequestOverCapacity failing, structured/internal/incubating allocateOne): fatal, like a selector
+    failure, and only when reached."""
+
+    device: str
+    message: str
+    category: str = CATEGORY_CAPACITY
+
+    def describe(self) -> str:
+        return f"checking capacity for device {self.device}: {self.message}"
 
 
 def _tolerated(device: Device, sub: DeviceSubRequest) -> bool:
@@ -203,8 +239,10 @@ class _Alternative:
     # only evaluates selectors when its scan reaches a device that is not in use, so a failing device is an
     # error only if the search gets to it while no other request of the pod holds it.
     candidates: list[Device] = field(default_factory=list)
-    failures: dict[int, SelectorFailure] = field(default_factory=dict)  # position in `candidates` -> failure
+    # position in `candidates` -> why the device fails the pod when reached
+    failures: dict[int, SelectorFailure | _CapacityFailure] = field(default_factory=dict)
     all_devices: list[Device] | None = None  # allocationMode All: every selectable device
+    capacity_requests: dict[str, Fraction] = field(default_factory=dict)
 
     def selectable_candidates(self) -> list[Device]:
         if not self.failures:
@@ -225,6 +263,11 @@ class _Search:
         self.matcher = matcher
         self.budget = budget
         self.allocated = question.allocated
+        self.shared = question.shared
+        # Shares this search is adding (devices that allow multiple allocations are never in `taking`): how many
+        # per device and the capacity they consume (upstream's allocatingCapacity).
+        self.allocating_shares: dict[DeviceKey, int] = {}
+        self.allocating_capacity: dict[DeviceKey, dict[str, Fraction]] = {}
         self.taking: set[DeviceKey] = set()
         self.claim_taking: list[set[DeviceKey]] = [set() for _ in claims]  # adminAccess only avoids these
         self.chosen: list[list[ChosenDevice]] = [[] for _ in claims]
@@ -248,8 +291,19 @@ class _Search:
         for claim in self.claims:
             for request in claim.spec.requests:
                 for sub in request.alternatives:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    if not sub.device_class_name:
+                        # The plugin's PreFilter (dynamicresources.go validateDeviceClass): an error for the pod.
+                        return self._fail(
+                            CATEGORY_CLASS,
+                            f"{claim.label} request {name}: no deviceClassName (unsupported request type)",
+                            "",
+                            unresolvable=True,
+                            claim=claim,
+                            request=name,
+                            fatal=True,
+                        )
                     if sub.device_class_name not in classes:
-                        name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
                         return self._fail(
                             CATEGORY_CLASS,
                             f"{claim.label} request {name}: DeviceClass {sub.device_class_name} does not exist",
@@ -263,25 +317,44 @@ class _Search:
             devices_at_least = 0
             for request in claim.spec.requests:
                 alternatives: list[_Alternative] = []
-                fewest = MAX_DEVICES_PER_ALLOCATION + 1
+                fewest: int | None = None
                 for sub in request.alternatives:
                     name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-                    alternative = _Alternative(sub, name, classes[sub.device_class_name])
+                    alternative = _Alternative(
+                        sub, name, classes[sub.device_class_name], capacity_requests=dict(sub.capacity_requests)
+                    )
+                    if sub.allocation_mode not in (ALLOCATION_MODE_ALL, ALLOCATION_MODE_EXACT):
+                        return self._fail(
+                            CATEGORY_CLAIM_SPEC,
+                            f"{claim.label} request {name}: unsupported allocationMode {sub.allocation_mode}",
+                            "",
+                            unresolvable=True,
+                            claim=claim,
+                            request=name,
+                            fatal=True,
+                        )
                     if sub.allocation_mode == ALLOCATION_MODE_ALL:
                         failure = self._collect_all(claim, alternative)
                         if failure is not None:
                             return failure
-                        fewest = min(fewest, len(alternative.all_devices or ()))
+                        needs = len(alternative.all_devices or ())
                     else:
-                        self._collect_free(alternative)
-                        fewest = min(fewest, sub.count)
+                        # Candidates only for subrequests that can fit: one over the limit is skipped in the
+                        # search before it looks at a device.
+                        if sub.count <= MAX_DEVICES_PER_ALLOCATION:
+                            self._collect_free(alternative)
+                        needs = sub.count
+                    fewest = needs if fewest is None else min(fewest, needs)
                     alternatives.append(alternative)
                 per_request.append(alternatives)
+                assert fewest is not None  # the parser guarantees one alternative at least
+                # Upstream's pre-flight check (incubating Allocate): a request is worth at least its smallest
+                # alternative; compared, not added, so that a huge count cannot overflow.
                 if fewest > MAX_DEVICES_PER_ALLOCATION - devices_at_least:
                     return self._fail(
                         CATEGORY_TOO_MANY,
-                        f"{claim.label} request {request.name}: needs more than {MAX_DEVICES_PER_ALLOCATION} "
-                        "devices in one claim",
+                        f"{claim.label} request {request.name}: adding {fewest} devices exceeds the claim limit "
+                        f"of {MAX_DEVICES_PER_ALLOCATION}, with {devices_at_least} already accounted for",
                         "",
                         unresolvable=True,
                         claim=claim,
@@ -289,6 +362,17 @@ class _Search:
                         fatal=True,
                     )
                 devices_at_least += fewest
+            for index, constraint in enumerate(claim.spec.constraints):
+                if not constraint.match_attribute and not constraint.distinct_attribute:
+                    return self._fail(
+                        CATEGORY_CLAIM_SPEC,
+                        f"{claim.label} constraint #{index}: neither matchAttribute nor distinctAttribute "
+                        "(unsupported constraint type)",
+                        "",
+                        unresolvable=True,
+                        claim=claim,
+                        fatal=True,
+                    )
             self.alternatives.append(per_request)
         return None
 
@@ -299,15 +383,57 @@ class _Search:
             verdict = self.matcher.all_verdict(alternative.sub.selectors, device)
         return verdict
 
+    def _exclusively_held(self, device: Device) -> bool:
+        """Held by another claim's result without a shareID (upstream: in AllocatedDevices): nobody else may
+        use it, even if it allows multiple allocations."""
+        held = self.allocated.get(device.key, 0)
+        if not held:
+            return False
+        use = self.shared.get(device.key)
+        return held > (use.shares if use is not None else 0)
+
+    def _held_capacity(self, key: DeviceKey, *, in_search: bool) -> Mapping[str, Fraction]:
+        """Capacity of the device that allocated shares (and, `in_search`, the shares this search adds) consume."""
+        use = self.shared.get(key)
+        adding = self.allocating_capacity.get(key) if in_search else None
+        if not adding:
+            return use.consumed if use is not None else {}
+        if use is None:
+            return adding
+        total = dict(use.consumed)
+        for name, amount in adding.items():
+            total[name] = total.get(name, Fraction(0)) + amount
+        return total
+
+    def _capacity_verdict(self, alternative: _Alternative, device: Device) -> bool | _CapacityFailure:
+        """CmpRequestOverCapacity at scan time, against what allocated shares already consume."""
+        requests = alternative.capacity_requests
+        if not requests and device.default_request_fits and device.key not in self.shared:
+            return True  # the commonest case: nothing asked, nothing shared, the default consumption is valid
+        try:
+            held = self._held_capacity(device.key, in_search=False)
+            return request_fits(requests, device.consumable, held) is not None
+        except CapacityError as error:
+            return _CapacityFailure("/".join(device.key), str(error))
+
     def _collect_free(self, alternative: _Alternative) -> None:
         admin = alternative.sub.admin_access
         allocated = self.allocated
         candidates = alternative.candidates
+        shared = self.shared
+        requests = alternative.capacity_requests
         for device in self.usable:
-            if not admin and device.key in allocated and not device.allow_multiple_allocations:
+            if not admin and device.key in allocated and (not shared or self._exclusively_held(device)):
                 continue  # upstream checks "in use" first: selectors never run on taken devices
             verdict = self._selectable(alternative, device)
             if verdict is True:
+                if requests or not device.default_request_fits or (shared and device.key in shared):
+                    capacity = self._capacity_verdict(alternative, device)
+                    if capacity is not True:
+                        if capacity is not False:
+                            alternative.failures[len(candidates)] = capacity
+                            candidates.append(device)
+                        continue
                 candidates.append(device)
             elif verdict is not False:
                 alternative.failures[len(candidates)] = verdict
@@ -332,7 +458,23 @@ class _Search:
         for device in self.usable:
             verdict = self._selectable(alternative, device)
             if verdict is True:
-                selectable.append(device)
+                # Static capacity only (upstream validateDeviceRequest): a device that could never serve the
+                # request is not part of "all"; one whose capacity others use up stays, so All then fails.
+                try:
+                    fits = request_fits(alternative.capacity_requests, device.consumable, {}) is not None
+                except CapacityError as error:
+                    return self._fail(
+                        CATEGORY_CAPACITY,
+                        f"{claim.label} request {alternative.request_name}: checking capacity for device "
+                        f"{device.name}: {error}",
+                        "",
+                        unresolvable=True,
+                        claim=claim,
+                        request=alternative.request_name,
+                        fatal=True,
+                    )
+                if fits:
+                    selectable.append(device)
             elif verdict is not False:
                 return self._fail(
                     CATEGORY_SELECTOR,
@@ -359,23 +501,45 @@ class _Search:
     # search -------------------------------------------------------------------------------------------------
 
     def run(self) -> bool:
-        return self._request(0, 0)
+        try:
+            return self._request(0, 0)
+        except _MaxSizeExceededError:
+            # Unreachable after prepare()'s pre-flight check (the smallest alternatives fit); no solution.
+            return False
 
     def _request(self, claim_index: int, request_index: int) -> bool:
+        """Upstream allocateOne at a request boundary: `exactly`, or each firstAvailable subrequest in order."""
         if claim_index == len(self.claims):
             return True
         requests = self.claims[claim_index].spec.requests
         if request_index == len(requests):
-            return self._request(claim_index + 1, 0)
+            try:
+                return self._request(claim_index + 1, 0)
+            except _MaxSizeExceededError:
+                return False  # upstream: not propagated past the claim ("not a fatal error")
         request = requests[request_index]
+        chosen = self.alternatives_chosen[claim_index]
+        subrequests = request.exactly is None
+        all_exceeded = True
         for alt_index, alternative in enumerate(self.alternatives[claim_index][request_index]):
-            self.alternatives_chosen[claim_index][request.name] = alt_index
-            if alternative.all_devices is not None:
-                if self._take_all(claim_index, request, alternative, request_index):
-                    return True
-            elif self._pick(claim_index, request, alternative, request_index, 0, alternative.sub.count):
+            chosen[request.name] = alt_index
+            try:
+                if alternative.all_devices is not None:
+                    found = self._take_all(claim_index, request, alternative, request_index)
+                else:
+                    found = self._pick(claim_index, request, alternative, request_index, 0, alternative.sub.count)
+            except _MaxSizeExceededError:
+                if not subrequests:
+                    chosen.pop(request.name, None)
+                    raise
+                continue  # the next subrequest may need fewer devices
+            if found:
                 return True
-        self.alternatives_chosen[claim_index].pop(request.name, None)
+            all_exceeded = False
+        chosen.pop(request.name, None)
+        if subrequests and all_exceeded:
+            # Every subrequest overflowed: nothing the requests before this one choose can help.
+            raise _MaxSizeExceededError
         return False
 
     def _pick(
@@ -389,6 +553,8 @@ class _Search:
     ) -> bool:
         if remaining == 0:
             return self._request(claim_index, request_index + 1)
+        if remaining > MAX_DEVICES_PER_ALLOCATION - len(self.chosen[claim_index]):
+            raise _MaxSizeExceededError
         candidates = alternative.candidates
         failures = alternative.failures
         busy = self.claim_taking[claim_index] if alternative.sub.admin_access else self.taking
@@ -402,8 +568,12 @@ class _Search:
             undo = self._take(claim_index, request, alternative, device)
             if undo is None:
                 continue
-            if self._pick(claim_index, request, alternative, request_index, position + 1, remaining - 1):
-                return True
+            try:
+                if self._pick(claim_index, request, alternative, request_index, position + 1, remaining - 1):
+                    return True
+            except _MaxSizeExceededError:
+                undo()  # upstream: deallocate and return the error, trying no other device here
+                raise
             undo()
         return False
 
@@ -413,21 +583,28 @@ class _Search:
         devices = alternative.all_devices or []
         if not devices:
             return False
+        if len(devices) > MAX_DEVICES_PER_ALLOCATION - len(self.chosen[claim_index]):
+            raise _MaxSizeExceededError
         undos = []
         admin = alternative.sub.admin_access
         for device in devices:
             if admin:
                 if device.key in self.claim_taking[claim_index]:
                     break
-            elif (device.key in self.allocated and not device.allow_multiple_allocations) or device.key in self.taking:
+            elif (device.key in self.allocated and self._exclusively_held(device)) or device.key in self.taking:
                 break
             undo = self._take(claim_index, request, alternative, device, must=True)
             if undo is None:
                 break
             undos.append(undo)
         else:
-            if self._request(claim_index, request_index + 1):
-                return True
+            try:
+                if self._request(claim_index, request_index + 1):
+                    return True
+            except _MaxSizeExceededError:
+                for undo in reversed(undos):
+                    undo()
+                raise
         for undo in reversed(undos):
             undo()
         return False
@@ -450,12 +627,13 @@ class _Search:
         sub = alternative.sub
         if not _tolerated(device, sub):
             return None
-        chosen = self.chosen[claim_index]
-        if len(chosen) >= MAX_DEVICES_PER_ALLOCATION:
-            return None
+        chosen = self.chosen[claim_index]  # below the limit: _pick and _take_all checked before
         claim = self.claims[claim_index]
         undo_steps = []
-        if device.consumes_counters:
+        multi = device.allow_multiple_allocations
+        # A further share of a device already shared does not charge its counters again (upstream
+        # skipCounterCheck): they were charged when the device was first allocated.
+        if device.consumes_counters and not (multi and self._capacity_in_use(device.key)):
             undo = self._consume_counters(device)
             if undo is None:
                 return None
@@ -477,7 +655,27 @@ class _Search:
                     )
                 return None
             undo_steps.append(undo)
-        chosen.append(ChosenDevice(alternative.request_name, device, sub.device_class_name, sub.admin_access))
+        consumed: dict[str, Fraction] | None = None
+        shared = self.shared
+        if alternative.capacity_requests or (device.consumable and (multi or (shared and device.key in shared))):
+            # What is left now, next to allocated shares and the shares this search adds (allocateDevice).
+            try:
+                consumed = request_fits(
+                    alternative.capacity_requests, device.consumable, self._held_capacity(device.key, in_search=True)
+                )
+            except CapacityError as error:  # the scan already checked the request; kept for safety
+                raise _FatalError(
+                    CATEGORY_CAPACITY, f"{claim.label} request {alternative.request_name}: {error}", claim.label, ""
+                ) from None
+            if consumed is None:
+                for step in reversed(undo_steps):
+                    step()
+                return None
+        if multi:
+            return self._take_share(claim_index, alternative, device, consumed or {}, undo_steps)
+        chosen.append(
+            _new_chosen((alternative.request_name, device, sub.device_class_name, sub.admin_access, False, ()))
+        )
         added_to_taking = device.key not in self.taking
         self.taking.add(device.key)
         claim_taking = self.claim_taking[claim_index]
@@ -492,6 +690,53 @@ class _Search:
                 step()
 
         return undo_all
+
+    def _capacity_in_use(self, key: DeviceKey) -> bool:
+        """upstream deviceCapacityInUse: allocated shares, or shares this search adds."""
+        return key in self.shared or self.allocating_shares.get(key, 0) > 0
+
+    def _take_share(
+        self,
+        claim_index: int,
+        alternative: _Alternative,
+        device: Device,
+        consumed: Mapping[str, Fraction],
+        undo_steps: list[Undo],
+    ) -> Undo:
+        """A share of a device that allows multiple allocations: it stays available to every other request and
+        claim, so it is never marked as taken; its consumed capacity is added to what the search allocates."""
+        key = device.key
+        chosen = self.chosen[claim_index]
+        sub = alternative.sub
+        chosen.append(
+            ChosenDevice(
+                alternative.request_name,
+                device,
+                sub.device_class_name,
+                sub.admin_access,
+                True,
+                tuple(sorted(consumed.items())),
+            )
+        )
+        self.allocating_shares[key] = self.allocating_shares.get(key, 0) + 1
+        adding = self.allocating_capacity.setdefault(key, {})
+        for name, amount in consumed.items():
+            adding[name] = adding.get(name, Fraction(0)) + amount
+
+        def undo_share() -> None:
+            chosen.pop()
+            remaining = self.allocating_shares[key] - 1
+            if remaining:
+                self.allocating_shares[key] = remaining
+                for name, amount in consumed.items():
+                    adding[name] -= amount
+            else:
+                del self.allocating_shares[key]
+                del self.allocating_capacity[key]
+            for step in reversed(undo_steps):
+                step()
+
+        return undo_share
 
     def _apply_constraint(
         self, claim_index: int, constraint_index: int, constraint: DeviceConstraint, device: Device
@@ -655,7 +900,7 @@ class _Search:
             in_use = [
                 d
                 for d in alternative.all_devices
-                if not sub.admin_access and d.key in self.allocated and not d.allow_multiple_allocations
+                if not sub.admin_access and d.key in self.allocated and self._exclusively_held(d)
             ]
             if not alternative.all_devices:
                 return self._fail(
@@ -683,7 +928,53 @@ class _Search:
             return None
         if len(usable) >= sub.count:
             return None
+        if alternative.capacity_requests or self.shared:
+            capable = self._count_capable(alternative)
+            if capable < selectable and capable < sub.count:
+                # Devices exist, but their capacity or requestPolicy can never serve this request: no
+                # preemption helps (a request outside a device's policy lands here).
+                asked = ", ".join(f"{k}={_quantity_text(v)}" for k, v in sorted(alternative.capacity_requests.items()))
+                return self._fail(
+                    CATEGORY_NO_DEVICES,
+                    f"{claim.label} request {name}: no device of {class_part} on the node can serve its capacity "
+                    "request",
+                    f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part} serving "
+                    f"{asked or 'the default capacity'}; {selectable} match on this node, {capable} of them can "
+                    "(capacity or requestPolicy)",
+                    unresolvable=True,
+                    claim=claim,
+                    request=name,
+                    needed=sub.count,
+                    matching=capable,
+                    free=len(usable),
+                )
+            if capable >= sub.count and len(usable) < sub.count:
+                return self._fail(
+                    CATEGORY_TAKEN,
+                    f"{claim.label} request {name}: not enough capacity left on the devices of {class_part}",
+                    f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part}; {capable} could "
+                    f"serve it, {len(usable)} are free with enough capacity left",
+                    unresolvable=False,
+                    claim=claim,
+                    request=name,
+                    needed=sub.count,
+                    matching=capable,
+                    free=len(usable),
+                )
         return count_shortfall(self.question.node.name, claim.label, name, sub, selectable, len(usable))
+
+    def _count_capable(self, alternative: _Alternative) -> int:
+        """Devices the subrequest selects whose capacity could serve it if nobody shared them (reasons only)."""
+        count = 0
+        for device in self.usable:
+            if self._selectable(alternative, device) is not True:
+                continue
+            try:
+                if request_fits(alternative.capacity_requests, device.consumable, {}) is not None:
+                    count += 1
+            except CapacityError:
+                pass
+        return count
 
     def _count_selectable(self, alternative: _Alternative) -> int:
         """Devices the subrequest selects on this node, free or not (only computed for reasons)."""
@@ -694,6 +985,10 @@ class _Search:
             if self._selectable(alternative, device) is True:
                 count += 1
         return count
+
+
+def _quantity_text(value: Fraction) -> str:
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
 def count_shortfall(
@@ -810,7 +1105,7 @@ def _search(
         )
     except _SelectorError as error:
         return search._fail(
-            CATEGORY_SELECTOR,
+            getattr(error.failure, "category", CATEGORY_SELECTOR),
             f"{error.claim} request {error.request}: {error.failure.describe()}",
             "",
             unresolvable=True,
@@ -828,6 +1123,19 @@ def _search(
             for index, claim in enumerate(pending)
         ),
     )
+
+
+class _Unfit(tuple[ChosenDevice, ...]):
+    """Memo marker: the shortcut does not apply to this free list (empty, so the hit path tests nothing)."""
+
+
+_UNFIT = _Unfit()
+
+
+def _default_requests_fit(found: FreeSelectable) -> bool:
+    """Whether every free device serves a request without capacity requests (its requestPolicy allows the
+    default consumption): else the shortcut would take a device upstream skips. Computed with the list."""
+    return found.default_requests_fit
 
 
 @dataclass(frozen=True, slots=True)
@@ -881,10 +1189,16 @@ class PodAllocator:
         for claim_index, claim in enumerate(self.pending):
             if claim.spec.constraints:
                 return None
+            if sum(r.exactly.count if r.exactly is not None else 0 for r in claim.spec.requests) > (
+                MAX_DEVICES_PER_ALLOCATION
+            ):
+                return None  # the search reports the claim limit (an error), not a shortfall
             for request in claim.spec.requests:
                 sub = request.exactly
                 if sub is None or sub.allocation_mode != ALLOCATION_MODE_EXACT or sub.admin_access:
                     return None
+                if sub.capacity_requests:
+                    return None  # consumable capacity: the search checks policies and what is left
                 device_class = classes.get(sub.device_class_name)
                 if device_class is None:
                     return None
@@ -908,7 +1222,7 @@ class PodAllocator:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast
-        return self.on_node(NodeQuestion(node, devices, allocated, classes))
+        return self.on_node(NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated))
 
     def _one_request(self, node_name: str, devices: NodeDevices) -> AllocationOutcome | None:
         """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
@@ -919,12 +1233,18 @@ class PodAllocator:
             return None
         chosen_devices = found.derived.get(self._memo_key)
         if chosen_devices is None:
-            class_name = step.sub.device_class_name
-            chosen_devices = tuple(
-                ChosenDevice(step.request_name, device, class_name, False) for device in found.free[: step.sub.count]
-            )
+            if not _default_requests_fit(found):
+                chosen_devices = _UNFIT  # remembered too: the check costs nothing on the next pod
+            else:
+                class_name = step.sub.device_class_name
+                chosen_devices = tuple(
+                    _new_chosen((step.request_name, device, class_name, False, False, ()))
+                    for device in found.free[: step.sub.count]
+                )
             found.derived[self._memo_key] = chosen_devices
         if len(chosen_devices) < step.sub.count:
+            if chosen_devices is _UNFIT:
+                return None
             claim = self.pending[0]
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
@@ -944,7 +1264,7 @@ class PodAllocator:
             found = free_selectable(
                 self.matcher, self.snapshot, node_name, question.devices, step.device_class, step.sub.selectors
             )
-            if found is None:
+            if found is None or not _default_requests_fit(found):
                 return None
             needed = step.sub.count
             class_name = step.sub.device_class_name
@@ -953,12 +1273,13 @@ class PodAllocator:
                 chosen_devices = found.derived.get(memo_key)
                 if chosen_devices is None:
                     chosen_devices = tuple(
-                        ChosenDevice(step.request_name, device, class_name, False) for device in found.free[:needed]
+                        _new_chosen((step.request_name, device, class_name, False, False, ()))
+                        for device in found.free[:needed]
                     )
                     found.derived[memo_key] = chosen_devices
             else:
                 chosen_devices = tuple(
-                    ChosenDevice(step.request_name, device, class_name, False)
+                    _new_chosen((step.request_name, device, class_name, False, False, ()))
                     for device in found.free
                     if device.key not in taken
                 )[:needed]

@@ -45,6 +45,8 @@ class FreeSelectable(NamedTuple):
     selectable: int  # how many the selectors select at all (free or not)
     # Results derived from `free` (the devices a request of N takes), dropped with this entry.
     derived: dict[tuple[str, str, int], tuple[ChosenDevice, ...]]
+    # Every free device serves a request without capacity requests (its requestPolicy allows the default).
+    default_requests_fit: bool = True
 
 
 class FreeEntry(NamedTuple):

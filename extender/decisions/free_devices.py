@@ -38,7 +38,7 @@ def free_selectable(
     if selectable is not None and selectable.plain:
         allocated = snapshot.allocated
         free = tuple(device for device in selectable.devices if device.key not in allocated)
-        result = FreeSelectable(free, len(selectable.devices), {})
+        result = FreeSelectable(free, len(selectable.devices), {}, all(device.default_request_fits for device in free))
     memo.put(devices, FreeEntry(local_version, shared_version, result), signature)
     return result
 

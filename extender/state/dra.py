@@ -11,6 +11,12 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, cast
 
+from extender.state.capacity import (
+    CapacityPolicy,
+    CapacityRange,
+    DeviceCapacity,
+    default_request_fits,
+)
 from extender.state.core import NodeSelector, Taint, Toleration, parse_metadata, parse_node_selector
 from extender.state.errors import ObjectError
 from extender.state.fields import (
@@ -30,6 +36,8 @@ DeviceKey = tuple[str, str, str]
 
 MAX_DEVICES_PER_ALLOCATION = 32
 MAX_SUBREQUESTS = 8
+# List-valued attributes exist only with DRAListTypeAttributes (alpha, off in 1.37); not modelled.
+LIST_ATTRIBUTE_KINDS = ("ints", "bools", "strings", "versions")
 ALLOCATION_MODE_EXACT = "ExactCount"
 ALLOCATION_MODE_ALL = "All"
 TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
@@ -40,7 +48,7 @@ BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 class Attribute:
     """A device attribute value with its declared type: matchAttribute compares type and value."""
 
-    kind: str  # "int" | "bool" | "string" | "version"
+    kind: str  # "int" | "bool" | "string" | "version" | "unknown" (no value of a type we know)
     value: int | bool | str
 
 
@@ -71,6 +79,19 @@ class Device:
     consumes_counters: tuple[CounterConsumption, ...] = ()
     taints: tuple[Taint, ...] = ()
     allow_multiple_allocations: bool = False
+    # The capacities under their names as the slice spells them: capacity requests and requestPolicy match
+    # those names as written (upstream compares the raw map keys), unlike CEL, which sees qualified names.
+    consumable: Mapping[str, DeviceCapacity] = field(default_factory=dict)
+    # Whether a request without capacity requests can take the device at all: what it would consume (each
+    # policy's default, else the whole value) satisfies every requestPolicy. Intrinsic to the device, so the
+    # allocator's shortcut can tell, without evaluating policies per pod, whether it may use the device.
+    default_request_fits: bool = True
+    # DRADeviceBindingConditions (beta, on by default since 1.36): the scheduler waits in PreBind until the
+    # conditions are true on the claim (and retries when a failure condition is). `binding_conditions` is None
+    # when the field is absent: upstream orders pools by whether any device sets it at all.
+    binding_conditions: tuple[str, ...] | None = None
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
     # Only with the slice's perDeviceNodeSelection: where this device is reachable.
     node_name: str = ""
     node_selector: NodeSelector | None = None
@@ -112,6 +133,9 @@ class DeviceSubRequest:
     count: int
     admin_access: bool
     tolerations: tuple[Toleration, ...]
+    # capacity.requests (DRAConsumableCapacity): capacity name as written -> amount. A tuple of pairs, sorted,
+    # so that the subrequest stays hashable.
+    capacity_requests: tuple[tuple[str, Fraction], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +169,10 @@ class AllocatedDevice:
     pool: str
     device: str
     admin_access: bool = False
+    # A share of a device that allows multiple allocations (DRAConsumableCapacity): its shareID, and the
+    # capacity this share consumes (name as written -> amount, sorted pairs).
+    share_id: str = ""
+    consumed_capacity: tuple[tuple[str, Fraction], ...] = ()
 
     @property
     def key(self) -> DeviceKey:
@@ -204,6 +232,10 @@ def _parse_attribute(raw: object, path: str) -> Attribute:
     if not isinstance(raw, Mapping):
         raise ObjectError(path, f"must be an object, got {type_name(raw)}")
     present = [kind for kind in ("int", "bool", "string", "version") if raw.get(kind) is not None]
+    if not present and not any(raw.get(kind) is not None for kind in LIST_ATTRIBUTE_KINDS):
+        # A value of a type this client does not know (a newer API's): the device stays, and every CEL
+        # selector evaluated on it fails, as upstream's getAttributeValue ("unsupported attribute value").
+        return Attribute("unknown", "")
     if len(present) != 1:
         raise ObjectError(path, "must have exactly one of int, bool, string, version")
     kind = present[0]
@@ -247,6 +279,49 @@ def _parse_taints(raw: Mapping[str, Any], path: str) -> tuple[Taint, ...]:
     return tuple(taints)
 
 
+def _optional_quantity(raw: Mapping[str, Any], key: str, path: str) -> Fraction | None:
+    value = raw.get(key)
+    return None if value is None else _parse_quantity_field(value, child_path(path, key))
+
+
+def _parse_capacity_policy(raw: Mapping[str, Any], path: str) -> CapacityPolicy | None:
+    policy = get_map(raw, "requestPolicy", path)
+    if not policy:
+        return None
+    policy_path = child_path(path, "requestPolicy")
+    valid_values = None
+    if policy.get("validValues") is not None:
+        values = policy["validValues"]
+        if not isinstance(values, list):
+            raise ObjectError(child_path(policy_path, "validValues"), f"must be a list, got {type_name(values)}")
+        valid_values = tuple(
+            _parse_quantity_field(v, child_path(policy_path, f"validValues[{i}]")) for i, v in enumerate(values)
+        )
+    valid_range = None
+    range_raw = get_map(policy, "validRange", policy_path)
+    if range_raw or policy.get("validRange") is not None:
+        range_path = child_path(policy_path, "validRange")
+        valid_range = CapacityRange(
+            _optional_quantity(range_raw, "min", range_path),
+            _optional_quantity(range_raw, "max", range_path),
+            _optional_quantity(range_raw, "step", range_path),
+        )
+        if valid_range.step is not None and valid_range.step <= 0:
+            raise ObjectError(child_path(range_path, "step"), "must be positive")
+    return CapacityPolicy(_optional_quantity(policy, "default", policy_path), valid_values, valid_range)
+
+
+def _parse_capacity_requests(raw: Mapping[str, Any], path: str) -> tuple[tuple[str, Fraction], ...]:
+    capacity = get_map(raw, "capacity", path)
+    if not capacity:
+        return ()
+    capacity_path = child_path(path, "capacity")
+    requests = get_map(capacity, "requests", capacity_path)
+    requests_path = child_path(capacity_path, "requests")
+    parsed = [(name, _parse_quantity_field(value, child_path(requests_path, name))) for name, value in requests.items()]
+    return tuple(sorted(parsed))
+
+
 def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: str, pool: str) -> Device:
     name = get_str(raw, "name", path, required=True)
     body = raw
@@ -259,11 +334,14 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
         for attr_name, value in get_map(body, "attributes", body_path).items()
     }
     capacity: dict[str, Fraction] = {}
+    consumable: dict[str, DeviceCapacity] = {}
     for cap_name, value in get_map(body, "capacity", body_path).items():
         cap_path = child_path(child_path(body_path, "capacity"), cap_name)
         if not isinstance(value, Mapping):
             raise ObjectError(cap_path, f"must be an object, got {type_name(value)}")
-        capacity[qualify(cap_name, driver)] = _parse_quantity_field(value.get("value"), child_path(cap_path, "value"))
+        amount = _parse_quantity_field(value.get("value"), child_path(cap_path, "value"))
+        capacity[qualify(cap_name, driver)] = amount
+        consumable[cap_name] = DeviceCapacity(amount, _parse_capacity_policy(value, cap_path))
     consumes = tuple(
         CounterConsumption(get_str(item, "counterSet", item_path, required=True), _parse_counters(item, item_path))
         for item_path, item in map_items(body, "consumesCounters", body_path)
@@ -280,6 +358,11 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
         consumes_counters=consumes,
         taints=_parse_taints(body, body_path),
         allow_multiple_allocations=get_bool(body, "allowMultipleAllocations", body_path),
+        consumable=consumable,
+        default_request_fits=default_request_fits(consumable),
+        binding_conditions=get_str_list(body, "bindingConditions", body_path) if "bindingConditions" in body else None,
+        binding_failure_conditions=get_str_list(body, "bindingFailureConditions", body_path),
+        binds_to_node=get_bool(body, "bindsToNode", body_path),
         node_name=get_str(body, "nodeName", body_path),
         node_selector=parse_node_selector(node_selector_raw, child_path(body_path, "nodeSelector"))
         if node_selector_raw
@@ -398,10 +481,13 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
 
 
 def _parse_selectors(raw: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    """CEL expressions; a selector without one (a selector type this client does not know) is kept as "",
+    which fails to compile when the allocator reaches a device, as upstream's "CEL expression empty
+    (unsupported selector type?)" error does (structured/internal/incubating selectorsMatch)."""
     expressions = []
     for selector_path, selector in map_items(raw, "selectors", path):
-        cel = get_map(selector, "cel", selector_path, required=True)
-        expressions.append(get_str(cel, "expression", child_path(selector_path, "cel"), required=True))
+        cel = get_map(selector, "cel", selector_path)
+        expressions.append(get_str(cel, "expression", child_path(selector_path, "cel")))
     return tuple(expressions)
 
 
@@ -426,21 +512,26 @@ def _parse_tolerations(raw: Mapping[str, Any], path: str) -> tuple[Toleration, .
 
 
 def _parse_subrequest(raw: Mapping[str, Any], path: str, name: str, *, allow_admin: bool) -> DeviceSubRequest:
+    # An allocationMode this client does not know (a newer API's) and an empty deviceClassName are kept: the
+    # allocator reports them for the pod, as upstream's does ("unsupported count mode", "unsupported request
+    # type"), instead of the claim seeming not to exist.
     mode = get_str(raw, "allocationMode", path, default=ALLOCATION_MODE_EXACT)
-    if mode not in (ALLOCATION_MODE_EXACT, ALLOCATION_MODE_ALL):
-        raise ObjectError(child_path(path, "allocationMode"), f"unknown allocation mode {mode!r}")
-    count = get_int(raw, "count", path, default=1, minimum=1, maximum=MAX_DEVICES_PER_ALLOCATION)
+    # No upper bound here: the API server accepts any positive count, and upstream's allocator, not
+    # validation, refuses a claim over AllocationResultsMaxSize (32) devices, or skips a firstAvailable
+    # subrequest over it (structured/internal/incubating validateDeviceRequest and allocateOne).
+    count = get_int(raw, "count", path, default=1, minimum=1)
     admin = get_bool(raw, "adminAccess", path)
     if admin and not allow_admin:
         raise ObjectError(child_path(path, "adminAccess"), "is not allowed in a firstAvailable subrequest")
     return DeviceSubRequest(
         name=name,
-        device_class_name=get_str(raw, "deviceClassName", path, required=True),
+        device_class_name=get_str(raw, "deviceClassName", path),
         selectors=_parse_selectors(raw, path),
         allocation_mode=mode,
         count=count if mode == ALLOCATION_MODE_EXACT else 0,
         admin_access=admin,
         tolerations=_parse_tolerations(raw, path),
+        capacity_requests=_parse_capacity_requests(raw, path),
     )
 
 
@@ -480,8 +571,9 @@ def parse_claim_spec(spec: Mapping[str, Any], path: str) -> ClaimSpec:
             match_attribute=get_str(raw, "matchAttribute", con_path),
             distinct_attribute=get_str(raw, "distinctAttribute", con_path),
         )
-        if bool(constraint.match_attribute) == bool(constraint.distinct_attribute):
-            raise ObjectError(con_path, "exactly one of matchAttribute and distinctAttribute is required")
+        # Neither set (a constraint type this client does not know) is kept for the allocator to report, as
+        # upstream's "empty constraint (unsupported constraint type?)"; with both, matchAttribute wins, as in
+        # upstream's switch.
         for request_name in constraint.requests:
             if request_name.split("/", 1)[0] not in names:
                 raise ObjectError(child_path(con_path, "requests"), f"unknown request {request_name!r}")
@@ -501,6 +593,13 @@ def _parse_allocation(status: Mapping[str, Any]) -> Allocation | None:
             pool=get_str(item, "pool", path, required=True),
             device=get_str(item, "device", path, required=True),
             admin_access=get_bool(item, "adminAccess", path),
+            share_id=get_str(item, "shareID", path),
+            consumed_capacity=tuple(
+                sorted(
+                    (name, _parse_quantity_field(value, child_path(child_path(path, "consumedCapacity"), name)))
+                    for name, value in get_map(item, "consumedCapacity", path).items()
+                )
+            ),
         )
         for path, item in map_items(devices, "results", "status.allocation.devices")
     )

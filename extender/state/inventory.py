@@ -178,23 +178,37 @@ EMPTY_NODE_DEVICES = NodeDevices((), ())
 
 
 def devices_for_node(node: Node, pools: Iterable[Pool]) -> NodeDevices:
+    """The node's devices in the order upstream's allocator tries them: pools by ID, except that pools with a
+    device that sets bindingConditions come after all others (incubating pools_incubating.go GatherPools:
+    a device that needs no binding step is preferred)."""
     devices: list[Device] = []
     usable: list[Device] = []
     used_pools: list[Pool] = []
+    later: list[tuple[Pool, list[Device], list[Device]]] = []
     for pool in pools:
         view = node_view(pool, node)
         if view is None:
             continue
-        used_pools.append(view)
         # An incomplete view has no slices; show what has arrived of the generation the node sees.
         shown = view.slices or [s for s in pool.all_slices if s.pool_generation == view.generation]
         ready = not view.incomplete and not view.invalid_reason
-        for pool_slice in shown:
-            for device in pool_slice.devices:
-                if device_reaches_node(pool_slice, device, node):
-                    devices.append(device)
-                    if ready:
-                        usable.append(device)
+        pool_devices = [
+            device
+            for pool_slice in shown
+            for device in pool_slice.devices
+            if device_reaches_node(pool_slice, device, node)
+        ]
+        pool_usable = pool_devices if ready else []
+        if ready and any(device.binding_conditions is not None for device in pool_devices):
+            later.append((view, pool_devices, pool_usable))
+            continue
+        used_pools.append(view)
+        devices.extend(pool_devices)
+        usable.extend(pool_usable)
+    for view, pool_devices, pool_usable in later:
+        used_pools.append(view)
+        devices.extend(pool_devices)
+        usable.extend(pool_usable)
     if not devices and not used_pools:
         return EMPTY_NODE_DEVICES
     return NodeDevices(tuple(devices), tuple(used_pools), tuple(usable))

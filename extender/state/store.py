@@ -12,8 +12,10 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
+from extender.state.capacity import SharedUse, add_share
 from extender.state.core import POD_CLAIM_NAME_ANNOTATION, ConfigMap, Namespace, Node, Pod, PodClaimRef
 from extender.state.dra import (
     DeviceClass,
@@ -86,6 +88,8 @@ class ClusterSnapshot:
     objects: Mapping[str, Mapping[str, Any]]  # kind -> key -> parsed object
     topology: DeviceTopology
     allocated: Mapping[DeviceKey, int]  # device -> number of claims holding it (adminAccess excluded)
+    # Of those, the shares (results with a shareID) of devices that allow multiple allocations.
+    shared_allocated: Mapping[DeviceKey, SharedUse]
     alloc_versions: Mapping[str, int]  # node -> version of the allocations on its node-local pools
     shared_alloc_version: int  # version of the allocations on pools that span nodes
     generated_claims: Mapping[tuple[str, str, str], str]  # (namespace, pod uid, pod claim name) -> claim key
@@ -238,6 +242,9 @@ class ClusterStore:
         self._alloc_versions: dict[str, int] = defaultdict(int)
         self._shared_alloc_version = 0
         self._claim_devices: dict[str, tuple[DeviceKey, ...]] = {}
+        # Shares of devices that allow multiple allocations (results with a shareID), per device and per claim.
+        self._shared: dict[DeviceKey, SharedUse] = {}
+        self._claim_shares: dict[str, tuple[tuple[DeviceKey, tuple[tuple[str, Fraction], ...]], ...]] = {}
         self._generated_claims: dict[tuple[str, str, str], str] = {}
         self._admitted_by_owner: dict[str, str] = {}
         self._node_devices_cache: dict[str, _NodeDevicesCacheEntry] = {}
@@ -401,14 +408,37 @@ class ClusterStore:
         else:
             self._shared_alloc_version += 1
 
+    def _set_share(self, device_key: DeviceKey, use: SharedUse | None) -> None:
+        if use is None:
+            self._shared.pop(device_key, None)
+        else:
+            self._shared[device_key] = use
+
     def _index_claim(self, key: str, claim: ResourceClaim | None) -> None:
         previous = self._claim_devices.get(key, ())
         current: tuple[DeviceKey, ...] = ()
         if claim is not None and claim.allocation is not None:
             current = tuple(result.key for result in claim.allocation.results if not result.admin_access)
+        shares: tuple[tuple[DeviceKey, tuple[tuple[str, Fraction], ...]], ...] = ()
+        if claim is not None and claim.allocation is not None:
+            shares = tuple(
+                (result.key, result.consumed_capacity)
+                for result in claim.allocation.results
+                if result.share_id and not result.admin_access
+            )
+        previous_shares = self._claim_shares.pop(key, ())
         if previous != current:
             for device_key in set(previous).symmetric_difference(current):
                 self._touch_allocation(device_key)
+        if previous_shares != shares:
+            for device_key in {k for k, _ in previous_shares} | {k for k, _ in shares}:
+                self._touch_allocation(device_key)
+        for device_key, consumed in previous_shares:
+            self._set_share(device_key, add_share(self._shared.get(device_key), consumed, -1))
+        if shares:
+            self._claim_shares[key] = shares
+            for device_key, consumed in shares:
+                self._set_share(device_key, add_share(self._shared.get(device_key), consumed))
         for device_key in self._claim_devices.pop(key, ()):
             remaining = self._allocated[device_key] - 1
             if remaining > 0:
@@ -486,6 +516,7 @@ class ClusterStore:
                 objects=objects,
                 topology=topology,
                 allocated=dict(self._allocated) if unchanged_claims is None else unchanged_claims.allocated,
+                shared_allocated=dict(self._shared) if unchanged_claims is None else unchanged_claims.shared_allocated,
                 alloc_versions=(
                     dict(self._alloc_versions) if unchanged_claims is None else unchanged_claims.alloc_versions
                 ),

@@ -36,6 +36,7 @@ from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.dra import BLOCKING_TAINT_EFFECTS, MAX_DEVICES_PER_ALLOCATION, ClaimSpec, Device
+from extender.state.errors import ObjectError
 from extender.state.store import ClusterSnapshot, ClusterStore
 from tests.differential.strategies import PROFILES
 from tests.oracle.oracle import ensure_oracle_binary, run_scenarios
@@ -83,18 +84,29 @@ def pod_object(case: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_store(case: Mapping[str, Any]) -> ClusterStore:
-    """The case's objects as the extender would see them: templated claims exist only as their template."""
+def build_store(case: Mapping[str, Any], *, drop_malformed: bool = False) -> ClusterStore:
+    """The case's objects as the extender would see them: templated claims exist only as their template.
+
+    `drop_malformed`: an object our parser refuses is left out, as the live watch does (ClusterStore.replace
+    skips it), instead of raising ObjectError; upstream's own allocator table has such objects on purpose."""
     scenario = case["scenario"]
     store = ClusterStore()
+
+    def apply(kind: str, raw: Mapping[str, Any]) -> None:
+        try:
+            store.apply(kind, "ADDED", raw)
+        except ObjectError:
+            if not drop_malformed:
+                raise
+
     for node in scenario["nodes"]:
-        store.apply("Node", "ADDED", node)
+        apply("Node", node)
     for resource_slice in scenario["resourceSlices"]:
-        store.apply("ResourceSlice", "ADDED", resource_slice)
+        apply("ResourceSlice", resource_slice)
     for device_class in scenario["deviceClasses"]:
-        store.apply("DeviceClass", "ADDED", device_class)
+        apply("DeviceClass", device_class)
     for claim in scenario["allocatedClaims"]:
-        store.apply("ResourceClaim", "ADDED", claim)
+        apply("ResourceClaim", claim)
     templated = {ref["claim"]: ref["name"] for ref in case["pod"]["claims"] if ref["template"]}
     for claim in scenario["claims"]:
         name = claim["metadata"]["name"]
@@ -105,15 +117,15 @@ def build_store(case: Mapping[str, Any]) -> ClusterStore:
                 "metadata": {"name": f"t-{templated[name]}", "namespace": claim["metadata"]["namespace"]},
                 "spec": {"spec": claim["spec"]},
             }
-            store.apply("ResourceClaimTemplate", "ADDED", template)
+            apply("ResourceClaimTemplate", template)
         else:
-            store.apply("ResourceClaim", "ADDED", claim)
-    store.apply("Pod", "ADDED", pod_object(case))
+            apply("ResourceClaim", claim)
+    apply("Pod", pod_object(case))
     return store
 
 
-def run_ours(case: Mapping[str, Any]) -> OurRun:
-    snapshot = build_store(case).snapshot()
+def run_ours(case: Mapping[str, Any], *, drop_malformed: bool = False) -> OurRun:
+    snapshot = build_store(case, drop_malformed=drop_malformed).snapshot()
     pod = parse_pod(pod_object(case))
     pod_claims = resolve_pod_claims(snapshot, pod)
     matcher = DeviceMatcher()

@@ -55,6 +55,8 @@ def device_data(device: Device) -> dict[str, Any]:
     for name, attribute in device.attributes.items():
         domain, ident = split_qualified_name(name, device.driver)
         value: Any = attribute.value
+        if attribute.kind == "unknown":
+            raise DeviceDataError(f"attribute {name}: unsupported attribute value")
         if attribute.kind == "version":
             try:
                 value = semver_type.encode_attribute(str(attribute.value))

@@ -1,0 +1,31 @@
+"""Allocator test helpers: a store from objects, one pod's device verdicts, a pod with a claim template."""
+
+from __future__ import annotations
+
+from extender.decisions.feasibility import device_feasibility
+from extender.decisions.pod_claims import resolve_pod_claims
+from extender.decisions.selection import DeviceMatcher
+from extender.state.core import parse_pod
+from extender.state.store import ClusterStore
+from testkit import builders as b
+
+
+def cluster(*objects):
+    store = ClusterStore()
+    for obj in objects:
+        store.apply(obj["kind"], "ADDED", obj)
+    return store
+
+
+def decide(store, pod_obj, nodes=("n1",), matcher=None, budget=20_000):
+    snapshot = store.snapshot()
+    pod = parse_pod(pod_obj)
+    claims = resolve_pod_claims(snapshot, pod)
+    return device_feasibility(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget)
+
+
+def template_pod(requests, constraints=None, *, name="p"):
+    return [
+        b.claim_template("t-" + name, "ns", requests, constraints),
+        b.pod(name, "ns", templates={"gpu": "t-" + name}),
+    ]

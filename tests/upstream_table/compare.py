@@ -1,0 +1,68 @@
+"""Our verdict on one table case against upstream's answer, with the differential harness's verdict rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tests.differential import harness
+from tests.upstream_table.convert import canonical, harness_case, node_result
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    ours: dict[str, Any]
+    upstream: dict[str, Any]
+    order_independent: bool
+    mismatch: str  # "" when ours agrees
+
+
+def order_independent(case: Mapping[str, Any]) -> bool:
+    """Every implementation supporting the case's features, with the input in both orders, gives the devices
+    the table expects: then which devices are taken is part of the answer, not an accident of iteration."""
+    expected = harness.upstream_verdict(node_result(case["expected"], case))
+    for variant in case["variants"]:
+        theirs = harness.upstream_verdict(node_result(variant, case))
+        if theirs["kind"] != expected["kind"] or canonical(theirs["allocation"]) != canonical(expected["allocation"]):
+            return False
+    return True
+
+
+def ours_for(case: Mapping[str, Any]) -> dict[str, Any]:
+    converted = harness_case(case)
+    node = converted["scenario"]["nodeNames"][0]
+    run = harness.run_ours(converted, drop_malformed=True)
+    return harness.our_verdict(run.outcomes[node])
+
+
+def compare(case: Mapping[str, Any], *, run: str = "expected", features: Sequence[str] | None = None) -> CaseOutcome:
+    """`run`: "expected" (the table's own answer, the case's features) or "defaults" (the 1.37 default gates).
+
+    Verdict kinds must be equal (feasible / infeasible / error; our "undecided", a search budget that ran
+    out, is a disagreement here, unlike in the random differential test, because the table's cases are
+    small and upstream decides every one). Devices are compared, as sets per claim like the table's
+    ConsistOf matchers, when the table's answer is order-independent (see `order_independent`) and for the
+    table's own run only.
+    """
+    ours = ours_for(case)
+    upstream = harness.upstream_verdict(node_result(case[run], case, features))
+    free = order_independent(case)
+    mismatch = ""
+    if ours["kind"] != upstream["kind"]:
+        mismatch = (
+            f"ours {ours['kind']} ({ours.get('category', '')}: {ours.get('why', '')}), "
+            f"upstream {upstream['kind']} ({upstream.get('why', '')})"
+        )
+    elif run == "expected" and free and canonical(ours["allocation"]) != canonical(upstream["allocation"]):
+        mismatch = f"devices differ: ours {ours['allocation']}, upstream {upstream['allocation']}"
+    return CaseOutcome(ours, upstream, free, mismatch)
+
+
+def gate_dependent(case: Mapping[str, Any]) -> bool:
+    """The 1.37 default gates change upstream's answer: the case tests a gate turned off (or an alpha one)."""
+    expected = harness.upstream_verdict(node_result(case["expected"], case))
+    defaults = harness.upstream_verdict(node_result(case["defaults"], case, case["defaultFeatures"]))
+    return expected["kind"] != defaults["kind"] or canonical(expected["allocation"]) != canonical(
+        defaults["allocation"]
+    )
