@@ -189,7 +189,7 @@ def kueue_config_dir(directory: Path | None = None) -> Path:
 
 def _kueue_module_info(go: str) -> dict[str, Any]:
     """``go mod download -json`` of the pinned Kueue module (downloads it when absent): its Dir in the module
-    cache and the commit it was tagged at."""
+    cache."""
     proc = subprocess.run(
         [go, "mod", "download", "-json", KUEUE_GO_MODULE],
         cwd=KUEUE_MODULE,
@@ -232,9 +232,7 @@ def ensure_kueue(force: bool = False, quiet: bool = False) -> Path:
     if os.access(binary, os.X_OK) and not force:
         return out_dir
 
-    pkg = f"{KUEUE_GO_MODULE}/pkg/version"
-    commit = (info.get("Origin") or {}).get("Hash", "")
-    ldflags = f"-s -w -X {pkg}.GitVersion={version}" + (f" -X {pkg}.GitCommit={commit}" if commit else "")
+    ldflags = f"-s -w -X {KUEUE_GO_MODULE}/pkg/version.GitVersion={version}"
     staging = out_dir / ".kueue-partial"
     cmd = [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(staging), KUEUE_PACKAGE]
     log_path = out_dir / "build.log"
