@@ -598,7 +598,7 @@ def test_all_and_first_available_are_refused_by_kueue(scenario: KueueScenario) -
         message=f"a FailedScheduling event with 'quota exhausted' for {over.metadata.name}",
     )
     assert not s.plane.core.read_namespaced_pod(over.metadata.name, s.namespace).spec.node_name
-    assert flavor_totals(s.cluster_queue(q), "flavorsUsage") == {flavor: 2}
+    wait_kueue_totals(s, q, "flavorsUsage", {flavor: 2})
     wait_usage_agrees(s, {q: {flavor: 5}})
 
 
