@@ -489,8 +489,9 @@ def test_admit_and_place_two_queues_in_a_cohort(scenario: KueueScenario) -> None
 
 def test_admitted_flavor_without_free_device(scenario: KueueScenario) -> None:
     """Kueue admits on quota alone: a 1-GPU Job is admitted into a flavor whose 2 nodes x 2 GPUs are all held
-    by pods outside Kueue. The Workload is Admitted, its pod stays Pending with our extender's per-node reason;
-    Kueue's ClusterQueue counts the GPU as used while nothing is allocated. Freeing devices places the pod."""
+    by pods outside Kueue. The Workload is Admitted, its pod stays Pending (FailedScheduling from the in-tree
+    DynamicResources filter, which runs before the extender) and the extender explains it node by node; Kueue's
+    ClusterQueue counts the GPU as reserved and used while nothing is allocated. Freeing devices places the pod."""
     s = scenario
     nodes = s.add_nodes("gpu", 2, gpus=2)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
@@ -543,7 +544,8 @@ def test_all_and_first_available_are_refused_by_kueue(scenario: KueueScenario) -
     allocationMode All or firstAvailable gets a Workload that is not admitted (QuotaReserved False, the reason
     in the message), stays suspended and has no pods. Run outside Kueue (LocalQueue label on the pod template
     only), the same Job is scheduled by our extender alone, which charges what was allocated on the node; Kueue's
-    ClusterQueue does not see that usage."""
+    ClusterQueue does not see that usage, so Kueue then admits a Job into quota those pods hold and the extender
+    refuses its pod ("quota exhausted")."""
     s = scenario
     s.add_nodes("gpu", 3, gpus=3)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
