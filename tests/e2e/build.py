@@ -1,8 +1,10 @@
-"""Build the control-plane binaries that the end-to-end tests run.
+"""Build the control-plane binaries (and Kueue's controller manager) that the end-to-end tests run.
 
-The versions are pinned by the Go module in ``tests/e2e/harness`` (go.mod + go.sum); the binaries are
-built with the ordinary Go toolchain from the Go module proxy into ``tests/e2e/.build/<k8s-version>/``
-(gitignored) and reused while they are there.
+The versions are pinned by the Go modules in ``tests/e2e/harness`` (Kubernetes, etcd) and
+``tests/e2e/kueue`` (Kueue; its own module because Kueue v0.19.2 builds against the k8s.io v0.36 libraries,
+the control plane against v0.37); the binaries are built with the ordinary Go toolchain from the Go module
+proxy into ``tests/e2e/.build/<k8s-version>/`` and ``tests/e2e/.build/kueue-<version>/`` (gitignored) and
+reused while they are there.
 
 Usage from the command line::
 
@@ -13,6 +15,7 @@ Usage from the command line::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -20,9 +23,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "harness"
+KUEUE_MODULE = HERE / "kueue"
 BUILD_ROOT = HERE / ".build"
 
 # binary name -> Go package (all resolved through harness/go.mod)
@@ -41,11 +46,11 @@ class BuildError(RuntimeError):
     """The Go toolchain is missing or `go build` failed."""
 
 
-def _module_version(module: str) -> str:
-    text = (HARNESS / "go.mod").read_text()
+def _module_version(module: str, go_module_dir: Path = HARNESS) -> str:
+    text = (go_module_dir / "go.mod").read_text()
     match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
     if not match:
-        raise BuildError(f"{module} is not required in {HARNESS / 'go.mod'}")
+        raise BuildError(f"{module} is not required in {go_module_dir / 'go.mod'}")
     return match.group(1)
 
 
@@ -154,12 +159,115 @@ def ensure_binaries(force: bool = False, quiet: bool = False) -> dict[str, Path]
     return paths
 
 
+# --- Kueue -------------------------------------------------------------------------------------------------
+
+KUEUE_GO_MODULE = "sigs.k8s.io/kueue"
+KUEUE_PACKAGE = "sigs.k8s.io/kueue/cmd/kueue"
+# Kueue's own manifests, copied from its module next to the binary: the CRDs with the kustomization that says
+# which of them get a conversion webhook, and the webhook configurations with the kustomization that scopes
+# the job-framework webhooks (tests/e2e/kueue_controller.py reads them; nothing of Kueue's is committed here).
+KUEUE_CONFIG_DIRS = ("config/components/crd", "config/components/webhook")
+
+
+def kueue_version() -> str:
+    """The pinned Kueue version, e.g. ``v0.19.2``."""
+    return _module_version(KUEUE_GO_MODULE, KUEUE_MODULE)
+
+
+def kueue_build_dir() -> Path:
+    return BUILD_ROOT / f"kueue-{kueue_version()}"
+
+
+def kueue_binary(directory: Path | None = None) -> Path:
+    return (directory or kueue_build_dir()) / "kueue"
+
+
+def kueue_config_dir(directory: Path | None = None) -> Path:
+    """Where the copied ``config/components/{crd,webhook}`` of the pinned Kueue module are."""
+    return (directory or kueue_build_dir()) / "config"
+
+
+def _kueue_module_info(go: str) -> dict[str, Any]:
+    """``go mod download -json`` of the pinned Kueue module (downloads it when absent): its Dir in the module
+    cache."""
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", KUEUE_GO_MODULE],
+        cwd=KUEUE_MODULE,
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"go mod download {KUEUE_GO_MODULE} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    info: dict[str, Any] = json.loads(proc.stdout)
+    if not info.get("Dir"):
+        raise BuildError(f"go mod download {KUEUE_GO_MODULE} did not report a module directory: {proc.stdout}")
+    return info
+
+
+def ensure_kueue(force: bool = False, quiet: bool = False) -> Path:
+    """Return the folder holding Kueue's controller manager (``kueue``) and its ``config/`` manifests,
+    building / copying what is missing. Raises BuildError when `go` is missing or the build fails."""
+    out_dir = kueue_build_dir()
+    binary, config_dir = kueue_binary(out_dir), kueue_config_dir(out_dir)
+    have_config = all((config_dir / Path(d).name).is_dir() for d in KUEUE_CONFIG_DIRS)
+    if not force and os.access(binary, os.X_OK) and have_config:
+        return out_dir
+
+    go = find_go()
+    version = kueue_version()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    info = _kueue_module_info(go)
+    module_dir = Path(info["Dir"])
+    staging_config = out_dir / ".config-partial"
+    shutil.rmtree(staging_config, ignore_errors=True)
+    for relative in KUEUE_CONFIG_DIRS:
+        shutil.copytree(module_dir / relative, staging_config / Path(relative).name)
+    for path in staging_config.rglob("*"):  # the module cache is read-only; our copy need not be
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    shutil.rmtree(config_dir, ignore_errors=True)
+    staging_config.replace(config_dir)
+    if os.access(binary, os.X_OK) and not force:
+        return out_dir
+
+    ldflags = f"-s -w -X {KUEUE_GO_MODULE}/pkg/version.GitVersion={version}"
+    staging = out_dir / ".kueue-partial"
+    cmd = [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(staging), KUEUE_PACKAGE]
+    log_path = out_dir / "build.log"
+    if not quiet:
+        print(
+            f"e2e: building Kueue {version} ({KUEUE_PACKAGE}) into {out_dir}; a cold build takes about "
+            f"5 minutes on 2 cores, log: {log_path}",
+            file=sys.stderr,
+            flush=True,
+        )
+    with log_path.open("w") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.run(cmd, cwd=KUEUE_MODULE, env=_go_env(), stdout=log, stderr=subprocess.STDOUT)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        tail = "\n".join(log_path.read_text().splitlines()[-40:])
+        raise BuildError(
+            f"go build of Kueue failed (exit {proc.returncode}) after {elapsed:.0f}s; see {log_path}:\n{tail}"
+        )
+    if not staging.is_file():
+        raise BuildError(f"go build succeeded but did not produce {staging}")
+    staging.replace(binary)
+    if not quiet:
+        print(f"e2e: built Kueue {version} in {elapsed:.0f}s ({elapsed / 60:.1f} min)", file=sys.stderr)
+    return out_dir
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--force", action="store_true", help="rebuild even if the binaries exist")
     args = parser.parse_args(argv)
     try:
         paths = ensure_binaries(force=args.force)
+        paths["kueue"] = kueue_binary(ensure_kueue(force=args.force))
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

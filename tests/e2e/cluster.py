@@ -44,8 +44,10 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 KUEUE_CRD_DIR = SHARED_DIR / "kueue" / "crds"
 EXTENDER_BIN = REPO_ROOT / ".venv" / "bin" / "dra-extender"
 
-# the KCM controllers the tests need; node lifecycle stays off since there are no kubelets
+# the KCM controllers the tests need; node lifecycle stays off since there are no kubelets. job-controller:
+# Kueue's batch/job integration unsuspends Jobs and the Job controller creates their pods.
 CONTROLLERS = (
+    "job-controller",
     "resourceclaim-controller",
     "garbage-collector-controller",
     "namespace-controller",
@@ -59,6 +61,7 @@ READY_PATHS: dict[str, tuple[str, bool]] = {
     "etcd": ("/health", False),
     "kube-apiserver": ("/readyz", True),
     "extender": ("/readyz", False),
+    "kueue": ("/readyz", False),
 }
 
 

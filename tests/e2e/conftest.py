@@ -22,6 +22,7 @@ import pytest
 
 from tests.e2e import build
 from tests.e2e.cluster import (
+    DEVICE_CLASS,
     KUEUE_CRD_DIR,
     SHARED_DIR,
     Component,
@@ -30,6 +31,10 @@ from tests.e2e.cluster import (
     start_control_plane,
     start_extender,
 )
+from tests.e2e.kueue_controller import KueueController, start_kueue
+
+# The mapping Kueue charges at admission and our extender reads from Kueue's ConfigMap (same text).
+KUEUE_DEVICE_CLASS_MAPPINGS = [{"name": "example.com/gpu", "deviceClassNames": [DEVICE_CLASS]}]
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 KEEP_TMP = os.environ.get("E2E_KEEP_TMP", "") == "1"  # keep the whole temp dir, for debugging
@@ -87,13 +92,14 @@ class _Started:
     tmp: Path
 
 
-def _start(config: pytest.Config, binaries: dict[str, Path], label: str) -> _Started:
+def _start(config: pytest.Config, binaries: dict[str, Path], label: str, shared_crds: bool = True) -> _Started:
     tmp = Path(tempfile.mkdtemp(prefix=f"dra-e2e-{label}-"))
     started = time.monotonic()
     plane: ControlPlane | None = None
     try:
         plane = start_control_plane(tmp, binaries, start_scheduler=False)
-        plane.apply_crds(KUEUE_CRD_DIR)
+        if shared_crds:
+            plane.apply_crds(KUEUE_CRD_DIR)
     except BaseException:
         if plane is not None:
             plane.stop()
@@ -166,6 +172,56 @@ def extender_control_plane(
         yield ExtenderControlPlane(started.plane, extender, extender.url)
     finally:
         _finish(pytestconfig, started, "extender")
+
+
+@pytest.fixture(scope="session")
+def kueue_build(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> Path:
+    """The folder with Kueue's controller manager (`kueue`) and its manifests (`config/`), built on first use
+    from tests/e2e/kueue (`build.ensure_kueue`). After e2e_binaries, so the two builds never share the cores."""
+    if not os.access(build.kueue_binary(), os.X_OK):
+        try:
+            build.find_go()
+        except build.BuildError as exc:
+            _unavailable(str(exc))
+    with _to_terminal(pytestconfig):
+        try:
+            return build.ensure_kueue()
+        except build.BuildError as exc:
+            failure = f"building Kueue failed: {exc}"
+    pytest.fail(failure, pytrace=False)
+
+
+@dataclass
+class KueueControlPlane:
+    """A control plane with Kueue's controller manager, our extender, and a kube-scheduler calling it."""
+
+    plane: ControlPlane
+    kueue: KueueController
+    extender: Component
+    extender_url: str
+
+
+@pytest.fixture(scope="module")
+def kueue_control_plane(
+    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path], kueue_build: Path
+) -> Iterator[KueueControlPlane]:
+    """A third, separate control plane (module scope: stopped when the module's tests are done) where Kueue
+    v0.19.2 runs (tests/e2e/kueue_controller.py: all 11 CRDs, its webhooks on 127.0.0.1, batch/job, the DRA
+    integration mapping gpu.example.com to example.com/gpu), then our extender and kube-scheduler."""
+    started = _start(pytestconfig, e2e_binaries, "kueue", shared_crds=False)
+    try:
+        plane = started.plane
+        plane.create_device_class()
+        began = time.monotonic()
+        kueue = start_kueue(plane, kueue_build, KUEUE_DEVICE_CLASS_MAPPINGS)
+        _say(pytestconfig, f"Kueue {build.kueue_version()} up in {time.monotonic() - began:.1f}s ({kueue.phases})")
+        config_file = os.environ.get("E2E_EXTENDER_CONFIG") or None
+        extender = start_extender(plane.kubeconfig, free_port(), config_file=config_file, log_dir=plane.log_dir)
+        plane.components["extender"] = extender
+        plane.start_scheduler(extender_url=extender.url)
+        yield KueueControlPlane(plane, kueue, extender, extender.url)
+    finally:
+        _finish(pytestconfig, started, "kueue")
 
 
 @pytest.hookimpl(wrapper=True)
