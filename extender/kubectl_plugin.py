@@ -510,6 +510,8 @@ def open_extender(args: argparse.Namespace, cluster: Cluster | None) -> Extender
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "explain" and not args.pod and not args.filename:
+        raise PluginError("explain needs a POD name (or -f FILE)")
     needs_cluster = not args.server and not args.snapshot
     wants_cluster_pod = args.command == "explain" and not getattr(args, "filename", None)
     cluster: Cluster | None = None
@@ -527,11 +529,9 @@ def run(args: argparse.Namespace) -> int:
                 pod = cli._load_pod(args.filename)
                 if namespace:
                     pod.setdefault("metadata", {}).setdefault("namespace", namespace)
-            elif args.pod:
+            else:
                 assert cluster is not None
                 pod = cluster.get_pod(namespace or "default", args.pod)
-            else:
-                raise PluginError("explain needs a POD name (or -f FILE)")
             extender = open_extender(args, cluster)
             emit(extender.explain(pod), args.output, cli_table)
         elif args.command == "queues":
