@@ -11,6 +11,7 @@
 #   SUITE       Debian suite of the made base (default bookworm), APT_SOURCES its apt sources file
 #               (default: the host's /etc/apt/sources.list.d/debian.sources when present, so the same mirrors,
 #               updates and security suites are used as on the host)
+#   BUILDER     podman or buildah (default: podman when installed)
 #   PIP_CERT    CA bundle for pip inside the build (default: the host's /etc/ssl/certs/ca-certificates.crt when
 #               present); it is bind-mounted read-only for the build, never copied into the image
 # Prints how long each step took.
@@ -24,7 +25,9 @@ DEFAULT_BASE=python:3.12-slim
 MADE_BASE=localhost/dra-quota-extender-base:${SUITE}
 LOCAL_BASE=${LOCAL_BASE:-auto}
 
-if command -v podman >/dev/null 2>&1; then
+if [ -n "${BUILDER:-}" ]; then
+  tool=$BUILDER
+elif command -v podman >/dev/null 2>&1; then
   tool=podman
 elif command -v buildah >/dev/null 2>&1; then
   tool=buildah
@@ -100,12 +103,12 @@ if [ -n "$PIP_CERT" ]; then
 fi
 
 start=$(now)
-if [ "$tool" = podman ]; then
-  podman build --quiet --pull=never -f Containerfile -t "$IMAGE" \
-    --build-arg BASE="$BASE" --build-arg VERSION="$version" "${cert_args[@]}" . >/dev/null
-else
-  buildah bud --quiet --pull-never -f Containerfile -t "$IMAGE" \
-    --build-arg BASE="$BASE" --build-arg VERSION="$version" "${cert_args[@]}" . >/dev/null
+build=(build --quiet --pull=never --layers -f Containerfile -t "$IMAGE")
+build+=(--build-arg BASE="$BASE" --build-arg VERSION="$version" "${cert_args[@]}")
+if ! "$tool" "${build[@]}" . >/dev/null; then
+  echo "image/build.sh: $tool build failed. If it says 'cgroups in hybrid mode not supported' (crun), or containers" >&2
+  echo "hit 'too many open files', try CONTAINERS_CONF=tests/image/containers.conf (runc, explicit ulimits)." >&2
+  exit 1
 fi
 size=$("$tool" image inspect --format '{{.Size}}' "$IMAGE")
 echo "image: built $IMAGE (base $BASE) with $tool in $(took "$start")s, $((size / 1000000)) MB"
