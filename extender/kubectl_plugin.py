@@ -103,18 +103,18 @@ class Cluster:
     configuration (TLS, client certificates, tokens and exec plugins as the kubeconfig says)."""
 
     def __init__(self, kubeconfig: str, context: str | None, timeout: float) -> None:
-        from kubernetes import client, config
+        from kubernetes import config
 
         try:
             self._api = config.new_client_from_config(config_file=kubeconfig, context=context, persist_config=False)
         except (config.ConfigException, OSError) as error:
             raise PluginError(f"cannot use kubeconfig {kubeconfig}: {error}") from None
-        self._client_errors: tuple[type[BaseException], ...] = (client.ApiException,)
         self.timeout = timeout
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         """(status, body) of one request; raises UnreachableError when no HTTP answer came back."""
         import urllib3
+        from kubernetes.client import ApiException
 
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -125,7 +125,7 @@ class Cluster:
             )
             response = self._api.call_api(*serialized[:4], _request_timeout=self.timeout)
             data = response.read()
-        except self._client_errors as error:  # the client's transport errors (SSL, protocol) carry no status
+        except ApiException as error:  # the client's transport errors (SSL, protocol); HTTP statuses come back
             raise UnreachableError(f"{self._api.configuration.host}: {getattr(error, 'reason', error)}") from None
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise UnreachableError(f"{self._api.configuration.host}: {error}") from None
@@ -246,7 +246,10 @@ def service_sender(cluster: Cluster, service: str) -> Callable[[str, str, Any], 
     prefix = f"/api/v1/namespaces/{_quote(namespace)}/services/{_quote(name)}:{_quote(port)}/proxy"
 
     def send(method: str, path: str, body: Any) -> tuple[int, bytes]:
-        status, data = cluster.request(method, prefix + path, body)
+        try:
+            status, data = cluster.request(method, prefix + path, body)
+        except UnreachableError as error:  # the API server itself: a local computation could not read it either
+            raise PluginError(f"cannot reach the API server: {error}") from None
         if status in FALLBACK_STATUSES and not _from_extender(data):
             raise UnreachableError(f"service {service}: HTTP {status}: {_status_message(data)}")
         return status, data

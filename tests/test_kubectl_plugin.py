@@ -335,3 +335,12 @@ def test_the_console_script_is_installed() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("CLUSTERQUEUE")
+
+
+def test_an_unreachable_api_server_is_an_error_not_a_fallback(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    config = kubeconfig(tmp_path, f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    for argv in (["queues"], ["explain", "train-1"]):
+        code, out, err = plugin(capsys, "--kubeconfig", str(config), "--request-timeout", "5", *argv)
+        assert (code, out) == (1, "") and err.startswith("error: cannot reach the API server"), err
+    assert time.monotonic() - started < 30  # no 60 s wait for a live view that can never sync
