@@ -174,6 +174,10 @@ def test_the_image_promises(image: str) -> None:
     labels = config["Labels"]
     assert labels["org.opencontainers.image.title"] == "dra-quota-extender"
     assert labels["org.opencontainers.image.version"] == "0.1.0"
+    assert labels["org.opencontainers.image.base.name"] in {
+        "python:3.12-slim",  # the default, when a registry is reachable
+        "localhost/dra-quota-extender-base:bookworm",  # made by mmdebstrap otherwise
+    }
     # everything the user can write: its HOME and the sticky temp directories, nothing of the app or the system
     found = podman(
         "run",
