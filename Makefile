@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test unit lint fmt bench differential clean
+.PHONY: install run test unit lint fmt bench differential clean image tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ bench: $(STAMP)
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 differential: $(STAMP)
 	DIFF_SCENARIOS=20000 $(BIN)/pytest -q -m oracle tests/differential
+
+# --- shipping (issue 16): the container image and the Go-built helm/kustomize; both print their build times ---
+# make image [IMAGE=name:tag] [BASE=image] [LOCAL_BASE=1]   (image/build.sh documents every knob)
+image:
+	image/build.sh
+
+# helm and kustomize from Go modules (tools/go.mod) into tools/.build/ (gitignored); the chart tests build them too.
+tools: $(STAMP)
+	$(BIN)/python -m tools.build
+# --- end shipping ---
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -43,6 +43,7 @@ def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSo
         if args.kubeconfig:
             source = live.from_kubeconfig(
                 args.kubeconfig,
+                context=getattr(args, "context", None),  # kubectl-dra_quota --context
                 kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
                 stale_grace_seconds=config.source.stale_grace_seconds,
             )

@@ -168,3 +168,42 @@ def test_the_built_manifests_pass_server_side_dry_run(plane: ControlPlane, tmp_p
     )
     assert result.returncode == 0, result.stderr
     assert "deployment.apps/dra-quota-scheduler" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+@pytest.mark.parametrize(
+    "values",
+    [[], ["bind.enabled=true", "networkPolicy.enabled=true", "tls.enabled=true", "tls.secretName=extender-tls"]],
+    ids=["defaults", "bind-networkpolicy-tls"],
+)
+def test_the_helm_chart_passes_server_side_dry_run(plane: ControlPlane, tmp_path: Path, values: list[str]) -> None:
+    """The chart's objects (tests/test_helm_chart.py proves the defaults equal the kustomize build), accepted by
+    the real API server's validation and admission; helm built from Go modules (tools/build.py)."""
+    from tools import build as tools_build
+
+    try:
+        helm = tools_build.ensure_tools()["helm"]
+    except tools_build.BuildError as error:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"building helm failed: {error}", pytrace=False)
+        pytest.skip(str(error))
+    chart = MANIFESTS / "helm" / "dra-quota-scheduler"
+    command = [str(helm), "template", "dra-quota-scheduler", str(chart), "--namespace", NAMESPACE]
+    for value in values:
+        command += ["--set", value]
+    manifest = tmp_path / "chart.yaml"
+    manifest.write_text(subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout)
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None
+    result = subprocess.run(
+        [kubectl, "--kubeconfig", str(plane.kubeconfig), "apply", "--dry-run=server", "-f", str(manifest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    applied = {line.split(" ")[0] for line in result.stdout.splitlines()}
+    assert "deployment.apps/dra-quota-scheduler" in applied
+    assert ("networkpolicy.networking.k8s.io/dra-quota-scheduler" in applied) == bool(values)
+    assert ("clusterrole.rbac.authorization.k8s.io/dra-quota-extender:bind" in applied) == bool(values)

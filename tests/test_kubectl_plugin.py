@@ -1,0 +1,346 @@
+"""`kubectl dra-quota` (extender/kubectl_plugin.py) against the embedded demo cluster.
+
+Three of its sources, each really answering: ``--snapshot`` (computed in-process from the demo snapshot),
+``--server`` (a `dra-extender serve` process on the demo, its diagnostics listener), and the default path, the
+extender behind its Service reached through the API server's service proxy. For the last one a scripted API
+server stands in for kube-apiserver: it checks the bearer token of the kubeconfig, serves the pod, and forwards
+``/api/v1/namespaces/kube-system/services/dra-quota-scheduler-metrics:9090/proxy/<path>`` to the running demo
+extender as the real proxy would (the real one refuses to proxy to loopback addresses, so the e2e control plane
+cannot show this path; tests/e2e/test_kubectl_plugin.py shows the fallback to a live read there).
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender import cli, kubectl_plugin
+from tests.e2e.cluster import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "extender" / "demo" / "cluster.yaml"
+DEMO_POD = ROOT / "extender" / "demo" / "pod-two-gpus.yaml"
+BIN = Path(sys.executable).parent
+TOKEN = "plugin-test-token"
+SERVICE_PREFIX = "/api/v1/namespaces/kube-system/services/dra-quota-scheduler-metrics:9090/proxy"
+
+
+def plugin(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = kubectl_plugin.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def demo(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    return plugin(capsys, "--snapshot", str(DEMO), *argv)
+
+
+# --- offline, against the demo snapshot ----------------------------------------------------------------------
+
+
+def test_explain_is_the_table_and_json_of_dra_extender_explain(capsys: pytest.CaptureFixture[str]) -> None:
+    code, table, err = demo(capsys, "explain", "-f", str(DEMO_POD))
+    assert (code, err) == (0, "")
+    assert cli.main(["explain", str(DEMO_POD), "--snapshot", str(DEMO)]) == 0
+    assert table == capsys.readouterr().out
+    lines = table.splitlines()
+    assert lines[:3] == [
+        "Pod team-a/train-1  strategy=MostAllocated",
+        "ClusterQueue team-a  flavor on-demand",
+        "2 node(s) pass, 2 fail",
+    ]
+    assert lines[5].split()[:3] == ["1", "gpu-od-1", "pass"]
+    assert "node is in flavor spot" in lines[-1]
+
+    code, out, _ = demo(capsys, "explain", "-f", str(DEMO_POD), "-o", "json")
+    report = json.loads(out)
+    assert cli.main(["explain", str(DEMO_POD), "--snapshot", str(DEMO), "-o", "json"]) == 0
+    assert report == json.loads(capsys.readouterr().out)
+    code, out, _ = demo(capsys, "explain", "-f", str(DEMO_POD), "-o", "yaml")
+    assert yaml.safe_load(out) == report
+
+
+def test_queues_table_and_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = demo(capsys, "queues", "-o", "json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    rows = {(q["name"], r["flavor"]): r for q in report["clusterQueues"] for r in q["resources"] if r["resource"]}
+    assert rows["team-a", "on-demand"]["nominal"] == 6 and rows["team-a", "on-demand"]["usage"] == 4
+    code, table, _ = demo(capsys, "queues")
+    header, *lines = table.splitlines()
+    assert header.split() == [
+        "CLUSTERQUEUE",
+        "COHORT",
+        "FLAVOR",
+        "RESOURCE",
+        "NOMINAL",
+        "USAGE",
+        "RESERVED",
+        "AVAILABLE",
+        "BORROWING-LIMIT",
+        "PROBLEM",
+    ]
+    cells = {tuple(line.split()[:3]): line.split() for line in lines}
+    team_a = rows["team-a", "on-demand"]
+    assert cells["team-a", "gpu-sharing", "on-demand"][3:8] == [
+        "example.com/gpu",
+        str(team_a["nominal"]),
+        str(team_a["usage"]),
+        str(team_a["reserved"]),
+        str(team_a["available"]),
+    ]
+    code, out, _ = demo(capsys, "-o", "yaml", "queues")  # flags before the subcommand work too
+    assert yaml.safe_load(out) == report
+
+
+def test_node_shows_devices_and_holders(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = demo(capsys, "node", "gpu-od-1", "-o", "json")
+    report = json.loads(out)
+    assert (report["totalDevices"], report["freeDevices"]) == (8, 4)
+    code, table, _ = demo(capsys, "node", "gpu-od-1")
+    assert code == 0
+    assert table.splitlines()[0] == "Node gpu-od-1  4/8 device(s) free"
+    held = [line.split() for line in table.splitlines() if line.startswith("gpu.example.com/") and " no " in line]
+    assert len(held) == 4 and {row[2] for row in held} == {"team-a/trainer-0-gpu"}
+
+
+def test_errors_go_to_stderr_with_kubectls_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = demo(capsys, "node", "no-such-node")
+    assert (code, out, err) == (1, "", 'error: node "no-such-node" is not known\n')
+    code, out, err = demo(capsys, "explain")
+    assert code == 1 and out == "" and err.startswith("error: explain needs a POD name")
+    not_a_pod = tmp_path / "cm.yaml"
+    not_a_pod.write_text("kind: ConfigMap\nmetadata: {name: x}\n", encoding="utf-8")
+    code, out, err = demo(capsys, "explain", "-f", str(not_a_pod))
+    assert code == 1 and "holds no Pod" in err
+    code, _, err = plugin(capsys, "--kubeconfig", str(tmp_path / "missing"), "queues")
+    assert code == 1 and err.startswith("error: cannot read kubeconfig")
+    with pytest.raises(SystemExit) as usage:
+        kubectl_plugin.main(["queues", "-o", "wide"])
+    assert usage.value.code == 2
+
+
+# --- a running extender, and the same through a service proxy -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`dra-extender serve` on the demo; yields its diagnostics URL."""
+    log = (tmp_path_factory.mktemp("demo") / "serve.log").open("w")
+    port, diagnostics = free_port(), free_port()
+    process = subprocess.Popen(
+        [
+            str(BIN / "dra-extender"),
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--diagnostics-listen",
+            f"127.0.0.1:{diagnostics}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{diagnostics}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "the demo extender did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        log.close()
+
+
+class ScriptedApiServer(http.server.ThreadingHTTPServer):
+    """Enough of kube-apiserver for the plugin: bearer-token authentication, one pod, and the service proxy
+    forwarding to ``backend`` (or answering 503 "no endpoints" when ``backend`` is None)."""
+
+    def __init__(self, backend: str | None) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.backend = backend
+        self.requests: list[tuple[str, str]] = []
+        self.pod = yaml.safe_load(DEMO_POD.read_text(encoding="utf-8"))
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: ScriptedApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep pytest's output clean
+        pass
+
+    def _reply(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _status(self, code: int, message: str) -> None:
+        self._reply(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code})
+
+    def _handle(self, method: str) -> None:
+        self.server.requests.append((method, self.path))
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self._status(401, "Unauthorized")
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if method == "POST" else None
+        if self.path == "/api/v1/namespaces/team-a/pods/train-1":
+            self._reply(200, self.server.pod)
+        elif self.path.startswith("/api/v1/namespaces/team-a/pods/"):
+            self._status(404, 'pods "x" not found')
+        elif self.path.startswith(SERVICE_PREFIX + "/"):
+            if self.server.backend is None:
+                self._status(503, 'no endpoints available for service "dra-quota-scheduler-metrics"')
+                return
+            request = urllib.request.Request(
+                self.server.backend + self.path.removeprefix(SERVICE_PREFIX),
+                data=body,
+                method=method,
+                headers={"Content-Type": self.headers.get("Content-Type") or "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    self._reply(response.status, json.loads(response.read()))
+            except urllib.error.HTTPError as error:
+                self._reply(error.code, json.loads(error.read()))
+        else:
+            self._status(404, "the server could not find the requested resource")
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+
+@pytest.fixture
+def api_server(demo_extender: str) -> Iterator[ScriptedApiServer]:
+    server = ScriptedApiServer(demo_extender)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def kubeconfig(tmp_path: Path, server: str, namespace: str | None = "team-a") -> Path:
+    context: dict[str, Any] = {"cluster": "scripted", "user": "tester"}
+    if namespace:
+        context["namespace"] = namespace
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "scripted", "cluster": {"server": server}}],
+        "users": [{"name": "tester", "user": {"token": TOKEN}}, {"name": "nobody", "user": {"token": "wrong"}}],
+        "contexts": [
+            {"name": "main", "context": context},
+            {"name": "intruder", "context": {"cluster": "scripted", "user": "nobody"}},
+        ],
+        "current-context": "main",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    return path
+
+
+def test_server_flag_asks_a_running_extender(capsys: pytest.CaptureFixture[str], demo_extender: str) -> None:
+    code, out, err = plugin(capsys, "--server", demo_extender, "explain", "-f", str(DEMO_POD), "-o", "json")
+    assert (code, err) == (0, "")
+    remote = json.loads(out)
+    _, local, _ = demo(capsys, "explain", "-f", str(DEMO_POD), "-o", "json")
+    assert remote == json.loads(local)
+    code, out, _ = plugin(capsys, "--server", demo_extender, "node", "gpu-spot-2", "-o", "json")
+    assert json.loads(out)["node"] == "gpu-spot-2"
+    code, _, err = plugin(capsys, "--server", f"http://127.0.0.1:{free_port()}", "queues")
+    assert code == 1 and err.startswith("error: cannot reach")
+
+
+def test_the_in_cluster_extender_through_the_service_proxy(
+    capsys: pytest.CaptureFixture[str], api_server: ScriptedApiServer, tmp_path: Path, demo_extender: str
+) -> None:
+    config = kubeconfig(tmp_path, api_server.url)
+    # the pod is read from the cluster (namespace from the context), explained by the extender behind the Service
+    code, table, err = plugin(capsys, "--kubeconfig", str(config), "explain", "train-1")
+    assert (code, err) == (0, ""), err
+    _, expected, _ = plugin(capsys, "--server", demo_extender, "explain", "-f", str(DEMO_POD))
+    assert table == expected
+    assert api_server.requests[:2] == [
+        ("GET", "/api/v1/namespaces/team-a/pods/train-1"),
+        ("POST", f"{SERVICE_PREFIX}/diagnostics/explain"),
+    ]
+    code, out, _ = plugin(capsys, "--kubeconfig", str(config), "queues", "-o", "json")
+    assert json.loads(out)["clusterQueues"][0]["name"] == "team-a"
+    code, out, err = plugin(capsys, "--kubeconfig", str(config), "node", "no-such-node")
+    assert (code, out) == (1, "") and err == 'error: node "no-such-node" is not known\n'  # the extender's 404
+    code, _, err = plugin(capsys, "--kubeconfig", str(config), "explain", "-n", "team-a", "nope")
+    assert code == 1 and err == 'error: pods "nope" not found in namespace "team-a"\n'
+    # KUBECONFIG is honoured like kubectl does, --context picks another user (refused: 401 is an error, no fallback)
+    os.environ["KUBECONFIG"] = f"{tmp_path / 'absent'}{os.pathsep}{config}"
+    try:
+        code, out, _ = plugin(capsys, "queues", "-o", "json")
+        assert code == 0 and json.loads(out)["clusterQueues"]
+        code, out, err = plugin(capsys, "--context", "intruder", "queues")
+        assert code == 1 and "HTTP 401" in err and out == ""
+        code, _, err = plugin(capsys, "--context", "no-such-context", "queues")
+        assert code == 1 and 'context "no-such-context" does not exist' in err
+    finally:
+        del os.environ["KUBECONFIG"]
+
+
+def test_context_namespace_follows_kubectl(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, "http://127.0.0.1:1", namespace=None)
+    assert kubectl_plugin.context_namespace(str(config), None) == "default"
+    config = kubeconfig(tmp_path, "http://127.0.0.1:1", namespace="team-b")
+    assert kubectl_plugin.context_namespace(str(config), "main") == "team-b"
+    assert kubectl_plugin.parse_service("ns/name:9090") == ("ns", "name", "9090")
+    with pytest.raises(kubectl_plugin.PluginError):
+        kubectl_plugin.parse_service("name:9090")
+
+
+def test_the_console_script_is_installed() -> None:
+    result = subprocess.run(
+        [str(BIN / "kubectl-dra_quota"), "--snapshot", str(DEMO), "queues"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("CLUSTERQUEUE")
+
+
+def test_an_unreachable_api_server_is_an_error_not_a_fallback(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    config = kubeconfig(tmp_path, f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    for argv in (["queues"], ["explain", "train-1"]):
+        code, out, err = plugin(capsys, "--kubeconfig", str(config), "--request-timeout", "5", *argv)
+        assert (code, out) == (1, "") and err.startswith("error: cannot reach the API server"), err
+    assert time.monotonic() - started < 30  # no 60 s wait for a live view that can never sync

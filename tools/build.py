@@ -1,0 +1,143 @@
+"""Build helm and kustomize from Go modules into ``tools/.build/`` (gitignored), like the e2e binaries.
+
+Neither has a Debian package that fits: Debian ships no helm at all, and its kubectl (1.32) embeds a kustomize too
+old for the 1.37 surface. So both come from the Go module proxy, pinned by ``tools/go.mod`` (+ ``go.sum``) with
+``tool`` directives:
+
+- ``helm.sh/helm/v4/cmd/helm`` v4.3.2, built on k8s.io/* v0.37.2 (the e2e harness's Kubernetes);
+- ``sigs.k8s.io/kustomize/kustomize/v5`` v5.8.1: the exact kustomize that ``kubectl kustomize`` of kubectl
+  v1.37.2 runs (k8s.io/kubectl v0.37.2 requires kustomize/v5 v5.8.1 and calls its ``commands/build``), and
+  already part of helm's module graph through k8s.io/kubectl, so adding it moves no dependency version.
+
+One ``go build`` produces both (they share most packages). With ``-X .../internal/version.version`` helm reports
+its real version (its own Makefile sets it the same way).
+
+Usage::
+
+    python -m tools.build            # build what is missing, print the paths (or: make tools)
+    python -m tools.build --force    # rebuild
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BUILD_ROOT = HERE / ".build"
+
+# binary name -> (Go package, its module)
+PACKAGES: dict[str, tuple[str, str]] = {
+    "helm": ("helm.sh/helm/v4/cmd/helm", "helm.sh/helm/v4"),
+    "kustomize": ("sigs.k8s.io/kustomize/kustomize/v5", "sigs.k8s.io/kustomize/kustomize/v5"),
+}
+
+
+class BuildError(RuntimeError):
+    """The Go toolchain is missing or `go build` failed."""
+
+
+def module_version(module: str) -> str:
+    """The version of ``module`` pinned in tools/go.mod, e.g. ``v4.3.2`` for helm.sh/helm/v4."""
+    text = (HERE / "go.mod").read_text(encoding="utf-8")
+    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+    if not match:
+        raise BuildError(f"{module} is not required in {HERE / 'go.mod'}")
+    return match.group(1)
+
+
+def build_dir() -> Path:
+    """One folder per pinned pair of versions, so a version bump never reuses an old binary."""
+    helm, kustomize = module_version("helm.sh/helm/v4"), module_version("sigs.k8s.io/kustomize/kustomize/v5")
+    return BUILD_ROOT / f"helm-{helm}-kustomize-{kustomize}"
+
+
+def binaries(directory: Path | None = None) -> dict[str, Path]:
+    directory = directory or build_dir()
+    return {name: directory / name for name in PACKAGES}
+
+
+def find_go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        for candidate in ("/usr/local/go/bin/go", str(Path.home() / "go" / "bin" / "go")):
+            if os.access(candidate, os.X_OK):
+                return candidate
+        raise BuildError("the Go toolchain (`go`) is not installed or not on PATH; it builds helm and kustomize")
+    return go
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GOWORK"] = "off"  # never pick up a go.work from a parent folder
+    env["CGO_ENABLED"] = "0"  # as helm's and kustomize's releases are built
+    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"  # go.sum is committed: never rewrite it
+    env.setdefault("GOTOOLCHAIN", "local")  # use the installed toolchain, never download another
+    return env
+
+
+def ensure_tools(force: bool = False, quiet: bool = False) -> dict[str, Path]:
+    """Return {"helm": path, "kustomize": path}, building what is missing. Raises BuildError."""
+    out_dir = build_dir()
+    paths = binaries(out_dir)
+    missing = [name for name, path in paths.items() if force or not os.access(path, os.X_OK)]
+    if not missing:
+        return paths
+    go = find_go()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = out_dir / ".partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={module_version('helm.sh/helm/v4')}"
+    cmd = [go, "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(staging), *(PACKAGES[n][0] for n in missing)]
+    log_path = out_dir / "build.log"
+    if not quiet:
+        versions = ", ".join(f"{n} {module_version(PACKAGES[n][1])}" for n in missing)
+        print(
+            f"tools: building {versions} into {out_dir}; about 4 CPU-minutes cold, seconds with a warm Go build "
+            f"cache; log: {log_path}",
+            file=sys.stderr,
+            flush=True,
+        )
+    start = time.monotonic()
+    with log_path.open("w", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        proc = subprocess.run(cmd, cwd=HERE, env=_go_env(), stdout=log, stderr=subprocess.STDOUT, check=False)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        tail = "\n".join(log_path.read_text(encoding="utf-8").splitlines()[-40:])
+        raise BuildError(f"go build failed (exit {proc.returncode}) after {elapsed:.0f}s; see {log_path}:\n{tail}")
+    for name in missing:
+        produced = staging / name  # go build -o DIR names a main after its path, without /vN
+        if not produced.is_file():
+            raise BuildError(f"go build succeeded but did not produce {produced}")
+        produced.replace(paths[name])
+    shutil.rmtree(staging, ignore_errors=True)
+    if not quiet:
+        print(f"tools: built {', '.join(missing)} in {elapsed:.1f}s", file=sys.stderr, flush=True)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--force", action="store_true", help="rebuild even if the binaries exist")
+    args = parser.parse_args(argv)
+    try:
+        paths = ensure_tools(force=args.force)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for name, path in paths.items():
+        print(f"{name}\t{path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
