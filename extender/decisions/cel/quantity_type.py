@@ -146,7 +146,7 @@ def nanos(raw: object) -> int:
     """The value of an encoded quantity in nano-units; TypeError when raw is not a quantity."""
     if not is_quantity(raw):
         raise TypeError("no such overload")
-    return _nanos(bytes(raw))  # type: ignore[arg-type]
+    return _nanos(bytes(raw))  # type: ignore[call-overload]  # is_quantity checked it is bytes-like
 
 
 def decode(raw: object) -> Fraction:

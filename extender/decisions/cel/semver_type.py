@@ -143,7 +143,7 @@ def _decode(raw: bytes) -> Version:
 def decode(raw: object) -> Version:
     if not is_semver(raw):
         raise TypeError("no such overload")
-    return _decode(bytes(raw))  # type: ignore[arg-type]
+    return _decode(bytes(raw))  # type: ignore[call-overload]  # is_semver checked it is bytes-like
 
 
 # --- the CEL functions ----------------------------------------------------------------------------------
