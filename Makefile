@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.http_bench
 	$(BIN)/python -m bench.sync_bench
 	$(BIN)/python -m bench.compare_upstream
+	$(BIN)/python -m bench.web_bench
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 differential: $(STAMP)

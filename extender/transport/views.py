@@ -240,7 +240,7 @@ def _ranking_context(decision: dict[str, Any]) -> dict[str, Any]:
     return {"decision": decision, "page": page, "reasons": failure_reasons(nodes)}
 
 
-@web.get("/pods/<namespace>/<path:name>")
+@web.get("/pods/<namespace>/<name>")
 def pod(namespace: str, name: str) -> tuple[str, int]:
     service = _service()
     key = f"{namespace}/{name}"
@@ -376,7 +376,7 @@ def nodes() -> tuple[str, int]:
     )
 
 
-@web.get("/nodes/<path:name>")
+@web.get("/nodes/<name>")
 def node(name: str) -> tuple[str, int]:
     service = _service()
     snapshot = service.snapshot()
