@@ -271,3 +271,15 @@ def test_five_thousand_nodes_render_under_a_second():
             times.append(time.perf_counter() - started)
             assert response.status_code == 200
         assert sorted(times)[1] < 1.0, (url, times)
+
+
+def test_without_kueue_and_without_decisions_the_pages_say_so():
+    service = service_for_objects([b.node("n1"), b.gpu_slice("n1", 2), b.device_class()])
+    client = create_app(service, serve_scheduling=False).test_client()
+    assert "No decision recorded yet" in text_of(client.get("/ui/pods").get_data(as_text=True))
+    queues = text_of(client.get("/ui/queues").get_data(as_text=True))
+    assert "No ClusterQueue in the cluster view" in queues or "Kueue is not enabled" in queues
+    nodes = text_of(client.get("/ui/nodes").get_data(as_text=True))
+    assert "1 nodes" in nodes and "(no flavor matches)" in nodes
+    # the footer: each watched resource's age (the generated source reports two), readiness, version
+    assert "nodes 0 ms" in nodes and "resourceslices 0 ms" in nodes and "ready" in nodes

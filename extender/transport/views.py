@@ -332,7 +332,7 @@ def nodes() -> tuple[str, int]:
     want_state = request.args.get("state", "")
     query = request.args.get("q", "").strip()
     summaries: dict[str, GroupSummary] = {}
-    shown: list[tuple[str, str, list[tuple[str, Device]], Counter[str]]] = []
+    shown: list[tuple[str, str, list[tuple[str, Device]], dict[str, int]]] = []
     state_of = states.state_of
     for name in sorted(snapshot.nodes):
         node = snapshot.nodes[name]
@@ -342,24 +342,26 @@ def nodes() -> tuple[str, int]:
         all_usable = len(usable) == len(node_devices.devices)
         usable_keys = set() if all_usable else {device.key for device in usable}
         cells = [(state_of(d, all_usable or d.key in usable_keys), d) for d in node_devices.devices]
-        counts = Counter(state for state, _ in cells)
+        counts: dict[str, int] = {}
+        for state, _ in cells:
+            counts[state] = counts.get(state, 0) + 1
         summary = summaries.get(group)
         if summary is None:
             summary = summaries[group] = GroupSummary(group)
         summary.nodes += 1
         summary.devices.update(counts)
-        if counts[FREE]:
+        if FREE in counts:
             summary.nodes_with_free += 1
         if want_group and group != want_group:
             continue
-        if want_state and not counts[want_state]:
+        if want_state and want_state not in counts:
             continue
         if query and query not in name:
             continue
         shown.append((group, name, cells, counts))
     groups = sorted(summaries.values(), key=lambda s: (s.name == NO_FLAVOR, s.name))
     page = paginate(shown, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", GRID_NODES_PER_PAGE))
-    by_group: dict[str, list[tuple[str, list[tuple[str, str, str]], Counter[str]]]] = {}
+    by_group: dict[str, list[tuple[str, list[tuple[str, str, str]], dict[str, int]]]] = {}
     for group, name, cells, counts in page.items:
         drawn = [(state, device.name, states.why(device, state)) for state, device in cells]
         by_group.setdefault(group, []).append((name, drawn, counts))
