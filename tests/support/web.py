@@ -35,12 +35,14 @@ def service_for_text(text: str, config: ExtenderConfig | None = None) -> Schedul
 
 
 def demo_service() -> SchedulingService:
-    """The embedded demo cluster with the demo pods filtered (and one prioritized), as kube-scheduler would."""
+    """The embedded demo cluster with the demo pods created (pending, as a live source would see them) and
+    filtered, one of them prioritized too, as kube-scheduler would."""
     service = service_for_text(demo_snapshot_text())
     nodes = sorted(service.snapshot().nodes)
     for file_name in DEMO_PODS:
-        pod = parse_pod(demo_pod(file_name))
-        service.filter(pod, nodes)
+        raw = demo_pod(file_name)
+        service.store.apply("Pod", "ADDED", raw)
+        service.filter(parse_pod(raw), nodes)
     first = parse_pod(demo_pod(DEMO_PODS[0]))
     service.prioritize(first, nodes)
     return service
