@@ -1,8 +1,9 @@
 """The read-only web view: pods and their ranked nodes, the node x device grid, queue bars, for people.
 
-Served on the diagnostics listener only (create_app registers it next to the `diagnostics` blueprint), as
-server-rendered HTML with one stylesheet shipped in the package and no JavaScript: clusters are often
-air-gapped, and an operator asking "why is my job pending" should get an answer from a plain browser.
+Served wherever the `diagnostics` blueprint is (create_app registers both together): with a separate diagnostics
+listener only there, never on the listener kube-scheduler calls. Server-rendered HTML with one stylesheet
+shipped in the package and no JavaScript: clusters are often air-gapped, and an operator asking "why is my job
+pending" should get an answer from a plain browser.
 
 Every number comes from what the verbs and the JSON diagnostics read: `service.quota_view()` (taken under the
 reservation lock only while it is built, then read lock-free), the decision history, `service.explain` (a
