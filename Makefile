@@ -20,10 +20,10 @@ run: $(STAMP)
 test: lint
 	$(BIN)/pytest -q
 
-# The fast loop (under a minute on 2 cores): no stress, fuzz, long property runs, differential or e2e.
+# The fast loop (under a minute on 2 cores): no stress, fuzz, long property runs, differential, e2e or browser.
 # Markers in pyproject.toml; make test still runs all of them.
 unit: $(STAMP)
-	$(BIN)/pytest -q -m "not slow and not e2e and not oracle"
+	$(BIN)/pytest -q -m "not slow and not e2e and not oracle and not browser and not image and not helm"
 
 # Style, formatting, the type checker (mypy strict on the package) and the layer contract (import-linter).
 lint: $(STAMP)
@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.http_bench
 	$(BIN)/python -m bench.sync_bench
 	$(BIN)/python -m bench.compare_upstream
+	$(BIN)/python -m bench.web_bench
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 differential: $(STAMP)

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from cachetools import LRUCache
+from cachetools import Cache, LRUCache
 
 from extender.decisions.scheduling import PodDecision, Ranking
 
@@ -58,6 +58,17 @@ class DecisionHistory:
     def get(self, pod_key: str) -> DecisionRecord | None:
         with self._lock:
             return self._records.get(pod_key)
+
+    def recent(self, limit: int | None = None) -> list[DecisionRecord]:
+        """The records held, newest first (at most `limit`): what the web view's pod list shows.
+
+        A copy taken under the history's own lock (never the reservation lock), so a reader cannot see a record
+        half-evicted; O(records held), which the history bounds."""
+        with self._lock:
+            # Cache.__getitem__ reads without LRUCache's move-to-end: looking must not change what is evicted next.
+            records = [Cache.__getitem__(self._records, key) for key in self._records]
+        records.sort(key=lambda record: record.at, reverse=True)
+        return records if limit is None else records[:limit]
 
     def __len__(self) -> int:
         return len(self._records)

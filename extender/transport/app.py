@@ -26,6 +26,7 @@ from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.transport.diagnostics import decision_json, node_json, queues_json
 from extender.transport.metrics import ExtenderMetrics
+from extender.transport.views import web
 from extender.transport.wire import (
     WireError,
     filter_result,
@@ -47,6 +48,12 @@ TIMED_ENDPOINTS = {
     "diagnostics.node_diagnostics": "diagnostics",
     "diagnostics.queue_diagnostics": "diagnostics",
     "diagnostics.explain": "explain",
+    "web.pods": "web",
+    "web.pod": "web",
+    "web.explain": "web",
+    "web.nodes": "web",
+    "web.node": "web",
+    "web.queues": "web",
 }
 
 
@@ -273,6 +280,7 @@ def create_app(
         app.register_blueprint(scheduling)
     if serve_diagnostics:
         app.register_blueprint(diagnostics)
+        app.register_blueprint(web)  # the read-only web view (transport/views.py): people only, never kube-scheduler
     app.register_blueprint(health)
     app.before_request(_start_timer)
     app.after_request(_observe)

@@ -1,0 +1,482 @@
+"""The read-only web view: pods and their ranked nodes, the node x device grid, queue bars, for people.
+
+Served wherever the `diagnostics` blueprint is (create_app registers both together): with a separate diagnostics
+listener only there, never on the listener kube-scheduler calls. Server-rendered HTML with one stylesheet
+shipped in the package and no JavaScript: clusters are often air-gapped, and an operator asking "why is my job
+pending" should get an answer from a plain browser.
+
+Every number comes from what the verbs and the JSON diagnostics read: `service.quota_view()` (taken under the
+reservation lock only while it is built, then read lock-free), the decision history, `service.explain` (a
+what-if that reserves nothing), and the renderers of transport/diagnostics.py (decision_json, node_json,
+queue_rows, queues_json, DeviceStates). Nothing here decides anything; it only arranges, pages and escapes
+(Jinja2 autoescaping is on for .html templates, and the Content-Security-Policy below forbids scripts, so a
+name with HTML in it stays text).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+import yaml
+from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
+
+from extender.service import SchedulingService
+from extender.state.core import Pod, parse_pod
+from extender.state.dra import Device
+from extender.state.errors import ObjectError
+from extender.state.kueue import ResourceFlavor
+from extender.state.quantity import format_quantity
+from extender.state.store import ClusterSnapshot
+from extender.transport.diagnostics import (
+    DEVICE_STATES,
+    FREE,
+    DeviceStates,
+    decision_json,
+    decision_summary,
+    node_json,
+    queue_rows,
+    queues_json,
+)
+
+PODS_PER_PAGE = 100
+NODE_ROWS_PER_PAGE = 200  # ranked node table of one pod
+GRID_NODES_PER_PAGE = 100  # the device grid: 100 nodes x their devices per page
+MAX_PER_PAGE = 1000
+NO_FLAVOR = "(no flavor matches)"
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+web = Blueprint(
+    "web", __name__, url_prefix="/ui", template_folder="templates", static_folder="static", static_url_path="/static"
+)
+
+
+def _service() -> SchedulingService:
+    service: SchedulingService = current_app.extensions["dra_service"]
+    return service
+
+
+@cache
+def extender_version() -> str:
+    try:
+        return metadata.version("dra-quota-extender")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _int_arg(name: str, default: int, *, minimum: int = 1, maximum: int = MAX_PER_PAGE) -> int:
+    try:
+        value = int(request.args.get(name, default))
+    except ValueError:
+        return default
+    return min(max(value, minimum), maximum)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a long list; the template draws the links from it."""
+
+    number: int
+    pages: int
+    total: int
+    start: int  # index of the first item shown
+    items: Sequence[Any] = field(default_factory=tuple)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.items)
+
+
+def paginate(items: Sequence[Any], number: int, per_page: int) -> Page:
+    pages = max(1, math.ceil(len(items) / per_page))
+    number = min(max(number, 1), pages)
+    start = (number - 1) * per_page
+    return Page(number, pages, len(items), start, items[start : start + per_page])
+
+
+@web.app_template_global("page_url")
+def _page_url(page: int) -> str:
+    """The current URL with another page number (every other query argument kept)."""
+    values: dict[str, Any] = {**(request.view_args or {}), **request.args.to_dict(), "page": page}
+    return url_for(request.endpoint or "web.pods", **values)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@web.app_template_filter("age")
+def _age_filter(seconds: float) -> str:
+    return _age(seconds)
+
+
+@web.context_processor
+def _state_footer() -> dict[str, Any]:
+    """The footer of every page: readiness, snapshot age per watched resource, state and extender version."""
+    service = _service()
+    health = service.health()
+    snapshot = service.snapshot()
+    return {
+        "footer": {
+            "ready": health.ready and snapshot.synced,
+            "message": health.message,
+            "source": service.source.description,
+            "freshness": sorted(health.freshness_seconds.items()),
+            "stateVersion": snapshot.version,
+            "version": extender_version(),
+        },
+    }
+
+
+@web.after_request
+def _headers(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _html(template: str, http_status: int = 200, /, **context: Any) -> tuple[str, int]:
+    return render_template(template, **context), http_status
+
+
+# --- pods ---------------------------------------------------------------------------------------------------------
+
+
+def pod_status(snapshot: ClusterSnapshot, pod_key: str) -> tuple[str, str]:
+    """(status, node): pending, bound to a node, finished, or not in the cluster view (deleted, or only asked
+    about: a snapshot source sees no new pods)."""
+    pod = snapshot.pods.get(pod_key)
+    if pod is None:
+        return "unknown", ""
+    if pod.is_terminal:
+        return "finished", pod.node_name
+    if pod.node_name:
+        return "bound", pod.node_name
+    return "pending", ""
+
+
+STATUS_ORDER = {"pending": 0, "unknown": 1, "bound": 2, "finished": 3}
+STATUS_LABELS = {"pending": "pending", "unknown": "not in the cluster view", "bound": "bound", "finished": "finished"}
+
+
+@web.get("/")
+def index() -> Any:
+    return redirect(url_for("web.pods"))
+
+
+@web.get("/pods")
+def pods() -> tuple[str, int]:
+    service = _service()
+    snapshot = service.snapshot()
+    now = time.time()
+    rows = []
+    for record in service.history.recent():
+        summary = decision_summary(record)
+        status, node = pod_status(snapshot, summary["pod"])
+        summary.update({"status": status, "node": node, "age": max(0.0, now - record.at)})
+        rows.append(summary)
+    # Pending first (what the operator is asking about), newest first within each status.
+    rows.sort(key=lambda row: (STATUS_ORDER[row["status"]], -row["at"]))
+    counts = Counter(row["status"] for row in rows)
+    page = paginate(rows, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", PODS_PER_PAGE))
+    return _html("web/pods.html", page=page, counts=counts, held=len(rows), labels=STATUS_LABELS)
+
+
+def pod_manifest(pod: Pod) -> str:
+    """The fields of a pod the extender reads, as YAML: the what-if form starts from the pod as it is now."""
+    metadata_: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
+    if pod.uid:
+        metadata_["uid"] = pod.uid
+    if pod.labels:
+        metadata_["labels"] = dict(pod.labels)
+    if pod.annotations:
+        metadata_["annotations"] = dict(pod.annotations)
+    claims = [
+        {"name": ref.name, "resourceClaimName": ref.claim_name}
+        if ref.claim_name
+        else {"name": ref.name, "resourceClaimTemplateName": ref.template_name}
+        for ref in pod.claims
+    ]
+    manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata_, "spec": {}}
+    if claims:
+        manifest["spec"]["resourceClaims"] = claims
+    if pod.claim_statuses:
+        manifest["status"] = {
+            "resourceClaimStatuses": [
+                {"name": name, "resourceClaimName": generated} for name, generated in pod.claim_statuses.items()
+            ]
+        }
+    return yaml.safe_dump(manifest, sort_keys=False)
+
+
+def failure_reasons(nodes: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    return Counter(node.get("reason") or node.get("category", "") for node in nodes if not node["passed"]).most_common()
+
+
+def _ranking_context(decision: dict[str, Any]) -> dict[str, Any]:
+    nodes = decision["nodes"]
+    rank = 0
+    ranked = []
+    for node in nodes:  # decision_json lists passing nodes by score, then failing ones
+        if node["passed"]:
+            rank += 1
+        ranked.append((rank if node["passed"] else None, node))
+    page = paginate(ranked, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", NODE_ROWS_PER_PAGE))
+    return {"decision": decision, "page": page, "reasons": failure_reasons(nodes)}
+
+
+@web.get("/pods/<namespace>/<name>")
+def pod(namespace: str, name: str) -> tuple[str, int]:
+    service = _service()
+    key = f"{namespace}/{name}"
+    record = service.last_decision(namespace, name)
+    snapshot = service.snapshot()
+    current = snapshot.pods.get(key)
+    manifest = pod_manifest(current) if current is not None else ""
+    if record is None:
+        return _html("web/pod.html", 404, pod_key=key, decision=None, manifest=manifest, whatif=False)
+    decision = decision_json(record.ranking, record)
+    status, node = pod_status(snapshot, key)
+    return _html(
+        "web/pod.html",
+        pod_key=key,
+        manifest=manifest,
+        whatif=False,
+        status=status,
+        status_label=STATUS_LABELS[status],
+        bound_node=node,
+        age=max(0.0, time.time() - record.at),
+        **_ranking_context(decision),
+    )
+
+
+def _parse_whatif(text: str) -> Pod:
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except (yaml.YAMLError, RecursionError) as error:
+        raise ValueError(f"not YAML: {error}") from None
+    pods_ = [d for d in documents if isinstance(d, dict) and d.get("kind", "Pod") == "Pod"]
+    if not pods_:
+        raise ValueError("the text holds no Pod")
+    try:
+        return parse_pod(pods_[0])
+    except ObjectError as error:
+        raise ValueError(f"Pod: {error.describe()}") from None
+
+
+@web.route("/explain", methods=["GET", "POST"])
+def explain() -> tuple[str, int]:
+    """What-if: rank the nodes for a pasted pod now. Reserves nothing (service.explain)."""
+    if request.method == "GET":
+        return _html("web/explain.html", manifest=request.args.get("pod", ""), nodes="", error="")
+    text = request.form.get("pod", "")
+    nodes_text = request.form.get("nodes", "")
+    try:
+        pod_ = _parse_whatif(text)
+    except ValueError as error:
+        return _html("web/explain.html", 400, manifest=text, nodes=nodes_text, error=str(error))
+    names = [n for n in nodes_text.replace(",", " ").split() if n] or None
+    decision = decision_json(_service().explain(pod_, names))
+    return _html(
+        "web/pod.html", pod_key=pod_.key, manifest=text, nodes=nodes_text, whatif=True, **_ranking_context(decision)
+    )
+
+
+# --- nodes --------------------------------------------------------------------------------------------------------
+
+
+def flavor_group(flavors: Sequence[ResourceFlavor], labels: Mapping[str, str]) -> str:
+    """The ResourceFlavors whose nodeLabels select the node (flavors without nodeLabels select every node and
+    would say nothing): ResourceFlavor.matches_node, the test Kueue and the quota decisions use."""
+    matching = [f.name for f in flavors if f.node_labels and f.matches_node(labels)]
+    return " + ".join(matching) if matching else NO_FLAVOR
+
+
+@dataclass(slots=True)
+class GroupSummary:
+    name: str
+    nodes: int = 0
+    nodes_with_free: int = 0
+    devices: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total_devices(self) -> int:
+        return sum(self.devices.values())
+
+
+@web.get("/nodes")
+def nodes() -> tuple[str, int]:
+    """Every node classified (so the per-flavor totals are exact), but device cells drawn for one page only:
+    5000 nodes x 8 devices are 40000 cells, too many for one page to be readable or quick."""
+    service = _service()
+    snapshot = service.snapshot()
+    context = service.quota_context(snapshot)  # the context lock only, never the reservation lock
+    flavors = sorted(context.flavors.values(), key=lambda f: f.name)
+    states = DeviceStates(snapshot)
+    want_group = request.args.get("flavor", "")
+    want_state = request.args.get("state", "")
+    query = request.args.get("q", "").strip()
+    summaries: dict[str, GroupSummary] = {}
+    shown: list[tuple[str, str, list[tuple[str, Device]], dict[str, int]]] = []
+    state_of = states.state_of
+    for name in sorted(snapshot.nodes):
+        node = snapshot.nodes[name]
+        group = flavor_group(flavors, node.labels)
+        node_devices = snapshot.node_devices(name)
+        usable = node_devices.usable
+        all_usable = len(usable) == len(node_devices.devices)
+        usable_keys = set() if all_usable else {device.key for device in usable}
+        cells = [(state_of(d, all_usable or d.key in usable_keys), d) for d in node_devices.devices]
+        counts: dict[str, int] = {}
+        for state, _ in cells:
+            counts[state] = counts.get(state, 0) + 1
+        summary = summaries.get(group)
+        if summary is None:
+            summary = summaries[group] = GroupSummary(group)
+        summary.nodes += 1
+        summary.devices.update(counts)
+        if FREE in counts:
+            summary.nodes_with_free += 1
+        if want_group and group != want_group:
+            continue
+        if want_state and want_state not in counts:
+            continue
+        if query and query not in name:
+            continue
+        shown.append((group, name, cells, counts))
+    groups = sorted(summaries.values(), key=lambda s: (s.name == NO_FLAVOR, s.name))
+    page = paginate(shown, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", GRID_NODES_PER_PAGE))
+    by_group: dict[str, list[tuple[str, list[tuple[str, str, str]], dict[str, int]]]] = {}
+    for group, name, cells, counts in page.items:
+        drawn = [(state, device.name, states.why(device, state)) for state, device in cells]
+        by_group.setdefault(group, []).append((name, drawn, counts))
+    return _html(
+        "web/nodes.html",
+        groups=groups,
+        page=page,
+        by_group=by_group,
+        states=DEVICE_STATES,
+        want_group=want_group,
+        want_state=want_state,
+        query=query,
+        node_count=len(snapshot.nodes),
+    )
+
+
+@web.get("/nodes/<name>")
+def node(name: str) -> tuple[str, int]:
+    service = _service()
+    snapshot = service.snapshot()
+    report = node_json(snapshot, name)
+    if report is None:
+        return _html("web/node.html", 404, name=name, report=None)
+    context = service.quota_context(snapshot)
+    flavors = sorted(context.flavors.values(), key=lambda f: f.name)
+    counts = Counter(device["state"] for device in report["devices"])
+    return _html(
+        "web/node.html",
+        name=name,
+        report=report,
+        group=flavor_group(flavors, snapshot.nodes[name].labels),
+        counts=counts,
+        states=DEVICE_STATES,
+    )
+
+
+# --- queues -------------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: Fraction | None) -> str:
+    if value is None:
+        return "-"
+    return str(int(value)) if value.denominator == 1 else format_quantity(value)
+
+
+def _percent(part: Fraction, scale: Fraction) -> float:
+    return round(float(part / scale) * 100, 2) if scale > 0 else 0.0
+
+
+def quota_bar(numbers: Mapping[str, Fraction | None]) -> dict[str, Any]:
+    """Widths (percent of the bar) of usage, reserved and available, the potential beyond them, and where the
+    nominal quota sits. The numbers are queue_rows' (Kueue's ledger); only the drawing is done here."""
+    zero = Fraction(0)
+    nominal = numbers["nominal"] or zero
+    usage = numbers["usage"] or zero
+    reserved = numbers["reserved"] or zero
+    available = numbers["available"] or zero
+    potential = numbers["potentialAvailable"] or zero
+    scale = max(nominal, usage + reserved + available, potential, Fraction(1))
+    used = usage + reserved
+    segments = []
+    x = 0.0
+    for name, part in (
+        ("usage", usage),
+        ("reserved", reserved),
+        ("available", available),
+        ("potential", max(zero, potential - used - available)),
+    ):
+        width = _percent(part, scale)
+        if width:
+            segments.append((name, x, width))
+            x += width
+    return {
+        "segments": segments,  # (class, x, width) in percent: drawn as SVG rects (no inline style under the CSP)
+        "nominal": _percent(nominal, scale),
+        "scale": _fmt(scale),
+        "text": {key: _fmt(value) for key, value in numbers.items()},
+    }
+
+
+@dataclass(slots=True)
+class CohortNode:
+    name: str
+    cohorts: dict[str, CohortNode] = field(default_factory=dict)
+    queues: list[str] = field(default_factory=list)
+
+
+def cohort_tree(paths: Mapping[str, tuple[str, ...]]) -> tuple[list[CohortNode], list[str]]:
+    """Root cohorts (each with its sub-cohorts and ClusterQueues) and the ClusterQueues in no cohort, from each
+    queue's cohort path (QuotaTree.cohort_path: own cohort first, root last)."""
+    roots: dict[str, CohortNode] = {}
+    alone = []
+    for queue, path in sorted(paths.items()):
+        if not path:
+            alone.append(queue)
+            continue
+        level = roots
+        current = None
+        for cohort in reversed(path):
+            current = level.setdefault(cohort, CohortNode(cohort))
+            level = current.cohorts
+        assert current is not None
+        current.queues.append(queue)
+    return sorted(roots.values(), key=lambda c: c.name), alone
+
+
+@web.get("/queues")
+def queues() -> tuple[str, int]:
+    view = _service().quota_view()  # the reservation lock is held while the view is built, not while drawing
+    report = queues_json(view)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for cq_name, flavor, resource, numbers in queue_rows(view):
+        rows.setdefault(cq_name, []).append({"flavor": flavor, "resource": resource, "bar": quota_bar(numbers)})
+    tree = view.context.tree
+    paths = {name: tree.cohort_path(name) for name in view.context.cluster_queues}
+    roots, alone = cohort_tree(paths)
+    return _html("web/queues.html", report=report, rows=rows, roots=roots, alone=alone)
