@@ -248,3 +248,24 @@ def test_service_without_a_queue_label_is_not_governed():
     decision = service.filter(parse_pod(pod), ["on-demand-0"])
     assert decision.passed == ["on-demand-0"] and not decision.quota.governed
     assert service.quota_view().reserved == {}
+
+
+def test_an_update_that_changes_nothing_we_read_keeps_the_quota_view():
+    """Kueue rewrites a ClusterQueue's status on every admission: the parsed object is equal, so no new snapshot,
+    the same quota context and no usage recompute (a full one walks every pod)."""
+    objects = quota_objects()
+    service = engine_for(objects)
+    view = service.quota_view()
+    recomputes = service.usage_index.full_recomputes
+    (queue,) = [o for o in objects if o.get("kind") == "ClusterQueue"]
+    with_status = {
+        **queue,
+        "status": {"flavorsUsage": [{"name": "on-demand", "resources": [{"name": "x", "total": "3"}]}]},
+    }
+    service.store.apply("ClusterQueue", "MODIFIED", with_status)
+    after = service.quota_view()
+    assert after.snapshot.version == view.snapshot.version
+    assert after.context is view.context
+    assert service.usage_index.full_recomputes == recomputes
+    service.store.apply("ClusterQueue", "MODIFIED", cluster_queue("team-a", {"on-demand": {"nominal": 6}}, cohort=None))
+    assert service.quota_view().context is not view.context

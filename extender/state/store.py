@@ -319,6 +319,11 @@ class ClusterStore:
         old = self._objects[kind].get(key)
         if kind == "Node" and old is not None and (old.labels, old.unschedulable) == (obj.labels, obj.unschedulable):
             return  # status heartbeats change nothing we read; keep caches keyed on the old object
+        if old is not None and old == obj:
+            # Nothing we parse changed (value-compared models; identity-compared ones never match): e.g. Kueue
+            # rewriting a ClusterQueue's status on every admission, which would otherwise rebuild the quota
+            # context and recompute usage over every pod.
+            return
         self._objects[kind][key] = obj
         self._record(kind, key)
         if kind == "ResourceSlice":
