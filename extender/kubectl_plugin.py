@@ -294,7 +294,8 @@ class LocalExtender(Extender):
     def queues(self) -> dict[str, Any]:
         from extender.transport.diagnostics import queues_json
 
-        return queues_json(self._service.quota_view())
+        view = self._service.quota_view()
+        return queues_json(view, self._service.unplaced_workloads(view.snapshot))
 
     def node(self, name: str) -> dict[str, Any]:
         from extender.transport.diagnostics import node_json
@@ -372,6 +373,8 @@ def render_queues(report: Mapping[str, Any]) -> str:
                     _text(row.get("reserved")),
                     _text(row.get("available")),
                     _text(row.get("borrowingLimit")),
+                    _text(row.get("kueueReservation")),
+                    _text(row.get("drift")),
                     _text(queue.get("problem") or (queue["stopPolicy"] if queue["stopPolicy"] != "None" else "")),
                 )
             )
@@ -385,6 +388,8 @@ def render_queues(report: Mapping[str, Any]) -> str:
         "RESERVED",
         "AVAILABLE",
         "BORROWING-LIMIT",
+        "KUEUE-RESERVED",
+        "DRIFT",
         "PROBLEM",
     )
     lines = _columns(header, rows) if rows else ["No ClusterQueues found."]
@@ -405,6 +410,24 @@ def render_queues(report: Mapping[str, Any]) -> str:
                         f"{r['expiresIn']}s",
                     )
                     for r in reservations
+                ],
+            )
+        )
+    unplaced = report.get("admittedNotPlaced") or []
+    if unplaced:
+        lines.append("")
+        lines.extend(
+            _columns(
+                ("ADMITTED, NOT PLACED", "CLUSTERQUEUE", "FLAVORS", "PENDING PODS", "WHY"),
+                [
+                    (
+                        u["workload"],
+                        u["clusterQueue"],
+                        ", ".join(f"{resource}: {flavor}" for resource, flavor in u["flavors"].items()) or "-",
+                        str(len(u["pendingPods"])),
+                        _text(u.get("reason")),
+                    )
+                    for u in unplaced
                 ],
             )
         )

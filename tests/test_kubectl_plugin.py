@@ -91,6 +91,8 @@ def test_queues_table_and_formats(capsys: pytest.CaptureFixture[str]) -> None:
         "RESERVED",
         "AVAILABLE",
         "BORROWING-LIMIT",
+        "KUEUE-RESERVED",
+        "DRIFT",
         "PROBLEM",
     ]
     cells = {tuple(line.split()[:3]): line.split() for line in lines}

@@ -251,8 +251,8 @@ def test_service_without_a_queue_label_is_not_governed():
 
 
 def test_an_update_that_changes_nothing_we_read_keeps_the_quota_view():
-    """Kueue rewrites a ClusterQueue's status on every admission: the parsed object is equal, so no new snapshot,
-    the same quota context and no usage recompute (a full one walks every pod)."""
+    """Kueue rewrites a ClusterQueue's status on every admission: the parsed spec is equal, so the same quota
+    context and no usage recompute (a full one walks every pod); the status itself is kept for the drift report."""
     objects = quota_objects()
     service = engine_for(objects)
     view = service.quota_view()
@@ -264,8 +264,77 @@ def test_an_update_that_changes_nothing_we_read_keeps_the_quota_view():
     }
     service.store.apply("ClusterQueue", "MODIFIED", with_status)
     after = service.quota_view()
-    assert after.snapshot.version == view.snapshot.version
     assert after.context is view.context
+    # Kueue's own view is kept apart from the spec, for the drift report
+    assert after.snapshot.queue_status["team-a"].usage == {("on-demand", "x"): Fraction(3)}
     assert service.usage_index.full_recomputes == recomputes
     service.store.apply("ClusterQueue", "MODIFIED", cluster_queue("team-a", {"on-demand": {"nominal": 6}}, cohort=None))
     assert service.quota_view().context is not view.context
+
+
+def test_drift_report_names_an_admitted_workload_whose_pods_cannot_be_placed():
+    """Kueue admitted a Job's Workload into on-demand and reserved 4 GPUs for it (ClusterQueue status); every
+    on-demand GPU is allocated to a pod outside Kueue, so the Job's pod waits. /diagnostics/queues shows Kueue's
+    reservation next to what the nodes hold, the difference as drift (also a metric), and names the Workload with
+    the node-level reason."""
+    objects = quota_objects(nominal=8)
+    (queue,) = [o for o in objects if o.get("kind") == "ClusterQueue"]
+    queue = {
+        **queue,
+        "status": {
+            "flavorsReservation": [{"name": "on-demand", "resources": [{"name": "example.com/gpu", "total": "4"}]}],
+            "flavorsUsage": [{"name": "on-demand", "resources": [{"name": "example.com/gpu", "total": "4"}]}],
+            "admittedWorkloads": 1,
+        },
+    }
+    objects = [o for o in objects if o.get("kind") != "ClusterQueue"] + [queue]
+    holders = []
+    for node in ("on-demand-0", "on-demand-1"):  # 4 GPUs each, all taken by pods outside Kueue
+        holders.append(
+            b.claim(
+                f"held-{node}",
+                "team-a",
+                [b.exact_request("gpu", 4)],
+                allocated=[("gpu", node, f"gpu-{i}") for i in range(4)],
+                allocated_node=node,
+                reserved_for=[(f"holder-{node}", f"uid-holder-{node}")],
+            )
+        )
+        holders.append(
+            b.pod(f"holder-{node}", "team-a", claims={"gpu": f"held-{node}"}, node_name=node, uid=f"uid-holder-{node}")
+        )
+    job_uid = "uid-job-train"
+    pending = gpu_pod("train-0", template="two")
+    pending["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": job_uid}
+    ]
+    workload = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "job-train",
+            "namespace": "team-a",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": job_uid}],
+        },
+        "spec": {"queueName": "team-a"},
+        "status": {
+            "admission": {
+                "clusterQueue": "team-a",
+                "podSetAssignments": [{"name": "main", "flavors": {"example.com/gpu": "on-demand"}, "count": 2}],
+            },
+            "conditions": [{"type": "Admitted", "status": "True"}],
+        },
+    }
+    service = engine_for([*objects, *holders, pending, workload])
+    client = create_app(service).test_client()
+    report = client.get("/diagnostics/queues").get_json()
+    (row,) = report["clusterQueues"][0]["resources"]
+    assert (row["usage"], row["kueueReservation"], row["drift"]) == (0, 4, 4)  # holders are outside Kueue's queue
+    (unplaced,) = report["admittedNotPlaced"]
+    assert unplaced["workload"] == "team-a/job-train" and unplaced["pendingPods"] == ["team-a/train-0"]
+    assert unplaced["flavors"] == {"example.com/gpu": "on-demand"} and unplaced["nodesPassing"] == 0
+    assert "not enough free devices" in unplaced["reason"] and "(2 of 2 nodes)" in unplaced["reason"]
+    labels = (("cluster_queue", "team-a"), ("flavor", "on-demand"), ("resource", "example.com/gpu"))
+    samples = metric_samples(client)
+    assert samples[("dra_extender_quota_drift", labels)] == 4.0
+    assert samples[("dra_extender_kueue_quota_reservation", labels)] == 4.0

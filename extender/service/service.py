@@ -23,6 +23,7 @@ from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, scor
 from extender.decisions.selection import DeviceMatcher
 from extender.decisions.usage import pod_usage
 from extender.service.config import ExtenderConfig
+from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.quota_view import QuotaView, add_amounts
@@ -131,6 +132,10 @@ class SchedulingService:
             ledger=context.tree.ledger(add_amounts(usage, reserved)),
             at=self.reservations.now(),
         )
+
+    def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
+        """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
+        return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
 
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")

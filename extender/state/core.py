@@ -217,6 +217,7 @@ class Pod:
     # pod claim entry name -> generated ResourceClaim name (None: the controller decided none is needed)
     claim_statuses: Mapping[str, str | None]
     resource_version: str = ""
+    owner_uids: tuple[str, ...] = ()  # e.g. the Job whose Workload Kueue admitted
 
     @property
     def key(self) -> str:
@@ -260,4 +261,5 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         claims=tuple(claims),
         claim_statuses=statuses,
         resource_version=meta.resource_version,
+        owner_uids=meta.owner_uids,
     )

@@ -36,7 +36,7 @@ from extender.state.inventory import (
     devices_for_node,
 )
 from extender.state.kinds import KINDS_BY_NAME, KindInfo, object_key
-from extender.state.kueue import Workload
+from extender.state.kueue import KueueQueueStatus, Workload, parse_queue_status
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class ClusterSnapshot:
     shared_alloc_version: int  # version of the allocations on pools that span nodes
     generated_claims: Mapping[tuple[str, str, str], str]  # (namespace, pod uid, pod claim name) -> claim key
     admitted_workloads: Mapping[str, str]  # owner uid (a Pod, a Job) -> key of its admitted Workload
+    queue_status: Mapping[str, KueueQueueStatus]  # ClusterQueue -> what Kueue reports (kept apart from the spec)
     kueue_enabled: bool
     synced: bool
     _changes: ChangeChunk | None = field(repr=False)
@@ -247,6 +248,8 @@ class ClusterStore:
         self._claim_shares: dict[str, tuple[tuple[DeviceKey, tuple[tuple[str, Fraction], ...]], ...]] = {}
         self._generated_claims: dict[tuple[str, str, str], str] = {}
         self._admitted_by_owner: dict[str, str] = {}
+        self._queue_status: dict[str, KueueQueueStatus] = {}
+        self._queue_status_dirty = True
         self._node_devices_cache: dict[str, _NodeDevicesCacheEntry] = {}
         self._pools_dirty = True
         self._kueue_enabled = True
@@ -262,8 +265,12 @@ class ClusterStore:
             before = len(self._pending_changes)
             if event_type == "DELETED":
                 self._remove(info, key)
+                if kind == "ClusterQueue":
+                    self._set_queue_status(key, None)
             else:
                 self._upsert(info, key, info.parse(raw))
+                if kind == "ClusterQueue":
+                    self._set_queue_status(key, raw)
             if len(self._pending_changes) != before:  # a no-op (a Node heartbeat) makes no new snapshot
                 self._version += 1
 
@@ -282,7 +289,8 @@ class ClusterStore:
         info = KINDS_BY_NAME[kind]
         parsed: dict[str, Any] = {}
         errors: list[ObjectError] = []
-        for raw in raws:
+        items: Iterable[Mapping[str, Any]] = list(raws) if kind == "ClusterQueue" else raws
+        for raw in items:
             key = object_key(info, raw)
             try:
                 parsed[key] = info.parse(raw)
@@ -295,6 +303,12 @@ class ClusterStore:
             for key, obj in parsed.items():
                 if self._objects[kind].get(key) is not obj:
                     self._upsert(info, key, obj)
+            if kind == "ClusterQueue":
+                raw_by_key = {object_key(info, raw): raw for raw in items}
+                for key in set(self._queue_status) - set(parsed):
+                    self._set_queue_status(key, None)
+                for key in parsed:
+                    self._set_queue_status(key, raw_by_key.get(key))
             self._version += 1
         return errors
 
@@ -464,6 +478,22 @@ class ClusterStore:
             for owner_uid in claim.owner_uids:
                 self._generated_claims[(claim.namespace, owner_uid, pod_claim_name)] = key
 
+    def _set_queue_status(self, key: str, raw: Mapping[str, Any] | None) -> None:
+        """Kueue's own view of a ClusterQueue, as a change of its own (the quota context does not read it)."""
+        try:
+            status = parse_queue_status(raw) if raw is not None else None
+        except ObjectError as error:
+            log.warning("ignoring the status of ClusterQueue %s: %s", key, error.describe())
+            status = None
+        if self._queue_status.get(key) == status:
+            return
+        if status is None:
+            del self._queue_status[key]
+        else:
+            self._queue_status[key] = status
+        self._queue_status_dirty = True
+        self._pending_changes.append(Change(self._version + 1, "ClusterQueueStatus", key))
+
     def _index_workload(self, key: str, old: Any, new: Any) -> None:
         """Owner uid -> admitted Workload, so a pod finds the flavor Kueue gave it with one lookup."""
         for owner in old.owners if old is not None else ():
@@ -492,6 +522,7 @@ class ClusterStore:
                 for kind in self._objects
             }
             self._dirty_kinds.clear()
+            queue_status_dirty, self._queue_status_dirty = self._queue_status_dirty, False
             if current is None or self._pools_dirty:
                 topology = DeviceTopology(
                     pools=dict(self._pools),
@@ -528,6 +559,9 @@ class ClusterStore:
                 shared_alloc_version=self._shared_alloc_version,
                 generated_claims=(
                     dict(self._generated_claims) if unchanged_claims is None else unchanged_claims.generated_claims
+                ),
+                queue_status=(
+                    dict(self._queue_status) if current is None or queue_status_dirty else current.queue_status
                 ),
                 admitted_workloads=(
                     dict(self._admitted_by_owner)

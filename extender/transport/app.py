@@ -184,7 +184,9 @@ def node_diagnostics(name: str) -> Response:
 
 @diagnostics.get("/diagnostics/queues")
 def queue_diagnostics() -> Response:
-    return _json(queues_json(_service().quota_view()))
+    service = _service()
+    view = service.quota_view()
+    return _json(queues_json(view, service.unplaced_workloads(view.snapshot)))
 
 
 @diagnostics.get("/metrics")

@@ -7,7 +7,7 @@ whether they ask a live extender or an offline snapshot.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from extender.decisions.scheduling import NodeVerdict, Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
+from extender.service.drift import UnplacedWorkload
 from extender.state.dra import Device, DeviceKey
 from extender.state.inventory import PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
@@ -322,27 +323,54 @@ def queue_rows(view: QuotaView) -> list[tuple[str, str, str, dict[str, Any]]]:
     rows = []
     ledger, usage, reserved = view.ledger, view.usage, view.reserved
     for cq in sorted(view.context.cluster_queues.values(), key=lambda q: q.name):
+        kueue = view.snapshot.queue_status.get(cq.name)
         for group in cq.resource_groups:
             for flavor in group.flavors:
                 for quota in flavor.resources:
                     key = (cq.name, flavor.name, quota.name)
-                    numbers = {
+                    used, held = usage.get(key, Fraction(0)), reserved.get(key, Fraction(0))
+                    numbers: dict[str, Fraction | None] = {
                         "nominal": quota.nominal_quota,
                         "borrowingLimit": quota.borrowing_limit,
                         "lendingLimit": quota.lending_limit,
-                        "usage": usage.get(key, Fraction(0)),
-                        "reserved": reserved.get(key, Fraction(0)),
+                        "usage": used,
+                        "reserved": held,
                         "borrowed": ledger.borrowed(cq.name, flavor.name, quota.name)
                         if cq.cohort_name
                         else Fraction(0),
                         "available": ledger.available(cq.name, flavor.name, quota.name),
                         "potentialAvailable": ledger.potential_available(cq.name, flavor.name, quota.name),
+                        # Kueue's own view (ClusterQueue status) and the drift: quota Kueue holds for admitted
+                        # Workloads minus what is allocated or reserved on nodes (None while Kueue reports none)
+                        "kueueReservation": None,
+                        "kueueUsage": None,
+                        "drift": None,
                     }
+                    if kueue is not None:
+                        kueue_reserved = kueue.reservation.get((flavor.name, quota.name), Fraction(0))
+                        numbers["kueueReservation"] = kueue_reserved
+                        numbers["kueueUsage"] = kueue.usage.get((flavor.name, quota.name), Fraction(0))
+                        numbers["drift"] = kueue_reserved - used - held
                     rows.append((cq.name, flavor.name, quota.name, numbers))
     return rows
 
 
-def queues_json(view: QuotaView) -> dict[str, Any]:
+def unplaced_json(unplaced: Sequence[UnplacedWorkload]) -> list[dict[str, Any]]:
+    return [
+        {
+            "workload": item.workload,
+            "clusterQueue": item.cluster_queue,
+            "flavors": dict(item.flavors),
+            "pendingPods": list(item.pending_pods),
+            "reason": item.reason,
+            "nodesPassing": item.nodes_passing,
+        }
+        for item in unplaced
+    ]
+
+
+def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> dict[str, Any]:
+    """The queues' numbers, and (when given) the admitted Workloads whose pods are not placed, with why."""
     context = view.context
     by_queue: dict[str, list[dict[str, Any]]] = {}
     for cq_name, flavor, resource, numbers in queue_rows(view):
@@ -379,6 +407,7 @@ def queues_json(view: QuotaView) -> dict[str, Any]:
             for r in view.reservations
         ],
         "clusterQueues": queues,
+        "admittedNotPlaced": unplaced_json(unplaced),
     }
 
 

@@ -118,15 +118,31 @@ class _StateCollector(Collector):
             "Quota held by reservations of pods that passed filter, per ClusterQueue, flavor and resource.",
             labels=["cluster_queue", "flavor", "resource"],
         )
+        kueue_family = GaugeMetricFamily(
+            "dra_extender_kueue_quota_reservation",
+            "Quota Kueue reports reserved for admitted Workloads (ClusterQueue status.flavorsReservation).",
+            labels=["cluster_queue", "flavor", "resource"],
+        )
+        drift_family = GaugeMetricFamily(
+            "dra_extender_quota_drift",
+            "Kueue's reservation minus what is allocated or reserved on nodes: > 0 while admitted Workloads' "
+            "pods are not placed, < 0 when pods outside Kueue use the queue's devices.",
+            labels=["cluster_queue", "flavor", "resource"],
+        )
         if view.governed:
             for cq_name, flavor, resource, numbers in queue_rows(view):
                 labels = [cq_name, flavor, resource]
                 available.add_metric(labels, float(numbers["available"]))
                 usage_family.add_metric(labels, float(numbers["usage"]))
                 reserved_family.add_metric(labels, float(numbers["reserved"]))
+                if numbers["drift"] is not None:
+                    kueue_family.add_metric(labels, float(numbers["kueueReservation"]))
+                    drift_family.add_metric(labels, float(numbers["drift"]))
         yield available
         yield usage_family
         yield reserved_family
+        yield kueue_family
+        yield drift_family
 
 
 _WATCH_COUNTERS = {

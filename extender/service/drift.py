@@ -1,0 +1,78 @@
+"""Where Kueue's view and the nodes' disagree: the drift report.
+
+Kueue charges a Workload's quota when it admits it, blind to nodes; the extender charges what is allocated on
+the node a pod lands on (plus its own in-flight reservations). The two differ while an admitted Workload's pods
+are not placed yet (Kueue's long-standing "admitted but unschedulable" case, when the admitted flavor's nodes
+have no free devices) and when pods outside Kueue's management use a queue's devices. This module names the
+first case with the node-level reason Kueue cannot see; the per-queue numbers are in the QuotaView rows
+(transport/diagnostics.py queue_rows).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from extender.decisions.scheduling import Ranking
+from extender.state.core import Pod
+from extender.state.store import ClusterSnapshot
+
+MAX_WORKLOADS_EXPLAINED = 10  # each explanation ranks every node for one pod
+
+
+@dataclass(frozen=True, slots=True)
+class UnplacedWorkload:
+    workload: str  # namespace/name
+    cluster_queue: str
+    flavors: Mapping[str, str]  # resource -> flavor Kueue admitted it to
+    pending_pods: tuple[str, ...]
+    reason: str  # what most nodes say about the first pending pod ("" when not explained: over the limit)
+    nodes_passing: int
+
+
+def unplaced_workloads(snapshot: ClusterSnapshot, explain: Callable[[Pod], Ranking]) -> list[UnplacedWorkload]:
+    """Admitted Workloads (not finished) with pods that are not bound, each with why its first pending pod does
+    not fit (the most common per-node reason of the same decision filter would make)."""
+    pods_by_owner: dict[str, list[Pod]] = {}
+    for pod in snapshot.pods.values():
+        if pod.node_name or pod.is_terminal or pod.deleting:
+            continue
+        for owner in (*pod.owner_uids, pod.uid):
+            pods_by_owner.setdefault(owner, []).append(pod)
+    report: list[UnplacedWorkload] = []
+    for workload in sorted(snapshot.workloads.values(), key=lambda w: w.key):
+        admission = workload.admission
+        if admission is None or workload.conditions.get("Finished", False):
+            continue
+        pending = sorted(
+            {pod.key: pod for owner in workload.owners for pod in pods_by_owner.get(owner.uid, ())}.values(),
+            key=lambda p: p.key,
+        )
+        if not pending:
+            continue
+        flavors = {resource: flavor for a in admission.pod_set_assignments for resource, flavor in a.flavors.items()}
+        reason, passing = "", 0
+        if len(report) < MAX_WORKLOADS_EXPLAINED:
+            ranking = explain(pending[0])
+            verdicts = ranking.decision.verdicts.values()
+            passing = sum(1 for verdict in verdicts if verdict.passed)
+            failures = Counter(verdict.reason for verdict in verdicts if not verdict.passed and verdict.reason)
+            if passing:
+                reason = f"fits on {passing} node(s) now; waiting for kube-scheduler to try it again"
+            elif failures:
+                top, count = failures.most_common(1)[0]
+                reason = f"{top} ({count} of {len(ranking.decision.verdicts)} nodes)"
+            else:
+                reason = "no node is known to the extender"
+        report.append(
+            UnplacedWorkload(
+                workload=workload.key,
+                cluster_queue=admission.cluster_queue,
+                flavors=flavors,
+                pending_pods=tuple(pod.key for pod in pending),
+                reason=reason,
+                nodes_passing=passing,
+            )
+        )
+    return report
