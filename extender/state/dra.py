@@ -99,6 +99,9 @@ class DeviceClass:
     selectors: tuple[str, ...]  # CEL expressions, all must be true
     extended_resource_name: str = ""
     resource_version: str = ""
+    # metadata.creationTimestamp (RFC 3339, so text order is time order): the scheduler resolves an explicit
+    # extendedResourceName shared by two classes to the newest one.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,9 @@ class AllocatedDevice:
     pool: str
     device: str
     admin_access: bool = False
+    # status.allocation.devices.results[].consumedCapacity (consumable capacity, KEP-5075): what this
+    # allocation takes of a shared device; empty when the device is taken whole.
+    consumed_capacity: Mapping[str, Fraction] = field(default_factory=dict)
 
     @property
     def key(self) -> DeviceKey:
@@ -394,6 +400,7 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
         selectors=_parse_selectors(spec, "spec"),
         extended_resource_name=get_str(spec, "extendedResourceName", "spec"),
         resource_version=meta.resource_version,
+        created=get_str(get_map(obj, "metadata", ""), "creationTimestamp", "metadata"),
     )
 
 
@@ -501,6 +508,12 @@ def _parse_allocation(status: Mapping[str, Any]) -> Allocation | None:
             pool=get_str(item, "pool", path, required=True),
             device=get_str(item, "device", path, required=True),
             admin_access=get_bool(item, "adminAccess", path),
+            consumed_capacity={
+                qualify(str(name), get_str(item, "driver", path)): _parse_quantity_field(
+                    value, child_path(child_path(path, "consumedCapacity"), str(name))
+                )
+                for name, value in get_map(item, "consumedCapacity", path).items()
+            },
         )
         for path, item in map_items(devices, "results", "status.allocation.devices")
     )
