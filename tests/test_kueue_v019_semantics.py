@@ -627,3 +627,21 @@ def test_when_can_borrow(borrow_policy: str, expected: str):
     ]
     decision = run(engine_for(objects), tolerating_pod("p"))
     assert decision.quota.chosen_flavor == expected
+
+
+def test_a_node_taint_or_allocatable_change_reaches_the_snapshot():
+    """The store skips Node heartbeats; a taint or an allocatable change is not one (flavor membership and the
+    extended-resource split read them)."""
+    from extender.state.store import ClusterStore
+
+    store = ClusterStore()
+    raw = b.node("n1")
+    store.apply("Node", "ADDED", raw)
+    first = store.snapshot().nodes["n1"]
+    store.apply("Node", "MODIFIED", {**raw, "spec": {"taints": [SPOT_TAINT]}})
+    tainted = store.snapshot().nodes["n1"]
+    assert tainted is not first and tainted.taints[0].key == "spot"
+    store.apply(
+        "Node", "MODIFIED", {**raw, "spec": {"taints": [SPOT_TAINT]}, "status": {"allocatable": {RESOURCE: "1"}}}
+    )
+    assert store.snapshot().nodes["n1"].allocatable == {RESOURCE: Fraction(1)}
