@@ -645,3 +645,24 @@ def test_a_node_taint_or_allocatable_change_reaches_the_snapshot():
         "Node", "MODIFIED", {**raw, "spec": {"taints": [SPOT_TAINT]}, "status": {"allocatable": {RESOURCE: "1"}}}
     )
     assert store.snapshot().nodes["n1"].allocatable == {RESOURCE: Fraction(1)}
+
+
+@pytest.mark.parametrize("templates", [{"a": "one", "b": "one"}, {"a": "pair"}])
+def test_requests_that_never_fit_the_node_together_are_unresolvable(templates: dict[str, str]):
+    """Two devices asked (two claims, or two requests of one claim), the node has one: no preemption can help,
+    so kube-scheduler must not be told to retry (it was a resolvable 'devices in use')."""
+    engine = engine_for(
+        [
+            b.namespace("team-a"),
+            b.device_class(),
+            *gpu_node("n1", 1),
+            *gpu_node("n2", 2),
+            b.claim_template("one", "team-a", [b.exact_request("gpu", 1)]),
+            b.claim_template("pair", "team-a", [b.exact_request("g1", 1), b.exact_request("g2", 1)]),
+        ]
+    )
+    decision = run(engine, b.pod("p", "team-a", templates=templates))
+    assert decision.passed == ["n2"]
+    verdict = decision.verdicts["n1"]
+    assert verdict.unresolvable and verdict.category == "no-matching-devices"
+    assert "need 2 distinct devices together; 1 on this node" in verdict.detail
