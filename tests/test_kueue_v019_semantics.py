@@ -666,3 +666,20 @@ def test_requests_that_never_fit_the_node_together_are_unresolvable(templates: d
     verdict = decision.verdicts["n1"]
     assert verdict.unresolvable and verdict.category == "no-matching-devices"
     assert "need 2 distinct devices together; 1 on this node" in verdict.detail
+
+
+def test_device_plugin_served_extended_resource_of_a_bound_pod_is_usage():
+    """On a node advertising example.com/gpu (a device plugin), no claim holds the devices; Kueue charges them
+    all the same, so they are usage."""
+    bound = extended_pod("bound", {RESOURCE: 2}, node_name="plugin")
+    engine = engine_for(
+        base(
+            extended_class(),
+            rflavor("default"),
+            *gpu_node("plugin", 0, allocatable={RESOURCE: "4"}),
+            cq("team-a", [([RESOURCE], [("default", {RESOURCE: 3})])]),
+            bound,
+        )
+    )
+    assert engine.quota_view().usage == {("team-a", "default", RESOURCE): Fraction(2)}
+    assert run(engine, extended_pod("p2", {RESOURCE: 2})).passed == []

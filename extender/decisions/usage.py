@@ -11,7 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from extender.decisions.device_charges import counts_devices_only, device_charge
-from extender.decisions.extended_resources import EXTENDED_CLAIM_ANNOTATION, quota_resource
+from extender.decisions.extended_resources import EXTENDED_CLAIM_ANNOTATION, class_for_resource, quota_resource
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
@@ -111,7 +111,7 @@ def pod_usage(
     """What a bound (or being bound) pod holds: its claims' allocations charged as filter charges them
     (devices, or the counters and capacity of the devices actually allocated), in the flavor Kueue admitted
     its Workload to, else the first flavor of the node the pod may use."""
-    if pod.is_terminal or not (pod.claims or pod.extended_claim_name):
+    if pod.is_terminal or not (pod.claims or pod.extended_claim_name or pod.extended_requests):
         return None
     node_name = pod.node_name or in_flight_node(snapshot, pod)
     if not node_name:
@@ -162,4 +162,23 @@ def pod_usage(
                     continue
                 quota_key = (cluster_queue.name, flavor, resource)
                 amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + amount
+    if cluster_queue is not None and node is not None and pod.extended_requests:
+        # DRA-backed extended resources a device plugin served on this node (it advertises them): no claim
+        # holds them, Kueue still charges them.
+        for resource, quantity in pod.extended_requests.items():
+            if not node.allocatable.get(resource):
+                continue
+            device_class, problem = class_for_resource(snapshot.device_classes, resource)
+            if device_class is None or problem:
+                continue
+            quota_name, problem = quota_resource(context.mappings, resource, device_class.name)
+            if problem:
+                continue
+            flavor = admitted.get(quota_name) or context.node_flavor(cluster_queue, quota_name, node, pod.tolerations)
+            if flavor is None:
+                continue
+            quota_key = (cluster_queue.name, flavor, quota_name)
+            amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
+    if not claim_keys and not amounts:
+        return None
     return PodUsage(node_name, tuple(claim_keys), tuple(amounts.items()))

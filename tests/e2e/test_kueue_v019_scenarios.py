@@ -252,6 +252,15 @@ def test_extended_resource_explicit_name_stops_at_quota(v019_plane: ExtenderCont
         pod = scenario.plane.core.read_namespaced_pod(name, scenario.namespace)
         status = pod.status.extended_resource_claim_status
         assert status is not None and status.resource_claim_name, f"{name}: no extended resource claim"
+        claim = scenario.plane.resource.read_namespaced_resource_claim(status.resource_claim_name, scenario.namespace)
+        assert claim.metadata.annotations.get("resource.kubernetes.io/extended-resource-claim") == "true"
+        (result,) = claim.status.allocation.devices.results
+        # The extender's diagnostics show the scheduler's claim like any other, with the device it predicted.
+        diagnostics = extender_get(scenario.url, f"/diagnostics/pods/{scenario.namespace}/{name}")
+        (verdict,) = [v for v in diagnostics["nodes"] if v["node"] == node]
+        (device,) = verdict["devices"]
+        assert device["claim"] == f"extended resources (1 {EXPLICIT})"
+        assert device["device"] == f"{result.driver}/{result.pool}/{result.device}"
     wait_until(
         lambda: _usage(scenario, EXPLICIT) == {flavor: 2},
         timeout=SYNC_TIMEOUT,
