@@ -683,3 +683,79 @@ def test_device_plugin_served_extended_resource_of_a_bound_pod_is_usage():
     )
     assert engine.quota_view().usage == {("team-a", "default", RESOURCE): Fraction(2)}
     assert run(engine, extended_pod("p2", {RESOURCE: 2})).passed == []
+
+
+def capacity_objects(*extra: dict[str, Any]) -> list[dict[str, Any]]:
+    mapping = kueue_mappings(
+        [
+            {
+                "name": "gpu-memory",
+                "deviceClassNames": [CLASS],
+                "sources": [{"capacity": {"name": f"{DRIVER}/memory", "driver": DRIVER, "deviceSelector": {}}}],
+            }
+        ]
+    )
+    return base(
+        b.device_class(),
+        mapping,
+        rflavor("default"),
+        *gpu_node("n1", 4),
+        cq("team-a", [(["gpu-memory"], [("default", {"gpu-memory": "400Gi"})])]),
+        *extra,
+    )
+
+
+def test_capacity_usage_reads_consumed_capacity_of_the_allocation_result():
+    """A shared (consumable-capacity) device: the allocation result says what this claim consumed; that, not
+    the device's whole capacity, is the usage."""
+    claim = b.claim(
+        "shared",
+        "team-a",
+        [b.exact_request("gpu", 1)],
+        allocated=[("gpu", "n1", "gpu-0")],
+        reserved_for=[("holder", "uid-team-a-holder")],
+    )
+    claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"] = {"memory": "10Gi"}
+    holder = b.pod("holder", "team-a", claims={"gpu": "shared"}, queue="q", node_name="n1")
+    engine = engine_for(capacity_objects(claim, holder))
+    assert engine.quota_view().usage == {("team-a", "default", "gpu-memory"): Fraction(10 * GI)}
+
+
+def test_a_class_feeding_two_counter_mappings_is_charged_in_both():
+    """mapper.go: one DeviceClass may feed several mappings when each tracks a different counter."""
+
+    def source(counter: str) -> dict[str, Any]:
+        return {"counter": {"name": counter, "driver": DRIVER, "deviceSelector": {}}}
+
+    mappings = kueue_mappings(
+        [
+            {"name": "gpu-memory", "deviceClassNames": [CLASS], "sources": [source("memory")]},
+            {"name": "gpu-sm", "deviceClassNames": [CLASS], "sources": [source("sm")]},
+        ]
+    )
+    device = {
+        "name": "mig-0",
+        "attributes": {},
+        "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "10Gi"}, "sm": {"value": "14"}}}],
+    }
+    slice_obj = b.gpu_slice(
+        "n1",
+        devices=[device],
+        shared_counters=[{"name": "gpu-0", "counters": {"memory": {"value": "40Gi"}, "sm": {"value": "98"}}}],
+    )
+    engine = engine_for(
+        base(
+            b.device_class(),
+            mappings,
+            rflavor("default"),
+            b.node("n1"),
+            slice_obj,
+            cq("team-a", [(["gpu-memory", "gpu-sm"], [("default", {"gpu-memory": "40Gi", "gpu-sm": 98})])]),
+            b.claim_template("one", "team-a", [b.exact_request("gpu", 1)]),
+        )
+    )
+    decision = run(engine, b.pod("p", "team-a", templates={"gpu": "one"}, queue="q"))
+    assert decision.reservation == {
+        ("team-a", "default", "gpu-memory"): Fraction(10 * GI),
+        ("team-a", "default", "gpu-sm"): Fraction(14),
+    }
