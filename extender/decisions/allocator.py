@@ -882,12 +882,44 @@ class _Search:
                 unresolvable=False,
             )
         labels = ", ".join(claim.label for claim in self.claims)
+        never = self._never_enough_together()
+        if never is not None:
+            selectable, needed = never
+            return self._fail(
+                CATEGORY_NO_DEVICES,
+                f"not enough devices on the node for all requests of {labels} together",
+                f"the requests of {labels} need {needed} distinct devices together; {selectable} on this node "
+                f"match any of them",
+                unresolvable=True,
+            )
         return self._fail(
             CATEGORY_TAKEN,
             f"not enough distinct free devices for all requests of {labels} together",
             "",
             unresolvable=False,
         )
+
+    def _never_enough_together(self) -> tuple[int, int] | None:
+        """(devices any request selects, devices the requests need) when even an empty node could not hold
+        them: only ExactCount requests without alternatives, more devices needed than the node has for any of
+        them. No amount of preemption helps then, so the reason is unresolvable (kube-scheduler stops retrying
+        the node)."""
+        needed = 0
+        selectable: set[DeviceKey] = set()
+        for claim_alternatives in self.alternatives:
+            for alternatives in claim_alternatives:
+                if len(alternatives) != 1 or alternatives[0].all_devices is not None:
+                    return None
+                alternative = alternatives[0]
+                if alternative.sub.admin_access:
+                    return None
+                needed += alternative.sub.count
+                for device in self.usable:
+                    if self._selectable(alternative, device) is True:
+                        if device.allow_multiple_allocations:
+                            return None  # one shared device can serve several requests
+                        selectable.add(device.key)
+        return (len(selectable), needed) if len(selectable) < needed else None
 
     def _shortfall(self, claim: PendingClaim, alternative: _Alternative) -> NotAllocatable | None:
         """Why this subrequest alone cannot be met on this node, or None if it could be."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.decisions.quota_tree import QuotaTree
-from extender.state.core import Node
+from extender.state.core import Node, Toleration
 from extender.state.errors import ObjectError
 from extender.state.indexes.memo import BoundedMemo
 from extender.state.kueue import (
@@ -20,6 +20,7 @@ from extender.state.kueue import (
     DeviceClassMappings,
     LocalQueue,
     ResourceFlavor,
+    ResourceGroup,
     parse_kueue_configmap,
 )
 from extender.state.store import ClusterSnapshot
@@ -50,7 +51,7 @@ class QuotaContext:
     problems: Mapping[str, str] = field(default_factory=dict)  # ClusterQueue -> why it cannot admit anything
     # node_flavor's memo: a pure function of this context and the Node object (a Node event makes a new one),
     # born and retired with the context.
-    node_flavors: BoundedMemo[Node, str | None] = field(
+    node_flavors: BoundedMemo[Node, tuple[str, ...]] = field(
         default_factory=lambda: BoundedMemo("node_flavors", MAX_NODE_FLAVORS), repr=False, compare=False
     )
 
@@ -72,22 +73,57 @@ class QuotaContext:
                 return candidate
         return None
 
-    def node_flavor(self, cluster_queue: ClusterQueue, resource: str, node: Node) -> str | None:
-        """The first flavor, in the ClusterQueue's order for this resource, whose nodeLabels match the node."""
+    def node_flavor(
+        self, cluster_queue: ClusterQueue, resource: str, node: Node, tolerations: tuple[Toleration, ...] = ()
+    ) -> str | None:
+        """The first flavor, in the ClusterQueue's order for this resource, that holds the node and that a pod
+        with `tolerations` may use (usage of a bound pod whose Workload names no flavor)."""
         group = cluster_queue.resource_group_for(resource)
         if group is None:
             return None
-        part = (cluster_queue.name, id(group))  # the group lives as long as this context does
+        held = self.flavors_of_node(cluster_queue, group, node, tolerations)
+        return held[0] if held else None
+
+    def flavors_of_node(
+        self,
+        cluster_queue: ClusterQueue,
+        group: ResourceGroup,
+        node: Node,
+        tolerations: tuple[Toleration, ...] = (),
+    ) -> tuple[str, ...]:
+        """Every flavor of the group, in order, whose nodes include this one and whose nodeTaints a pod with
+        these tolerations (plus the flavor's own, which Kueue adds at admission) tolerates.
+
+        A flavor is a set of nodes (Kueue: nodeLabels are injected as a node selector, nodeTaints describe the
+        flavor's nodes), so a node can be in several flavors and a label-less flavor with taints holds only
+        the nodes carrying them.
+        """
+        part = (cluster_queue.name, id(group), tolerations)  # the group lives as long as this context does
         table = self.node_flavors.table(part)
-        if node in table:
-            return table[node]
-        chosen = None
-        for flavor_quotas in group.flavors:
-            flavor = self.flavors.get(flavor_quotas.name)
-            if flavor is not None and flavor.matches_node(node.labels):
-                chosen = flavor.name
-                break
-        return self.node_flavors.put(node, chosen, part)
+        cached = table.get(node)
+        if cached is not None:
+            return cached
+        held = tuple(
+            flavor.name
+            for flavor_quotas in group.flavors
+            if (flavor := self.flavors.get(flavor_quotas.name)) is not None
+            and flavor.holds_node(node)
+            and untolerated_taint(flavor, tolerations) is None
+        )
+        return self.node_flavors.put(node, held, part)
+
+
+def untolerated_taint(flavor: ResourceFlavor, tolerations: tuple[Toleration, ...]) -> str | None:
+    """Kueue's checkFlavorForPodSets: the first NoSchedule/NoExecute nodeTaint of the flavor that neither the
+    pod's tolerations nor the flavor's own tolerations tolerate, as text; None when all are tolerated."""
+    for taint in flavor.node_taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if any(t.tolerates(taint) for t in tolerations) or any(t.tolerates(taint) for t in flavor.tolerations):
+            continue
+        value = f"={taint.value}" if taint.value else ""
+        return f"{taint.key}{value}:{taint.effect}"
+    return None
 
 
 def _mappings_from_cluster(snapshot: ClusterSnapshot, ref: KueueConfigRef) -> tuple[DeviceClassMappings, str]:

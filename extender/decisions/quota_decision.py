@@ -12,17 +12,40 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from extender.decisions.allocator import Allocation
-from extender.decisions.quota_context import QuotaContext
+from extender.decisions.allocator import Allocation, ChosenDevice
+from extender.decisions.device_charges import (
+    UNMAPPED_IGNORE as UNMAPPED_IGNORE,
+)
+from extender.decisions.device_charges import (
+    UNMAPPED_REJECT as UNMAPPED_REJECT,
+)
+from extender.decisions.device_charges import (
+    counts_devices_only,
+    device_charge,
+    unmapped_reason,
+)
+from extender.decisions.extended_resources import (
+    EXTENDED_CLAIM_NAME,
+    NO_EXTENDED,
+    ExtendedRequests,
+    extended_charges,
+)
+from extender.decisions.quota_context import QuotaContext, untolerated_taint
 from extender.decisions.quota_tree import Fit, FitOutcome, QuotaLedger, worst_fit
-from extender.state.core import Pod
-from extender.state.kueue import QUEUE_NAME_LABEL, ClusterQueue, FungibilityPolicy
+from extender.decisions.selection import DeviceMatcher
+from extender.state.core import Pod, Toleration
+from extender.state.dra import consumed_by_name
+from extender.state.kueue import (
+    QUEUE_NAME_LABEL,
+    ClusterQueue,
+    FlavorFungibility,
+    FungibilityPolicy,
+    FungibilityPreference,
+    ResourceGroup,
+)
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
-
-UNMAPPED_IGNORE = "ignore"
-UNMAPPED_REJECT = "reject"
 
 
 class QuotaRejection(NamedTuple):
@@ -110,14 +133,54 @@ def queue_problem(
     return cluster_queue, None
 
 
-def node_charges(allocation: Allocation, context: QuotaContext, unmapped: str) -> tuple[dict[str, Fraction], str]:
-    """Quota resource -> amount for this allocation; an error text when an unmapped class must be rejected."""
-    charges: dict[str, Fraction] = {}
-    for class_name, count in allocation.class_counts():
+def _consumed_capacity(chosen: ChosenDevice) -> Mapping[str, Fraction] | None:
+    """What the allocator says this pick consumes of a consumable-capacity device (allocation results carry
+    consumedCapacity once the allocator shares such devices); None: the device is taken whole."""
+    return consumed_by_name(chosen.consumed_capacity, chosen.device.driver) or None
+
+
+def node_charges(
+    allocation: Allocation,
+    context: QuotaContext,
+    unmapped: str,
+    *,
+    extra: Mapping[str, Fraction] | None = None,
+    matcher: DeviceMatcher | None = None,
+) -> tuple[dict[str, Fraction], str]:
+    """Quota resource -> amount for this allocation (plus the pod's extended-resource charge `extra`); an
+    error text when a device cannot be charged (an unmapped class that must be rejected, a mapping's counter
+    or capacity the device does not publish)."""
+    charges: dict[str, Fraction] = dict(extra) if extra else {}
+    for claim in allocation.claims:
+        if claim.claim.pod_claim_name == EXTENDED_CLAIM_NAME:
+            continue  # charged through `extra`, whether DRA or a device plugin serves it on this node
+        for chosen in claim.devices:
+            if chosen.admin_access:
+                continue
+            pairs, error = device_charge(
+                chosen.device,
+                chosen.device_class,
+                context,
+                matcher,
+                unmapped=unmapped,
+                consumed_capacity=_consumed_capacity(chosen),
+            )
+            if error:
+                return {}, error
+            for resource, amount in pairs:
+                charges[resource] = charges.get(resource, Fraction(0)) + amount
+    return charges, ""
+
+
+def _class_count_charges(
+    by_class: tuple[tuple[str, int], ...], context: QuotaContext, unmapped: str, extra: Mapping[str, Fraction]
+) -> tuple[dict[str, Fraction], str]:
+    charges: dict[str, Fraction] = dict(extra)
+    for class_name, count in by_class:
         resource = context.resource_for_class(class_name)
         if resource is None:
             if unmapped == UNMAPPED_REJECT:
-                return {}, f"DeviceClass {class_name} has no deviceClassMapping, and unmapped classes are rejected"
+                return {}, unmapped_reason(class_name)
             continue
         charges[resource] = charges.get(resource, Fraction(0)) + count
     return charges, ""
@@ -148,6 +211,130 @@ def _fit_reason(fit: Fit) -> QuotaRejection:
     )
 
 
+# --- Kueue's flavor walk (pkg/scheduler/flavorassigner) ----------------------------------------------------------
+
+# preemptionMode of flavorassigner.go, with borrowing as a level: noFit < preempt < fit.
+_NO_FIT, _PREEMPT, _FIT = 0, 2, 4
+
+
+class _Mode(NamedTuple):
+    preemption: int
+    borrowing: int  # 0: within nominal quota; 1: borrowing from the cohort
+
+
+_WORST = _Mode(_NO_FIT, 1 << 30)
+
+
+def _mode_of(fits: tuple[Fit, ...]) -> _Mode:
+    """granularMode for one node's request in one flavor: the worst of its resources (fitsResourceQuota).
+
+    The extender cannot simulate preemption; like Kueue it treats a request above what is free but within the
+    ClusterQueue's nominal quota as one preemption could make room for, anything else that does not fit now
+    as no fit."""
+    preemption, borrowing = _FIT, 0
+    for fit in fits:
+        if fit.outcome is FitOutcome.FITS:
+            continue
+        if fit.outcome is FitOutcome.FITS_BY_BORROWING:
+            borrowing = 1
+        elif fit.outcome is FitOutcome.NEEDS_PREEMPTION and fit.nominal >= fit.requested:
+            preemption = min(preemption, _PREEMPT)
+        else:
+            return _WORST
+    return _Mode(preemption, borrowing)
+
+
+def _preferred(a: _Mode, b: _Mode, fungibility: FlavorFungibility) -> bool:
+    """flavorassigner.isPreferred: is mode a better than b under the queue's fungibility preference?"""
+    if a.preemption == _NO_FIT:
+        return False
+    if b.preemption == _NO_FIT:
+        return True
+    if fungibility.preference is FungibilityPreference.PREEMPTION_OVER_BORROWING:
+        if a.borrowing != b.borrowing:
+            return a.borrowing < b.borrowing
+        return a.preemption > b.preemption
+    if a.preemption != b.preemption:
+        return a.preemption > b.preemption
+    return a.borrowing < b.borrowing
+
+
+def _try_next_flavor(mode: _Mode, fungibility: FlavorFungibility) -> bool:
+    """flavorassigner.shouldTryNextFlavor: whenCanPreempt / whenCanBorrow decide whether the walk stops here."""
+    if mode.preemption == _NO_FIT:
+        return True
+    if mode.preemption == _PREEMPT and fungibility.when_can_preempt is FungibilityPolicy.TRY_NEXT_FLAVOR:
+        return True
+    return mode.borrowing > 0 and fungibility.when_can_borrow is FungibilityPolicy.TRY_NEXT_FLAVOR
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupChoice:
+    flavor: str  # "" when no flavor can take the request now
+    mode: _Mode
+    skipped: tuple[str, ...]  # why flavors were passed over (for the pod-level reason)
+    admitted: bool = False  # Kueue already admitted the pod's Workload to this flavor
+
+
+def _walk_group(
+    cluster_queue: ClusterQueue,
+    group: ResourceGroup,
+    context: QuotaContext,
+    tolerations: tuple[Toleration, ...],
+    candidates: list[tuple[tuple[str, ...], tuple[tuple[str, Fraction], ...]]],
+    ledger: QuotaLedger,
+    forced: str,
+    fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]],
+) -> _GroupChoice:
+    """One resource group's walk over its flavors in order, independently of the other groups (Kueue's
+    findFlavorForPodSets). A flavor's mode is the best any of its device-feasible nodes reaches with the
+    charge it would take there; the walk stops where shouldTryNextFlavor says so, else keeps the preferred."""
+    fungibility = cluster_queue.flavor_fungibility
+    best, best_mode = "", _WORST
+    skipped: list[str] = []
+    for flavor_quotas in group.flavors:
+        name = flavor_quotas.name
+        if forced and name != forced:
+            continue
+        flavor = context.flavors.get(name)
+        if flavor is None:
+            continue
+        taint = untolerated_taint(flavor, tolerations)
+        if taint is not None:
+            skipped.append(f"untolerated taint {taint} in flavor {name}")
+            continue
+        mode = _WORST
+        for held, charge in candidates:
+            if name not in held:
+                continue
+            fits = _fits_in(cluster_queue, name, charge, ledger, fit_memo)
+            node_mode = _mode_of(fits)
+            if _preferred(node_mode, mode, fungibility):
+                mode = node_mode
+        if forced:
+            return _GroupChoice(name, mode, tuple(skipped), admitted=True)
+        if not _try_next_flavor(mode, fungibility):
+            return _GroupChoice(name, mode, tuple(skipped))
+        if _preferred(mode, best_mode, fungibility):
+            best, best_mode = name, mode
+    return _GroupChoice(best, best_mode, tuple(skipped))
+
+
+def _fits_in(
+    cluster_queue: ClusterQueue,
+    flavor: str,
+    charge: tuple[tuple[str, Fraction], ...],
+    ledger: QuotaLedger,
+    memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]],
+) -> tuple[Fit, ...]:
+    key = (flavor, charge)
+    fits = memo.get(key)
+    if fits is None:
+        fits = tuple(ledger.fits(cluster_queue.name, flavor, resource, amount) for resource, amount in charge)
+        memo[key] = fits
+    return fits
+
+
 def decide_quota(
     snapshot: ClusterSnapshot,
     pod: Pod,
@@ -156,10 +343,16 @@ def decide_quota(
     ledger_for: QuotaLedger | None,
     *,
     unmapped: str = UNMAPPED_IGNORE,
+    extended: ExtendedRequests = NO_EXTENDED,
+    matcher: DeviceMatcher | None = None,
 ) -> QuotaDecision:
-    """Quota verdicts for the device-feasible nodes (`allocations`), with the flavor chosen Kueue's way.
+    """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
-    `ledger_for` holds usage plus every other pod's reservation, so the answer is what this pod may still take.
+    Per node: the charge of what the allocator would take there. Per resource group of the charged
+    resources: Kueue's flavor walk over the flavors the pod may use (taints), each flavor judged by its best
+    node. A node passes when, for every group, it belongs to the group's chosen flavor and its own charge
+    fits there. `ledger_for` holds usage plus every other pod's reservation, so the answer is what this pod
+    may still take.
     """
     if context is None or not context.enabled or QUEUE_NAME_LABEL not in pod.labels:
         return NOT_GOVERNED
@@ -167,6 +360,9 @@ def decide_quota(
     if rejection is not None:
         return rejection
     assert cluster_queue is not None and ledger_for is not None
+    extra, problem = extended_charges(extended, context.mappings)
+    if problem:
+        return _reject(problem, CATEGORY_UNMAPPED)
     workload = snapshot.admitted_workload(pod.uid)
     admitted_flavors: dict[str, str] = {}
     if (
@@ -176,65 +372,93 @@ def decide_quota(
     ):
         for assignment in workload.admission.pod_set_assignments:
             admitted_flavors.update(assignment.flavors)
+    tolerations = pod.tolerations
 
+    # 1. Each node's charge. Nodes differ only by the devices taken per class (or, for counter and capacity
+    # mappings, by the devices themselves): thousands of candidate nodes fall into a handful of charges.
     per_node: dict[str, NodeQuota] = {}
-    flavor_order: list[str] = []
-    # Nodes differ only by (devices taken per class, the node's flavor per charged resource); thousands of
-    # candidate nodes fall into a handful of those, so each combination is judged once.
-    charges_memo: dict[tuple[tuple[str, int], ...], tuple[dict[str, Fraction], str]] = {}
-    quota_memo: dict[tuple[tuple[tuple[str, int], ...], tuple[str | None, ...]], NodeQuota] = {}
+    node_charge: dict[str, tuple[tuple[str, Fraction], ...]] = {}
+    charges_memo: dict[object, tuple[tuple[tuple[str, Fraction], ...], str]] = {}
+    device_only: dict[str, bool] = {}
     for node_name, allocation in allocations.items():
-        node = snapshot.nodes.get(node_name)
-        if node is None:
+        if node_name not in snapshot.nodes:
             continue
         by_class = allocation.class_counts()
-        memoized = charges_memo.get(by_class)
+        simple = not extended.resources and all(
+            device_only.setdefault(name, counts_devices_only(context, name)) for name, _ in by_class
+        )
+        memo_key: object = (
+            by_class if simple else tuple(id(chosen.device) for claim in allocation.claims for chosen in claim.devices)
+        )
+        memoized = charges_memo.get(memo_key)
         if memoized is None:
-            memoized = node_charges(allocation, context, unmapped)
-            charges_memo[by_class] = memoized
-        resource_charges, error = memoized
+            if simple:
+                computed, error = _class_count_charges(by_class, context, unmapped, extra)
+            else:
+                computed, error = node_charges(allocation, context, unmapped, extra=extra, matcher=matcher)
+            memoized = (tuple(sorted(computed.items())), error)
+            charges_memo[memo_key] = memoized
+        charge, error = memoized
         if error:
             per_node[node_name] = NodeQuota({}, (), "", QuotaRejection(error, True, CATEGORY_UNMAPPED))
             continue
-        if len(resource_charges) == 1:
-            node_flavors: tuple[str | None, ...] = (
-                context.node_flavor(cluster_queue, next(iter(resource_charges)), node),
-            )
-        else:
-            node_flavors = tuple(context.node_flavor(cluster_queue, resource, node) for resource in resource_charges)
-        memo_key = (by_class, node_flavors)
-        quota = quota_memo.get(memo_key)
+        node_charge[node_name] = charge
+
+    # 2. The charged resources by resource group; a resource no group covers is refused everywhere.
+    groups: dict[int, tuple[ResourceGroup, list[str]]] = {}
+    for charge in set(node_charge.values()):
+        for resource, _ in charge:
+            group = cluster_queue.resource_group_for(resource)
+            if group is None:
+                summary = f"ClusterQueue {cluster_queue.name} has no quota for {resource}"
+                uncovered = QuotaRejection(summary, True, CATEGORY_UNCOVERED)
+                for node_name, node_value in node_charge.items():
+                    if any(name == resource for name, _ in node_value):
+                        per_node[node_name] = NodeQuota({}, (), "", uncovered)
+                continue
+            entry = groups.setdefault(id(group), (group, []))
+            if resource not in entry[1]:
+                entry[1].append(resource)
+    for node_name in list(node_charge):
+        if node_name in per_node:
+            del node_charge[node_name]
+
+    # 3. Each group walks its flavors independently.
+    fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]] = {}
+    choices: list[tuple[ResourceGroup, tuple[str, ...], _GroupChoice]] = []
+    held_by_node: dict[tuple[str, int], tuple[str, ...]] = {}
+    for group, resources in groups.values():
+        wanted = set(resources)
+        candidates: list[tuple[tuple[str, ...], tuple[tuple[str, Fraction], ...]]] = []
+        seen: set[tuple[tuple[str, ...], tuple[tuple[str, Fraction], ...]]] = set()
+        for node_name, charge in node_charge.items():
+            part = tuple((r, a) for r, a in charge if r in wanted)
+            if not part:
+                continue
+            held = context.flavors_of_node(cluster_queue, group, snapshot.nodes[node_name], tolerations)
+            held_by_node[(node_name, id(group))] = held
+            if (held, part) not in seen:
+                seen.add((held, part))
+                candidates.append((held, part))
+        forced = next((admitted_flavors[r] for r in resources if r in admitted_flavors), "")
+        choice = _walk_group(cluster_queue, group, context, tolerations, candidates, ledger_for, forced, fit_memo)
+        choices.append((group, tuple(resources), choice))
+
+    # 4. Each node's verdict against the chosen flavors.
+    verdict_memo: dict[tuple[object, ...], NodeQuota] = {}
+    for node_name, charge in node_charge.items():
+        key = (charge, tuple(held_by_node.get((node_name, id(group)), ()) for group, _, _ in choices))
+        quota = verdict_memo.get(key)
         if quota is None:
-            quota = _judge(cluster_queue, resource_charges, node_flavors, admitted_flavors, ledger_for)
-            quota_memo[memo_key] = quota
-            if quota.flavor and quota.flavor not in flavor_order:
-                flavor_order.append(quota.flavor)
+            quota = _node_verdict(cluster_queue, charge, node_name, choices, held_by_node, fit_memo, ledger_for)
+            verdict_memo[key] = quota
         per_node[node_name] = quota
 
-    chosen = _choose_flavor(cluster_queue, per_node, flavor_order)
-    if chosen:
-        other_flavor = {
-            flavor: QuotaRejection(
-                f"ClusterQueue {cluster_queue.name} assigned flavor {chosen} to this pod; node is in flavor {flavor}",
-                False,
-                CATEGORY_FLAVOR,
-            )
-            for flavor in flavor_order
-            if flavor != chosen
-        }
-        # NodeQuota objects are shared by every node of one (charge, flavor): rewrite each once.
-        rewritten: dict[int, NodeQuota] = {}
-        for node_name, quota in per_node.items():
-            if quota.rejection is None and quota.flavor and quota.flavor != chosen:
-                replacement = rewritten.get(id(quota))
-                if replacement is None:
-                    replacement = quota._replace(rejection=other_flavor[quota.flavor])
-                    rewritten[id(quota)] = replacement
-                per_node[node_name] = replacement
+    chosen = ",".join(dict.fromkeys(choice.flavor for _, _, choice in choices if choice.flavor))
     reservation: dict[QuotaKey, Fraction] = {}
     for quota in {id(quota): quota for quota in per_node.values() if quota.rejection is None}.values():
-        for key, amount in quota.charges.items():
-            reservation[key] = max(reservation.get(key, Fraction(0)), amount)
+        for quota_key, amount in quota.charges.items():
+            reservation[quota_key] = max(reservation.get(quota_key, Fraction(0)), amount)
     return QuotaDecision(
         governed=True,
         cluster_queue=cluster_queue.name,
@@ -244,51 +468,68 @@ def decide_quota(
     )
 
 
-def _judge(
+def _node_verdict(
     cluster_queue: ClusterQueue,
-    resource_charges: Mapping[str, Fraction],
-    node_flavors: tuple[str | None, ...],
-    admitted_flavors: Mapping[str, str],
+    charge: tuple[tuple[str, Fraction], ...],
+    node_name: str,
+    choices: list[tuple[ResourceGroup, tuple[str, ...], _GroupChoice]],
+    held_by_node: Mapping[tuple[str, int], tuple[str, ...]],
+    fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]],
     ledger: QuotaLedger,
 ) -> NodeQuota:
-    """Kueue's verdict for charging `resource_charges` in the given flavors (one per resource)."""
     charges: dict[QuotaKey, Fraction] = {}
     fits: list[Fit] = []
-    primary_flavor = ""
-    for (resource, amount), flavor in zip(resource_charges.items(), node_flavors, strict=True):
-        if flavor is None:
-            if cluster_queue.resource_group_for(resource) is None:
-                summary = f"ClusterQueue {cluster_queue.name} has no quota for {resource}"
-                return NodeQuota(
-                    charges, tuple(fits), primary_flavor, QuotaRejection(summary, True, CATEGORY_UNCOVERED)
+    primary = ""
+    for group, resources, choice in choices:
+        part = tuple((r, a) for r, a in charge if r in resources)
+        if not part:
+            continue
+        held = held_by_node.get((node_name, id(group)), ())
+        names = ", ".join(resources)
+        if not held:
+            skipped = f" ({'; '.join(choice.skipped)})" if choice.skipped else ""
+            summary = (
+                f"node is in no flavor of ClusterQueue {cluster_queue.name} that this pod may use for {names}{skipped}"
+            )
+            return NodeQuota(charges, tuple(fits), primary, QuotaRejection(summary, True, CATEGORY_FLAVOR))
+        if not choice.flavor:
+            # No flavor can take the request now: the node's own verdict in its first flavor says why.
+            own = _fits_in(cluster_queue, held[0], part, ledger, fit_memo)
+            worst = worst_fit(own)
+            assert worst is not None
+            reason = _fit_reason(worst)
+            if worst.admissible:  # fits here, but the walk judged the flavor by other nodes: never passes
+                reason = QuotaRejection(
+                    f"ClusterQueue {cluster_queue.name} has no flavor that can take {names} for this pod now",
+                    False,
+                    CATEGORY_QUOTA,
                 )
-            summary = f"node matches no flavor of ClusterQueue {cluster_queue.name} for {resource}"
-            return NodeQuota(charges, tuple(fits), primary_flavor, QuotaRejection(summary, True, CATEGORY_FLAVOR))
-        primary_flavor = primary_flavor or flavor
-        if resource in admitted_flavors and admitted_flavors[resource] != flavor:
-            summary = f"Kueue admitted this pod's workload to flavor {admitted_flavors[resource]} for {resource}"
-            return NodeQuota(charges, tuple(fits), primary_flavor, QuotaRejection(summary, True, CATEGORY_FLAVOR))
-        charges[(cluster_queue.name, flavor, resource)] = amount
-        fits.append(ledger.fits(cluster_queue.name, flavor, resource, amount))
+            return NodeQuota(charges, tuple(fits) + own, held[0], reason)
+        if choice.flavor not in held and choice.admitted:
+            summary = f"Kueue admitted this pod's workload to flavor {choice.flavor} for {names}"
+            return NodeQuota(charges, tuple(fits), held[0], QuotaRejection(summary, True, CATEGORY_FLAVOR))
+        if choice.flavor not in held:
+            summary = (
+                f"ClusterQueue {cluster_queue.name} assigned flavor {choice.flavor} to this pod; "
+                f"node is in flavor {', '.join(held)}"
+            )
+            return NodeQuota(charges, tuple(fits), held[0], QuotaRejection(summary, False, CATEGORY_FLAVOR))
+        primary = primary or choice.flavor
+        group_fits = _fits_in(cluster_queue, choice.flavor, part, ledger, fit_memo)
+        for (resource, amount), _fit in zip(part, group_fits, strict=True):
+            charges[(cluster_queue.name, choice.flavor, resource)] = amount
+        fits.extend(group_fits)
+        if choice.mode.preemption == _PREEMPT:
+            worst = worst_fit(group_fits)
+            if worst is not None and worst.admissible:
+                continue
+            summary = (
+                f"ClusterQueue {cluster_queue.name} would preempt in flavor {choice.flavor} "
+                f"(whenCanPreempt: MayStopSearch); the extender does not preempt"
+            )
+            if worst is not None:
+                return NodeQuota(charges, tuple(fits), primary, _fit_reason(worst))
+            return NodeQuota(charges, tuple(fits), primary, QuotaRejection(summary, False, CATEGORY_QUOTA))
     worst = worst_fit(fits)
     rejection = _fit_reason(worst) if worst is not None and not worst.admissible else None
-    return NodeQuota(charges, tuple(fits), primary_flavor, rejection)
-
-
-def _choose_flavor(cluster_queue: ClusterQueue, per_node: Mapping[str, NodeQuota], seen_flavors: list[str]) -> str:
-    """Kueue's flavor walk over flavors that have a fitting node: first fit, or (TryNextFlavor) first without
-    borrowing."""
-    order = [name for name in cluster_queue.flavor_names if name in seen_flavors]
-    order += [name for name in seen_flavors if name not in order]
-    try_next = cluster_queue.flavor_fungibility.when_can_borrow is FungibilityPolicy.TRY_NEXT_FLAVOR
-    fallback = ""
-    for flavor in order:
-        fitting = [q for q in per_node.values() if q.flavor == flavor and q.rejection is None]
-        if not fitting:
-            continue
-        needs_borrowing = all(any(fit.outcome is FitOutcome.FITS_BY_BORROWING for fit in q.fits) for q in fitting)
-        if needs_borrowing and try_next:
-            fallback = fallback or flavor
-            continue
-        return flavor
-    return fallback
+    return NodeQuota(charges, tuple(fits), primary, rejection)

@@ -17,8 +17,9 @@ from typing import NamedTuple
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
 from extender.decisions.caches import DecisionCaches
+from extender.decisions.extended_resources import resolve_extended
 from extender.decisions.feasibility import device_feasibility, unknown_node
-from extender.decisions.pod_claims import resolve_pod_claims
+from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_decision import (
     NOT_GOVERNED,
@@ -182,17 +183,53 @@ def decide_pod(
     names = list(dict.fromkeys(node_names))
     nodes = snapshot.nodes
     strategy = pod_strategy(pod, options)
-    if not pod.claims and QUEUE_NAME_LABEL not in pod.labels:
-        # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error.
+    extended = resolve_extended(snapshot.device_classes, pod)
+    if not pod.claims and QUEUE_NAME_LABEL not in pod.labels and not extended:
+        # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error. A pod asking
+        # for an extended resource that a DeviceClass backs never gets here: it has devices to allocate.
         every_known = {n: NodeVerdict(n, True) if n in nodes else _failed(unknown_node(n)) for n in names}
         return PodDecision(pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy)
 
     pod_claims = resolve_pod_claims(snapshot, pod)
-    outcomes: dict[str, AllocationOutcome] = device_feasibility(
-        snapshot, pod_claims, names, matcher, budget=options.search_budget, deadline=deadline
-    )
+    if extended.problems:
+        pod_claims = PodClaims(pod_claims.pending, pod_claims.allocated, pod_claims.problems + extended.problems)
+    outcomes: dict[str, AllocationOutcome]
+    if not extended.resources:
+        outcomes = device_feasibility(
+            snapshot, pod_claims, names, matcher, budget=options.search_budget, deadline=deadline
+        )
+    else:
+        # The scheduler's <extended-resources> claim differs per node: it asks only for what the node does not
+        # advertise as allocatable. Nodes fall into a few variants; each is one allocator run over its nodes.
+        variants: dict[tuple[str, ...], list[str]] = {}
+        for name in names:
+            node = nodes.get(name)
+            served = extended.served_by_dra(node) if node is not None else extended.resources
+            variants.setdefault(tuple(item.resource for item in served), []).append(name)
+        outcomes = {}
+        for served_names, variant_nodes in variants.items():
+            claim = extended.claim_for(tuple(i for i in extended.resources if i.resource in served_names))
+            claims_here = (
+                pod_claims
+                if claim is None
+                else PodClaims((*pod_claims.pending, claim), pod_claims.allocated, pod_claims.problems)
+            )
+            outcomes.update(
+                device_feasibility(
+                    snapshot, claims_here, variant_nodes, matcher, budget=options.search_budget, deadline=deadline
+                )
+            )
     allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
-    quota = decide_quota(snapshot, pod, allocations, quota_context, ledger, unmapped=options.unmapped_classes)
+    quota = decide_quota(
+        snapshot,
+        pod,
+        allocations,
+        quota_context,
+        ledger,
+        unmapped=options.unmapped_classes,
+        extended=extended,
+        matcher=matcher,
+    )
     verdicts: dict[str, NodeVerdict] = {}
     for name in names:
         outcome = outcomes[name]

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from extender.decisions.device_charges import counts_devices_only, device_charge
+from extender.decisions.extended_resources import EXTENDED_CLAIM_ANNOTATION, class_for_resource, quota_resource
 from extender.decisions.quota_context import QuotaContext
+from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
-from extender.state.dra import ClaimSpec, ResourceClaim
+from extender.state.dra import ClaimSpec, Device, ResourceClaim, consumed_by_name
 from extender.state.indexes.usage import PodUsage
 from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.state.reservations import QuotaKey
@@ -57,8 +60,7 @@ def in_flight_node(snapshot: ClusterSnapshot, pod: Pod) -> str:
     Counting such pods as usage closes the gap an extender restart would open: reservations live in memory,
     but an allocation reserved for a pod is in the API server and survives us."""
     node = ""
-    for ref in pod.claims:
-        claim = snapshot.claim_for_pod(pod, ref)
+    for claim, _key, _generated in _claims_of(snapshot, pod):
         if claim is None or claim.allocation is None:
             return ""
         if not any(consumer.uid == pod.uid for consumer in claim.reserved_for):
@@ -70,8 +72,46 @@ def in_flight_node(snapshot: ClusterSnapshot, pod: Pod) -> str:
     return node
 
 
-def pod_usage(snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext) -> PodUsage | None:
-    if pod.is_terminal or not pod.claims:
+def _find_device(snapshot: ClusterSnapshot, driver: str, pool_name: str, device_name: str) -> Device | None:
+    pool = snapshot.pools.get((driver, pool_name))
+    if pool is None:
+        return None
+    for device in pool.devices:
+        if device.name == device_name:
+            return device
+    return None
+
+
+def _claims_of(snapshot: ClusterSnapshot, pod: Pod) -> list[tuple[ResourceClaim | None, str, bool]]:
+    """(claim, key it is or will be found under, generated for this pod) for each claim the pod holds, the
+    one kube-scheduler made for its DRA-backed extended resources included."""
+    found: list[tuple[ResourceClaim | None, str, bool]] = []
+    for ref in pod.claims:
+        claim = snapshot.claim_for_pod(pod, ref)
+        expected = ref.claim_name or pod.claim_statuses.get(ref.name) or ""
+        found.append(
+            (
+                claim,
+                claim.key if claim is not None else (f"{pod.namespace}/{expected}" if expected else ""),
+                not ref.claim_name,
+            )
+        )
+    if pod.extended_claim_name:
+        key = f"{pod.namespace}/{pod.extended_claim_name}"
+        claim = snapshot.claims.get(key)
+        if claim is not None and claim.annotations.get(EXTENDED_CLAIM_ANNOTATION) != "true":
+            claim = None  # not the scheduler's claim: never charge a stranger's devices
+        found.append((claim, key, True))
+    return found
+
+
+def pod_usage(
+    snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, *, matcher: DeviceMatcher | None = None
+) -> PodUsage | None:
+    """What a bound (or being bound) pod holds: its claims' allocations charged as filter charges them
+    (devices, or the counters and capacity of the devices actually allocated), in the flavor Kueue admitted
+    its Workload to, else the first flavor of the node the pod may use."""
+    if pod.is_terminal or not (pod.claims or pod.extended_claim_name or pod.extended_requests):
         return None
     node_name = pod.node_name or in_flight_node(snapshot, pod)
     if not node_name:
@@ -81,29 +121,68 @@ def pod_usage(snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext) -> Pod
     cq_name = cluster_queue_of(pod, context)
     cluster_queue = context.cluster_queues.get(cq_name) if cq_name else None
     node = snapshot.nodes.get(node_name)
-    for ref in pod.claims:
-        claim = snapshot.claim_for_pod(pod, ref)
-        if claim is None:
-            # Remember where the claim will appear, so its arrival re-attributes this pod.
-            expected = ref.claim_name or pod.claim_statuses.get(ref.name)
-            if expected:
-                claim_keys.append(f"{pod.namespace}/{expected}")
+    admitted: dict[str, str] = {}
+    workload = snapshot.admitted_workload(pod.uid)
+    if workload is not None and workload.admission is not None and workload.admission.cluster_queue == cq_name:
+        for assignment in workload.admission.pod_set_assignments:
+            admitted.update(assignment.flavors)
+    for claim, key, generated in _claims_of(snapshot, pod):
+        if key:
+            claim_keys.append(key)  # its arrival or change re-attributes this pod
+        if claim is None or cluster_queue is None or node is None or claim.allocation is None:
             continue
-        claim_keys.append(claim.key)
-        if cluster_queue is None or node is None or claim.allocation is None:
+        if not charges_claim(claim, pod, generated=generated):
             continue
-        if not charges_claim(claim, pod, generated=not ref.claim_name):
-            continue
+        extended_claim = claim.name == pod.extended_claim_name
         for result in claim.allocation.results:
             if result.admin_access:
                 continue
             class_name = device_class_of(claim.spec, result.request)
-            resource = context.resource_for_class(class_name) if class_name else None
-            if resource is None:
+            if class_name is None:
                 continue
-            flavor = context.node_flavor(cluster_queue, resource, node)
+            pairs: tuple[tuple[str, Fraction], ...]
+            if extended_claim:
+                resource_name = pod.extended_request_resources.get(result.request, "")
+                quota_name, problem = quota_resource(context.mappings, resource_name, class_name)
+                if problem or not quota_name:
+                    continue
+                pairs = ((quota_name, Fraction(1)),)
+            else:
+                device = _find_device(snapshot, result.driver, result.pool, result.device)
+                if device is None:
+                    resource = context.resource_for_class(class_name)
+                    pairs = ((resource, Fraction(1)),) if resource and counts_devices_only(context, class_name) else ()
+                else:
+                    pairs, _error = device_charge(
+                        device,
+                        class_name,
+                        context,
+                        matcher,
+                        consumed_capacity=consumed_by_name(result.consumed_capacity, result.driver) or None,
+                    )
+            for resource, amount in pairs:
+                flavor = admitted.get(resource) or context.node_flavor(cluster_queue, resource, node, pod.tolerations)
+                if flavor is None:
+                    continue
+                quota_key = (cluster_queue.name, flavor, resource)
+                amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + amount
+    if cluster_queue is not None and node is not None and pod.extended_requests:
+        # DRA-backed extended resources a device plugin served on this node (it advertises them): no claim
+        # holds them, Kueue still charges them.
+        for resource, quantity in pod.extended_requests.items():
+            if not node.allocatable.get(resource):
+                continue
+            device_class, problem = class_for_resource(snapshot.device_classes, resource)
+            if device_class is None or problem:
+                continue
+            quota_name, problem = quota_resource(context.mappings, resource, device_class.name)
+            if problem:
+                continue
+            flavor = admitted.get(quota_name) or context.node_flavor(cluster_queue, quota_name, node, pod.tolerations)
             if flavor is None:
                 continue
-            key = (cluster_queue.name, flavor, resource)
-            amounts[key] = amounts.get(key, Fraction(0)) + 1
+            quota_key = (cluster_queue.name, flavor, quota_name)
+            amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
+    if not claim_keys and not amounts:
+        return None
     return PodUsage(node_name, tuple(claim_keys), tuple(amounts.items()))

@@ -9,6 +9,7 @@ quota view.
 from __future__ import annotations
 
 from extender.decisions.usage import in_flight_node
+from extender.state.core import Pod
 from extender.state.reservations import Reservation
 from extender.state.store import ClusterSnapshot
 
@@ -21,8 +22,13 @@ def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation) -> st
     pod = snapshot.pods.get(reservation.pod_key)
     if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
         return "deleted" if reservation.seen else KEEP
-    if (pod.node_name or in_flight_node(snapshot, pod)) and all(
-        (claim := snapshot.claim_for_pod(pod, ref)) is not None and claim.allocation is not None for ref in pod.claims
+    if (
+        (pod.node_name or in_flight_node(snapshot, pod))
+        and all(
+            (claim := snapshot.claim_for_pod(pod, ref)) is not None and claim.allocation is not None
+            for ref in pod.claims
+        )
+        and _extended_claim_seen(snapshot, pod)
     ):
         # Pods and claims arrive on separate watches: until the allocation is seen too, usage does not show the
         # charge yet, so releasing the reservation on the binding alone would count nothing. An allocation
@@ -33,3 +39,12 @@ def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation) -> st
     if pod.deleting:
         return "deleted"
     return SEEN
+
+
+def _extended_claim_seen(snapshot: ClusterSnapshot, pod: Pod) -> bool:
+    """The claim kube-scheduler made for the pod's DRA-backed extended resources, when it named one, is
+    allocated in the view (its usage then shows it)."""
+    if not pod.extended_claim_name:
+        return True
+    claim = snapshot.claims.get(f"{pod.namespace}/{pod.extended_claim_name}")
+    return claim is not None and claim.allocation is not None

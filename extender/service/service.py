@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 
 from extender.decisions.caches import DecisionCaches
+from extender.decisions.extended_resources import is_dra_backed
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
@@ -44,9 +45,10 @@ class BindError(RuntimeError):
     """Binding the pod through the API failed; nothing stays reserved for it."""
 
 
-def needs_our_decision(pod: Pod) -> bool:
-    """Pods without claims and without a queue pass every known node: nothing to reserve or record."""
-    return bool(pod.claims) or QUEUE_NAME_LABEL in pod.labels
+def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
+    """Pods without claims, without a queue and without a DRA-backed extended resource pass every known node:
+    nothing to reserve or record. An extended resource a DeviceClass backs is a claim in all but name."""
+    return bool(pod.claims) or QUEUE_NAME_LABEL in pod.labels or is_dra_backed(snapshot.device_classes, pod)
 
 
 def pod_id(pod: Pod) -> str:
@@ -121,7 +123,8 @@ class SchedulingService:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
         context = self.quota_context(snapshot)
-        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context))
+        matcher = self.matcher
+        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
         reserved = self.reservations.totals()
         return QuotaView(
             snapshot=snapshot,
@@ -144,8 +147,9 @@ class SchedulingService:
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
         started = time.perf_counter()
-        if not needs_our_decision(pod):
-            return self._decide(self.snapshot(), pod, node_names, view=None)
+        snapshot = self.snapshot()
+        if not needs_our_decision(pod, snapshot):
+            return self._decide(snapshot, pod, node_names, view=None)
         identity = pod_id(pod)
         with self.reservations.lock:
             view = self._quota_view_locked()
@@ -165,7 +169,7 @@ class SchedulingService:
         snapshot = self.snapshot()
         decision = self.history.recent_filter(pod_id(pod))
         if decision is None or not all(name in decision.verdicts for name in names):
-            if not needs_our_decision(pod):
+            if not needs_our_decision(pod, snapshot):
                 return Ranking(self._decide(snapshot, pod, names, view=None), {})
             decision = self._decide(snapshot, pod, names, view=self.quota_view(), started=started)
         ranking = score_nodes(decision, names, snapshot, self.caches, self.options.weights)
@@ -177,7 +181,9 @@ class SchedulingService:
         """A what-if ranking: the same decision as filter, over every node by default, reserving nothing."""
         view = self.quota_view()
         names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
-        decision = self._decide(view.snapshot, pod, names, view=view if needs_our_decision(pod) else None)
+        decision = self._decide(
+            view.snapshot, pod, names, view=view if needs_our_decision(pod, view.snapshot) else None
+        )
         return score_nodes(decision, names, view.snapshot, self.caches, self.options.weights)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:

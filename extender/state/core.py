@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from extender.state.errors import ObjectError
 from extender.state.fields import (
     child_path,
     get_map,
+    get_optional_int,
     get_str,
     get_str_map,
     map_items,
@@ -25,6 +27,7 @@ from extender.state.labels import (
     Requirement,
     parse_requirement,
 )
+from extender.state.quantity import QuantityError, parse_quantity
 
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 TERMINAL_POD_PHASES = frozenset({"Succeeded", "Failed"})
@@ -159,13 +162,62 @@ class Node:
     labels: Mapping[str, str]
     unschedulable: bool = False
     resource_version: str = ""
+    # status.allocatable: a DRA-backed extended resource the node advertises here is served by a device plugin
+    # on this node, not by DRA (kube-scheduler's filterExtendedResources).
+    allocatable: Mapping[str, Fraction] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+
+def _parse_resource_list(raw: Mapping[str, Any], key: str, path: str) -> dict[str, Fraction]:
+    """A core/v1 ResourceList (name -> quantity)."""
+    out: dict[str, Fraction] = {}
+    list_path = child_path(path, key)
+    for name, value in get_map(raw, key, path).items():
+        try:
+            out[str(name)] = parse_quantity(value)
+        except QuantityError as error:
+            raise ObjectError(child_path(list_path, str(name)), str(error)) from None
+    return out
+
+
+def parse_taints(raw: Mapping[str, Any], key: str, path: str) -> tuple[Taint, ...]:
+    return tuple(
+        Taint(
+            key=get_str(taint, "key", taint_path, required=True),
+            value=get_str(taint, "value", taint_path),
+            effect=get_str(taint, "effect", taint_path, required=True),
+        )
+        for taint_path, taint in map_items(raw, key, path)
+    )
+
+
+def parse_tolerations(raw: Mapping[str, Any], key: str, path: str) -> tuple[Toleration, ...]:
+    """core/v1 tolerations; an empty operator means Equal, as the API defaults it."""
+    return tuple(
+        Toleration(
+            key=get_str(toleration, "key", item_path),
+            operator=get_str(toleration, "operator", item_path) or "Equal",
+            value=get_str(toleration, "value", item_path),
+            effect=get_str(toleration, "effect", item_path),
+            toleration_seconds=get_optional_int(toleration, "tolerationSeconds", item_path),
+        )
+        for item_path, toleration in map_items(raw, key, path)
+    )
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node:
     meta = parse_metadata(obj, namespaced=False)
     spec = get_map(obj, "spec", "")
     unschedulable = spec.get("unschedulable") is True
-    return Node(meta.name, meta.labels, unschedulable, meta.resource_version)
+    status = get_map(obj, "status", "")
+    return Node(
+        meta.name,
+        meta.labels,
+        unschedulable,
+        meta.resource_version,
+        allocatable=_parse_resource_list(status, "allocatable", "status"),
+        taints=parse_taints(spec, "taints", "spec"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +270,14 @@ class Pod:
     claim_statuses: Mapping[str, str | None]
     resource_version: str = ""
     owner_uids: tuple[str, ...] = ()  # e.g. the Job whose Workload Kueue admitted
+    tolerations: tuple[Toleration, ...] = ()
+    # Effective pod requests of extended resource names (resourcehelper.PodRequests), for DRA-backed extended
+    # resources (KEP-5004); see extended_requests().
+    extended_requests: Mapping[str, Fraction] = field(default_factory=dict)
+    # status.extendedResourceClaimStatus: the claim kube-scheduler created for those requests, and its
+    # request name -> resource name mappings.
+    extended_claim_name: str = ""
+    extended_request_resources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -243,6 +303,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
             raise ObjectError(claim_path, "exactly one of resourceClaimName and resourceClaimTemplateName is required")
         claims.append(ref)
     statuses: dict[str, str | None] = {}
+    extended_status = get_map(status, "extendedResourceClaimStatus", "status")
     for status_path, raw in map_items(status, "resourceClaimStatuses", "status"):
         generated = raw.get("resourceClaimName")
         if generated is not None and not isinstance(generated, str):
@@ -262,4 +323,62 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         claim_statuses=statuses,
         resource_version=meta.resource_version,
         owner_uids=meta.owner_uids,
+        tolerations=parse_tolerations(spec, "tolerations", "spec"),
+        extended_requests=extended_requests(spec),
+        extended_claim_name=get_str(extended_status, "resourceClaimName", "status.extendedResourceClaimStatus"),
+        extended_request_resources={
+            get_str(item, "requestName", item_path): get_str(item, "resourceName", item_path)
+            for item_path, item in map_items(extended_status, "requestMappings", "status.extendedResourceClaimStatus")
+        },
     )
+
+
+# --- extended resources ---------------------------------------------------------------------------------------
+
+NATIVE_RESOURCE_PREFIX = "kubernetes.io/"
+DEFAULT_REQUESTS_PREFIX = "requests."
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """v1helper.IsExtendedResourceName (plus the scheduler's deviceclass.resource.kubernetes.io/ prefix): not
+    native (no domain, or a kubernetes.io domain), not a requests. quota name, a qualified name."""
+    if name.startswith("deviceclass.resource.kubernetes.io/"):
+        return True
+    # IsNativeResource: no domain at all, or one containing "kubernetes.io/" (IsPrefixedNativeResource).
+    return "/" in name and NATIVE_RESOURCE_PREFIX not in name and not name.startswith(DEFAULT_REQUESTS_PREFIX)
+
+
+def _container_requests(container: Mapping[str, Any], path: str) -> dict[str, Fraction]:
+    """A container's requests of extended resources; a limit without request is the request (API defaulting)."""
+    resources = get_map(container, "resources", path)
+    resources_path = child_path(path, "resources")
+    limits = _parse_resource_list(resources, "limits", resources_path)
+    requests = _parse_resource_list(resources, "requests", resources_path)
+    merged = {**limits, **requests}
+    return {name: value for name, value in merged.items() if value > 0 and is_extended_resource_name(name)}
+
+
+def extended_requests(spec: Mapping[str, Any]) -> dict[str, Fraction]:
+    """The pod's effective requests of extended resources, summed as component-helpers' PodRequests does:
+    regular containers and restartable (sidecar) init containers add up; each plain init container needs its
+    own request plus the sidecars started before it; the pod needs the larger of the two."""
+    total: dict[str, Fraction] = {}
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for item_path, container in map_items(spec, "initContainers", "spec"):
+        requests = _container_requests(container, item_path)
+        if get_str(container, "restartPolicy", item_path) == "Always":
+            for name, value in requests.items():
+                sidecars[name] = sidecars.get(name, Fraction(0)) + value
+            requests = {}
+        for name in set(requests) | set(sidecars):
+            need = requests.get(name, Fraction(0)) + sidecars.get(name, Fraction(0))
+            init_peak[name] = max(init_peak.get(name, Fraction(0)), need)
+    for item_path, container in map_items(spec, "containers", "spec"):
+        for name, value in _container_requests(container, item_path).items():
+            total[name] = total.get(name, Fraction(0)) + value
+    for name, value in sidecars.items():
+        total[name] = total.get(name, Fraction(0)) + value
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, Fraction(0)), value)
+    return {name: value for name, value in sorted(total.items()) if value > 0}

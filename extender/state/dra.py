@@ -120,6 +120,9 @@ class DeviceClass:
     selectors: tuple[str, ...]  # CEL expressions, all must be true
     extended_resource_name: str = ""
     resource_version: str = ""
+    # metadata.creationTimestamp (RFC 3339, so text order is time order): the scheduler resolves an explicit
+    # extendedResourceName shared by two classes to the newest one.
+    created: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,12 @@ class ResourceClaimTemplate:
 def qualify(name: str, driver: str) -> str:
     """Attribute and capacity names without a domain belong to the driver's domain."""
     return name if "/" in name else f"{driver}/{name}"
+
+
+def consumed_by_name(consumed: Sequence[tuple[str, Fraction]], driver: str) -> dict[str, Fraction]:
+    """A share's consumed capacity (pairs as the result writes them) by qualified capacity name, as
+    Device.capacity is keyed."""
+    return {qualify(name, driver): amount for name, amount in consumed}
 
 
 def _parse_attribute(raw: object, path: str) -> Attribute:
@@ -477,6 +486,7 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
         selectors=_parse_selectors(spec, "spec"),
         extended_resource_name=get_str(spec, "extendedResourceName", "spec"),
         resource_version=meta.resource_version,
+        created=get_str(get_map(obj, "metadata", ""), "creationTimestamp", "metadata"),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from extender.state.core import Taint, Toleration
+from extender.state.core import Node, Taint, Toleration
 from extender.state.errors import ObjectError
 from extender.state.fields import (
     child_path,
@@ -473,6 +473,12 @@ class ResourceFlavor:
         """
         return all(node_labels.get(key) == value for key, value in self.node_labels.items())
 
+    def holds_node(self, node: Node) -> bool:
+        """The flavor's nodes: its nodeLabels match and the node carries each of its nodeTaints."""
+        if not self.matches_node(node.labels):
+            return False
+        return all(taint in node.taints for taint in self.node_taints)
+
 
 def parse_resource_flavor(obj: Mapping[str, Any]) -> ResourceFlavor:
     _check_kind(obj, "ResourceFlavor", KUEUE_API_VERSIONS)
@@ -699,6 +705,8 @@ class DeviceClassSource:
     kind: DeviceClassSourceKind
     name: str
     driver: str
+    # deviceSelector.cel.expression: which devices of the driver the source accounts for ("" = every one).
+    device_selector: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -757,11 +765,15 @@ def _parse_sources(mapping: Mapping[str, Any], path: str) -> tuple[DeviceClassSo
         kind = present[0]
         detail = get_map(source, kind.value, source_path)
         detail_path = child_path(source_path, kind.value)
+        selector = get_map(detail, "deviceSelector", detail_path)
+        selector_path = child_path(detail_path, "deviceSelector")
+        cel = get_map(selector, "cel", selector_path)
         sources.append(
             DeviceClassSource(
                 kind=kind,
                 name=get_str(detail, "name", detail_path, required=True),
                 driver=get_str(detail, "driver", detail_path, required=True),
+                device_selector=get_str(cel, "expression", child_path(selector_path, "cel")),
             )
         )
         kinds.add(kind)

@@ -331,7 +331,7 @@ class ClusterStore:
     def _upsert(self, info: KindInfo, key: str, obj: Any) -> None:
         kind = info.kind
         old = self._objects[kind].get(key)
-        if kind == "Node" and old is not None and (old.labels, old.unschedulable) == (obj.labels, obj.unschedulable):
+        if kind == "Node" and old is not None and _node_view(old) == _node_view(obj):
             return  # status heartbeats change nothing we read; keep caches keyed on the old object
         if old is not None and old == obj:
             # Nothing we parse changed (value-compared models; identity-compared ones never match): e.g. Kueue
@@ -575,6 +575,12 @@ class ClusterStore:
             )
             self._snapshot = snapshot
             return snapshot
+
+
+def _node_view(node: Node) -> tuple[object, ...]:
+    """What the extender reads of a Node: labels and unschedulable, taints (flavor membership) and allocatable
+    (which extended resources a device plugin serves there)."""
+    return (node.labels, node.unschedulable, node.taints, node.allocatable)
 
 
 def _parsed_key(info: KindInfo, obj: Any) -> str:
