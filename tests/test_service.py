@@ -338,3 +338,21 @@ def test_drift_report_names_an_admitted_workload_whose_pods_cannot_be_placed():
     samples = metric_samples(client)
     assert samples[("dra_extender_quota_drift", labels)] == 4.0
     assert samples[("dra_extender_kueue_quota_reservation", labels)] == 4.0
+
+
+def test_pods_kueue_labelled_with_their_local_queue_are_governed():
+    """Kueue v0.19 labels an admitted Job's pods kueue.x-k8s.io/local-queue-name (the queue-name label may be on
+    the Job only): such a pod is charged to the queue like one carrying queue-name, and the admitted Workload is
+    found through the pod's owner (the Job), keeping Kueue's flavor."""
+    service = engine_for(quota_objects(nominal=2))
+    pod = gpu_pod("job-pod", template="two", queue=None)
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/local-queue-name": "q"}
+    from extender.state.core import parse_pod
+
+    decision = service.filter(parse_pod(pod), ["on-demand-0", "on-demand-1"])
+    assert decision.quota.governed and decision.quota.cluster_queue == "team-a"
+    assert service.quota_view().reserved == {KEY: Fraction(2)}
+    second = gpu_pod("job-pod-2", template="two", queue=None)
+    second["metadata"]["labels"] = {"kueue.x-k8s.io/local-queue-name": "q"}
+    refused = service.filter(parse_pod(second), ["on-demand-0", "on-demand-1"])
+    assert not refused.passed and "quota" in refused.verdicts["on-demand-0"].reason

@@ -36,12 +36,12 @@ from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod, Toleration
 from extender.state.dra import consumed_by_name
 from extender.state.kueue import (
-    QUEUE_NAME_LABEL,
     ClusterQueue,
     FlavorFungibility,
     FungibilityPolicy,
     FungibilityPreference,
     ResourceGroup,
+    pod_queue_name,
 )
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
@@ -103,7 +103,7 @@ def queue_problem(
     snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext
 ) -> tuple[ClusterQueue | None, QuotaDecision | None]:
     """The pod's ClusterQueue, or a decision rejecting the pod on every node."""
-    queue = pod.labels.get(QUEUE_NAME_LABEL, "")
+    queue = pod_queue_name(pod.labels)
     local_queue = context.local_queues.get(f"{pod.namespace}/{queue}")
     if local_queue is None:
         return None, _reject(f"LocalQueue {pod.namespace}/{queue} does not exist", CATEGORY_QUEUE)
@@ -354,7 +354,7 @@ def decide_quota(
     fits there. `ledger_for` holds usage plus every other pod's reservation, so the answer is what this pod
     may still take.
     """
-    if context is None or not context.enabled or QUEUE_NAME_LABEL not in pod.labels:
+    if context is None or not context.enabled or not pod_queue_name(pod.labels):
         return NOT_GOVERNED
     cluster_queue, rejection = queue_problem(snapshot, pod, context)
     if rejection is not None:
@@ -363,7 +363,7 @@ def decide_quota(
     extra, problem = extended_charges(extended, context.mappings)
     if problem:
         return _reject(problem, CATEGORY_UNMAPPED)
-    workload = snapshot.admitted_workload(pod.uid)
+    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
     admitted_flavors: dict[str, str] = {}
     if (
         workload is not None

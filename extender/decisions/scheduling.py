@@ -41,7 +41,7 @@ from extender.decisions.scoring import (
 )
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
-from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.kueue import pod_queue_name
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
 
@@ -184,7 +184,7 @@ def decide_pod(
     nodes = snapshot.nodes
     strategy = pod_strategy(pod, options)
     extended = resolve_extended(snapshot.device_classes, pod)
-    if not pod.claims and QUEUE_NAME_LABEL not in pod.labels and not extended:
+    if not pod.claims and not pod_queue_name(pod.labels) and not extended:
         # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error. A pod asking
         # for an extended resource that a DeviceClass backs never gets here: it has devices to allocate.
         every_known = {n: NodeVerdict(n, True) if n in nodes else _failed(unknown_node(n)) for n in names}

@@ -17,7 +17,7 @@ from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
 from extender.state.dra import ClaimSpec, Device, ResourceClaim, consumed_by_name
 from extender.state.indexes.usage import PodUsage
-from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.kueue import pod_queue_name
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
 
@@ -37,7 +37,7 @@ def device_class_of(spec: ClaimSpec, request: str) -> str | None:
 
 
 def cluster_queue_of(pod: Pod, context: QuotaContext) -> str | None:
-    queue = pod.labels.get(QUEUE_NAME_LABEL)
+    queue = pod_queue_name(pod.labels)
     if not queue:
         return None
     local_queue = context.local_queues.get(f"{pod.namespace}/{queue}")
@@ -122,7 +122,7 @@ def pod_usage(
     cluster_queue = context.cluster_queues.get(cq_name) if cq_name else None
     node = snapshot.nodes.get(node_name)
     admitted: dict[str, str] = {}
-    workload = snapshot.admitted_workload(pod.uid)
+    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
     if workload is not None and workload.admission is not None and workload.admission.cluster_queue == cq_name:
         for assignment in workload.admission.pod_set_assignments:
             admitted.update(assignment.flavors)

@@ -31,7 +31,7 @@ from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reservations import reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.usage import UsageIndex
-from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.kueue import pod_queue_name
 from extender.state.reservations import ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
@@ -48,7 +48,7 @@ class BindError(RuntimeError):
 def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     """Pods without claims, without a queue and without a DRA-backed extended resource pass every known node:
     nothing to reserve or record. An extended resource a DeviceClass backs is a claim in all but name."""
-    return bool(pod.claims) or QUEUE_NAME_LABEL in pod.labels or is_dra_backed(snapshot.device_classes, pod)
+    return bool(pod.claims) or bool(pod_queue_name(pod.labels)) or is_dra_backed(snapshot.device_classes, pod)
 
 
 def pod_id(pod: Pod) -> str:
@@ -217,7 +217,7 @@ class SchedulingService:
         view: QuotaView | None,
         started: float | None = None,
     ) -> PodDecision:
-        governed = view is not None and view.governed and QUEUE_NAME_LABEL in pod.labels
+        governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
         return decide_pod(
             snapshot,
             pod,

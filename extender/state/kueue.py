@@ -40,6 +40,15 @@ from extender.state.labels import LABEL_SELECTOR_OPERATORS, Operator, Requiremen
 from extender.state.quantity import QuantityError, format_quantity, parse_quantity
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue v0.19 labels the pods of a Job it admitted with the LocalQueue's name (pkg/controller/jobframework,
+# AssignQueueLabelsForPods), also when only the Job carries queue-name.
+LOCAL_QUEUE_NAME_LABEL = "kueue.x-k8s.io/local-queue-name"
+
+
+def pod_queue_name(labels: Mapping[str, str]) -> str:
+    """The pod's LocalQueue: its own queue-name label, else the one Kueue gave the pods of an admitted Job."""
+    return labels.get(QUEUE_NAME_LABEL) or labels.get(LOCAL_QUEUE_NAME_LABEL, "")
+
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 V1BETA1 = f"{KUEUE_GROUP}/v1beta1"

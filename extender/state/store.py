@@ -187,9 +187,13 @@ class ClusterSnapshot:
         self._resolved_devices[node_name] = result
         return result
 
-    def admitted_workload(self, owner_uid: str) -> Workload | None:
-        """The admitted Workload a pod (by uid) owns, or None."""
-        key = self.admitted_workloads.get(owner_uid) if owner_uid else None
+    def admitted_workload(self, owner_uid: str, *more_owner_uids: str) -> Workload | None:
+        """The admitted Workload owned by the pod (its uid: the pod integration) or by one of the pod's owners
+        (a Job: Kueue's Workload and the Job's pods share that owner), or None."""
+        key = next(
+            (found for uid in (owner_uid, *more_owner_uids) if uid and (found := self.admitted_workloads.get(uid))),
+            None,
+        )
         workload: Workload | None = self.workloads.get(key) if key is not None else None
         return workload
 

@@ -656,17 +656,6 @@ class ExtenderDisagreesError(AssertionError):
     """The extender's view differs from Kueue's where it should not (the xfail below expects only this)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ExtenderDisagreesError,
-    reason=(
-        "extender gap: it finds a pod's ClusterQueue only from the pod's kueue.x-k8s.io/queue-name label "
-        "(extender/decisions/usage.py cluster_queue_of, quota_decision.queue_problem) and an admitted Workload "
-        "only through a Pod owner (quota_context.admitted_workload); the pods of a Job labelled the way Kueue "
-        "documents (label on the Job) carry kueue.x-k8s.io/local-queue-name / cluster-queue-name instead, so "
-        "their devices are not charged to the ClusterQueue"
-    ),
-)
 def test_job_labelled_only_on_the_job_is_quota_governed(scenario: KueueScenario) -> None:
     """The Job carries the LocalQueue label, its pod template does not (Kueue's documented usage). Kueue admits
     it and labels its pods with the local and cluster queue names; the extender places the pod, but should also
