@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from extender.decisions.caches import FreeSelectable
+from extender.decisions.features import DEFAULT_FEATURES, Features, gated_devices
 from extender.decisions.free_devices import FreeView, free_selectable
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
 from extender.state.capacity import CapacityError, SharedUse, request_fits
@@ -150,6 +151,7 @@ CATEGORY_BUDGET = "search-budget"
 CATEGORY_TOO_MANY = "too-many-devices"
 CATEGORY_CLAIM_SPEC = "unsupported-claim"  # a field value this client does not know (a newer API's)
 CATEGORY_CAPACITY = "capacity-request"  # a capacity request upstream refuses outright (not representable...)
+CATEGORY_FEATURE_GATE = "feature-gate"  # the claim uses a field whose feature gate is off (config `features:`)
 
 
 class NotAllocatable(NamedTuple):
@@ -257,11 +259,14 @@ class _Search:
         claims: Sequence[PendingClaim],
         matcher: DeviceMatcher,
         budget: int,
+        features: Features = DEFAULT_FEATURES,
     ) -> None:
         self.question = question
         self.claims = claims
         self.matcher = matcher
         self.budget = budget
+        self.features = features
+        self.fractional = features.fractional_capacity_range
         self.allocated = question.allocated
         self.shared = question.shared
         # Shares this search is adding (devices that allow multiple allocations are never in `taking`): how many
@@ -412,7 +417,7 @@ class _Search:
             return True  # the commonest case: nothing asked, nothing shared, the default consumption is valid
         try:
             held = self._held_capacity(device.key, in_search=False)
-            return request_fits(requests, device.consumable, held) is not None
+            return request_fits(requests, device.consumable, held, self.fractional) is not None
         except CapacityError as error:
             return _CapacityFailure("/".join(device.key), str(error))
 
@@ -461,7 +466,9 @@ class _Search:
                 # Static capacity only (upstream validateDeviceRequest): a device that could never serve the
                 # request is not part of "all"; one whose capacity others use up stays, so All then fails.
                 try:
-                    fits = request_fits(alternative.capacity_requests, device.consumable, {}) is not None
+                    fits = (
+                        request_fits(alternative.capacity_requests, device.consumable, {}, self.fractional) is not None
+                    )
                 except CapacityError as error:
                     return self._fail(
                         CATEGORY_CAPACITY,
@@ -627,6 +634,8 @@ class _Search:
         sub = alternative.sub
         if not _tolerated(device, sub):
             return None
+        if device.consumes_counters and not self.features.partitionable_devices:
+            return None  # upstream allocateDevice: counters need DRAPartitionableDevices
         chosen = self.chosen[claim_index]  # below the limit: _pick and _take_all checked before
         claim = self.claims[claim_index]
         undo_steps = []
@@ -661,7 +670,10 @@ class _Search:
             # What is left now, next to allocated shares and the shares this search adds (allocateDevice).
             try:
                 consumed = request_fits(
-                    alternative.capacity_requests, device.consumable, self._held_capacity(device.key, in_search=True)
+                    alternative.capacity_requests,
+                    device.consumable,
+                    self._held_capacity(device.key, in_search=True),
+                    self.fractional,
                 )
             except CapacityError as error:  # the scan already checked the request; kept for safety
                 raise _FatalError(
@@ -970,7 +982,7 @@ class _Search:
             if self._selectable(alternative, device) is not True:
                 continue
             try:
-                if request_fits(alternative.capacity_requests, device.consumable, {}) is not None:
+                if request_fits(alternative.capacity_requests, device.consumable, {}, self.fractional) is not None:
                     count += 1
             except CapacityError:
                 pass
@@ -1063,14 +1075,17 @@ def allocate(
     matcher: DeviceMatcher,
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
+    features: Features = DEFAULT_FEATURES,
 ) -> AllocationOutcome:
-    """Allocate all of a pod's pending claims together on one node, or say why that cannot be done."""
+    """Allocate all of a pod's pending claims together on one node, or say why that cannot be done.
+
+    `features`: the gates (see decisions/features.py); the question's devices must already be the gated view."""
     node = question.node
     blocked = check_allocated_claims(node, allocated_claims)
     if not pending:
         return blocked or Allocation(node.name, ())
     # kube-scheduler runs the allocator even where an allocated claim cannot be used: its error still wins.
-    outcome = _search(question, pending, matcher, budget, errors_only=blocked is not None)
+    outcome = _search(question, pending, matcher, budget, errors_only=blocked is not None, features=features)
     if blocked is not None and not (isinstance(outcome, NotAllocatable) and outcome.fatal):
         return blocked
     assert outcome is not None
@@ -1084,11 +1099,12 @@ def _search(
     budget: int,
     *,
     errors_only: bool = False,
+    features: Features = DEFAULT_FEATURES,
 ) -> AllocationOutcome | None:
     """The search proper. `errors_only`: the caller only needs to know whether it would fail with an error,
     so a search that cannot end in one (no failing selector met, no All request under a constraint) is skipped
     and None returned."""
-    search = _Search(question, pending, matcher, budget)
+    search = _Search(question, pending, matcher, budget, features)
     failure = search.prepare()
     if failure is not None:
         return failure
@@ -1146,6 +1162,56 @@ class _SimpleRequest:
     device_class: DeviceClass
 
 
+def gate_failure(
+    pending: Sequence[PendingClaim], classes: Mapping[str, DeviceClass], features: Features
+) -> NotAllocatable | None:
+    """What fails the pod on every node before any device is looked at, because a gate is off (node left "").
+
+    As upstream, in its order: the plugin's PreFilter (dynamicresources.go) walks the requests and refuses a
+    firstAvailable request while DRAPrioritizedList is off (unschedulable; a missing DeviceClass met first wins,
+    reported by the search); then the allocator (allocator_experimental.go Allocate, validateDeviceRequest)
+    errors on capacity requests while DRAConsumableCapacity is off and on adminAccess while DRAAdminAccess is.
+    """
+    if not features.prioritized_list:
+        for claim in pending:
+            for request in claim.spec.requests:
+                if request.exactly is not None:
+                    if request.exactly.device_class_name not in classes:
+                        return None
+                    continue
+                summary = (
+                    f"{claim.label} request {request.name}: has subrequests, but the DRAPrioritizedList feature "
+                    "is disabled"
+                )
+                return NotAllocatable("", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name)
+    for claim in pending:
+        for request in claim.spec.requests:
+            if features.consumable_capacity:
+                break
+            for sub in request.alternatives:
+                if sub.capacity_requests:
+                    name = request.name if request.exactly is not None else f"subrequest {sub.name}"
+                    where = f"request {name}" if request.exactly is not None else name
+                    summary = (
+                        f"{claim.label} {where}: has capacity requests, but the DRAConsumableCapacity feature is "
+                        "disabled"
+                    )
+                    return NotAllocatable(
+                        "", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name, fatal=True
+                    )
+        for request in claim.spec.requests:
+            if features.admin_access:
+                break
+            for sub in request.alternatives:
+                if sub.admin_access:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    summary = f"{claim.label} request {name}: admin access is requested, but the feature is disabled"
+                    return NotAllocatable(
+                        "", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name, fatal=True
+                    )
+    return None
+
+
 class PodAllocator:
     """One pod's claims, prepared once and asked about many nodes.
 
@@ -1164,12 +1230,17 @@ class PodAllocator:
         snapshot: ClusterSnapshot,
         *,
         budget: int = DEFAULT_SEARCH_BUDGET,
+        features: Features = DEFAULT_FEATURES,
     ) -> None:
         self.pending = tuple(pending)
         self.allocated_claims = tuple(allocated_claims)
         self.matcher = matcher
         self.snapshot = snapshot
         self.budget = budget
+        self.features = features
+        # The gates that change devices get a per-(NodeDevices, Features) view; with every gate on, none.
+        self._gated = matcher.caches.gated.table(features) if features.changes_devices else None
+        self.gate_failure = gate_failure(self.pending, classes, features)
         self.simple = self._simple_plan(classes)
         self.chosen_alternatives = [{request.name: 0 for request in claim.spec.requests} for claim in self.pending]
         # With only ExactCount requests, what a node takes per class is the same on every node that fits.
@@ -1206,19 +1277,34 @@ class PodAllocator:
         return tuple(plan)
 
     def on_node(self, question: NodeQuestion) -> AllocationOutcome:
+        if self.gate_failure is not None:
+            return self.gate_failure._replace(node=question.node.name)
+        if self._gated is not None:
+            question = question._replace(devices=self.gated(question.devices))
         if self.simple is not None:
             fast = self._first_free(question)
             if fast is not None:  # never an error: the shortcut gives up on failing selectors
                 if self.allocated_claims:
                     return check_allocated_claims(question.node, self.allocated_claims) or fast
                 return fast
-        return allocate(question, self.pending, self.allocated_claims, self.matcher, budget=self.budget)
+        return allocate(
+            question, self.pending, self.allocated_claims, self.matcher, budget=self.budget, features=self.features
+        )
+
+    def gated(self, devices: NodeDevices) -> NodeDevices:
+        """The node's devices under this allocator's gates, remembered per NodeDevices object (stable identities
+        for the selector and free-list memos)."""
+        assert self._gated is not None
+        found = self._gated.get(devices)
+        if found is None:
+            found = self.matcher.caches.gated.put(devices, gated_devices(devices, self.features), self.features)
+        return found
 
     def decide(
         self, node: Node, devices: NodeDevices, allocated: Mapping[DeviceKey, int], classes: Mapping[str, DeviceClass]
     ) -> AllocationOutcome:
         """on_node without building a NodeQuestion on the common path (it is built only when needed)."""
-        if self._single_claim_request and not self.allocated_claims:
+        if self._single_claim_request and not self.allocated_claims and self._gated is None and not self.gate_failure:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast

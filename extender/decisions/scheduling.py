@@ -18,6 +18,7 @@ from typing import NamedTuple
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.feasibility import device_feasibility, unknown_node
+from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_decision import (
@@ -52,6 +53,8 @@ class DecisionOptions:
     unmapped_classes: str = UNMAPPED_IGNORE
     search_budget: int = DEFAULT_SEARCH_BUDGET
     allow_strategy_annotation: bool = True
+    # The DRA feature gates (config `features:`), one value for the service's life; see decisions/features.py.
+    features: Features = DEFAULT_FEATURES
 
 
 class NodeVerdict(NamedTuple):
@@ -189,7 +192,7 @@ def decide_pod(
 
     pod_claims = resolve_pod_claims(snapshot, pod)
     outcomes: dict[str, AllocationOutcome] = device_feasibility(
-        snapshot, pod_claims, names, matcher, budget=options.search_budget, deadline=deadline
+        snapshot, pod_claims, names, matcher, budget=options.search_budget, deadline=deadline, features=options.features
     )
     allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
     quota = decide_quota(snapshot, pod, allocations, quota_context, ledger, unmapped=options.unmapped_classes)
