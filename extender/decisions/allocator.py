@@ -42,11 +42,14 @@ from extender.state.dra import (
     ResourceClaim,
 )
 from extender.state.inventory import NodeDevices, Pool, PoolKey, consumed_counters
+from extender.state.quantity import format_quantity
 from extender.state.store import ClusterSnapshot
 
 # Devices tried before the search gives up on one node. Upstream has no limit; a pathological claim (many
 # matchAttribute requests over many devices) must cost a reason, not the scheduler's httpTimeout.
 DEFAULT_SEARCH_BUDGET = 20_000
+# Devices a capacity shortfall names in its detail (which device, what is left, who holds it).
+MAX_CAPACITY_EXAMPLES = 3
 
 
 # --- inputs ---------------------------------------------------------------------------------------------------
@@ -177,6 +180,8 @@ AllocationOutcome = Allocation | NotAllocatable
 
 
 Undo = Callable[[], object]  # what it returns is ignored
+# Who holds a device (claims, with the pods they are reserved for), for reasons only.
+Holders = Callable[[DeviceKey], Sequence[str]]
 
 
 class _BudgetExhaustedError(Exception):
@@ -260,8 +265,10 @@ class _Search:
         matcher: DeviceMatcher,
         budget: int,
         features: Features = DEFAULT_FEATURES,
+        holders: Holders | None = None,
     ) -> None:
         self.question = question
+        self.holders = holders
         self.claims = claims
         self.matcher = matcher
         self.budget = budget
@@ -965,7 +972,8 @@ class _Search:
                     CATEGORY_TAKEN,
                     f"{claim.label} request {name}: not enough capacity left on the devices of {class_part}",
                     f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part}; {capable} could "
-                    f"serve it, {len(usable)} are free with enough capacity left",
+                    f"serve it, {len(usable)} are free with enough capacity left"
+                    + self._capacity_left(alternative, usable),
                     unresolvable=False,
                     claim=claim,
                     request=name,
@@ -974,6 +982,43 @@ class _Search:
                     free=len(usable),
                 )
         return count_shortfall(self.question.node.name, claim.label, name, sub, selectable, len(usable))
+
+    def _capacity_left(self, alternative: _Alternative, usable: Sequence[Device]) -> str:
+        """Which devices could serve the request but have too little left, how much each has left of what the
+        request asks (or of every capacity, for a request that asks for none) and who holds it (reasons only)."""
+        taken = {d.key for d in usable}
+        parts: list[str] = []
+        blocked = 0
+        for device in self.usable:
+            if (
+                device.key in taken
+                or device.key not in self.shared
+                or self._selectable(alternative, device) is not True
+            ):
+                continue
+            try:
+                if request_fits(alternative.capacity_requests, device.consumable, {}, self.fractional) is None:
+                    continue
+            except CapacityError:
+                continue
+            blocked += 1
+            if len(parts) == MAX_CAPACITY_EXAMPLES:
+                continue
+            held = self._held_capacity(device.key, in_search=False)
+            names = sorted(alternative.capacity_requests) or sorted(device.consumable)
+            left = ", ".join(
+                f"{n} {format_quantity(device.consumable[n].value - held.get(n, Fraction(0)))} of "
+                f"{format_quantity(device.consumable[n].value)} left"
+                for n in names
+                if n in device.consumable
+            )
+            holders = list(self.holders(device.key)) if self.holders is not None else []
+            held_by = f", held by {', '.join(holders)}" if holders else ""
+            parts.append(f"{'/'.join(device.key)}: {left or 'nothing left'}{held_by}")
+        if not parts:
+            return ""
+        more = f"; and {blocked - len(parts)} more" if blocked > len(parts) else ""
+        return "; " + "; ".join(parts) + more
 
     def _count_capable(self, alternative: _Alternative) -> int:
         """Devices the subrequest selects whose capacity could serve it if nobody shared them (reasons only)."""
@@ -1076,6 +1121,7 @@ def allocate(
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
     features: Features = DEFAULT_FEATURES,
+    holders: Holders | None = None,
 ) -> AllocationOutcome:
     """Allocate all of a pod's pending claims together on one node, or say why that cannot be done.
 
@@ -1085,7 +1131,9 @@ def allocate(
     if not pending:
         return blocked or Allocation(node.name, ())
     # kube-scheduler runs the allocator even where an allocated claim cannot be used: its error still wins.
-    outcome = _search(question, pending, matcher, budget, errors_only=blocked is not None, features=features)
+    outcome = _search(
+        question, pending, matcher, budget, errors_only=blocked is not None, features=features, holders=holders
+    )
     if blocked is not None and not (isinstance(outcome, NotAllocatable) and outcome.fatal):
         return blocked
     assert outcome is not None
@@ -1100,11 +1148,12 @@ def _search(
     *,
     errors_only: bool = False,
     features: Features = DEFAULT_FEATURES,
+    holders: Holders | None = None,
 ) -> AllocationOutcome | None:
     """The search proper. `errors_only`: the caller only needs to know whether it would fail with an error,
     so a search that cannot end in one (no failing selector met, no All request under a constraint) is skipped
     and None returned."""
-    search = _Search(question, pending, matcher, budget, features)
+    search = _Search(question, pending, matcher, budget, features, holders)
     failure = search.prepare()
     if failure is not None:
         return failure
@@ -1241,6 +1290,7 @@ class PodAllocator:
         # The gates that change devices get a per-(NodeDevices, Features) view; with every gate on, none.
         self._gated = matcher.caches.gated.table(features) if features.changes_devices else None
         self.gate_failure = gate_failure(self.pending, classes, features)
+        self._holders: dict[DeviceKey, list[str]] | None = None
         self.simple = self._simple_plan(classes)
         self.chosen_alternatives = [{request.name: 0 for request in claim.spec.requests} for claim in self.pending]
         # With only ExactCount requests, what a node takes per class is the same on every node that fits.
@@ -1288,8 +1338,29 @@ class PodAllocator:
                     return check_allocated_claims(question.node, self.allocated_claims) or fast
                 return fast
         return allocate(
-            question, self.pending, self.allocated_claims, self.matcher, budget=self.budget, features=self.features
+            question,
+            self.pending,
+            self.allocated_claims,
+            self.matcher,
+            budget=self.budget,
+            features=self.features,
+            holders=self.holders,
         )
+
+    def holders(self, key: DeviceKey) -> Sequence[str]:
+        """The claims holding a device and the pods they are reserved for: one pass over the snapshot's claims,
+        made the first time a reason needs it (a capacity shortfall) and kept for this pod's nodes only."""
+        if self._holders is None:
+            index: dict[DeviceKey, list[str]] = {}
+            for claim in self.snapshot.claims.values():
+                if claim.allocation is None:
+                    continue
+                pods = [f"{claim.namespace}/{c.name}" for c in claim.reserved_for if c.resource == "pods"]
+                label = f"claim {claim.key}" + (f" (pod {', '.join(pods)})" if pods else "")
+                for result in claim.allocation.results:
+                    index.setdefault(result.key, []).append(label)
+            self._holders = index
+        return self._holders.get(key, ())
 
     def gated(self, devices: NodeDevices) -> NodeDevices:
         """The node's devices under this allocator's gates, remembered per NodeDevices object (stable identities
