@@ -171,6 +171,11 @@ def test_every_option_is_documented():
         ({"features": {"DRADeviceTaints": "off"}}, "features.DRADeviceTaints: must be true or false"),
         ({"features": {"DRAListTypeAttributes": True}}, "features: DRAListTypeAttributes is alpha and not implemented"),
         ({"features": []}, "features: must be a mapping"),
+        ({"features": {"DRAAdminAccess": False}}, "features: DRAAdminAccess is GA and locked to true"),
+        (
+            {"features": {"DRAConsumableCapacity": False}},
+            "features: DRAFractionalCapacityRange needs DRAConsumableCapacity",
+        ),
     ],
 )
 def test_invalid_options_are_refused_with_their_path(raw, message):

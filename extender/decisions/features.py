@@ -51,6 +51,13 @@ UNIMPLEMENTED_ALPHA_GATES: tuple[str, ...] = (
     "DRAWorkloadResourceClaims",
 )
 
+# GA gates locked to their default (on) in 1.37: kube-scheduler refuses to start with one turned off.
+LOCKED_GATES: tuple[str, ...] = ("DRAAdminAccess", "DRAExtendedResource")
+
+# Gate -> the gate it needs (kube_features.go defaultKubernetesFeatureGateDependencies): kube-scheduler refuses to
+# start with a gate on whose dependency is off.
+GATE_DEPENDENCIES: Mapping[str, str] = {"DRAFractionalCapacityRange": "DRAConsumableCapacity"}
+
 # Upstream's allocator table names the binding-conditions gate pair this way (allocatortesting).
 TABLE_ALIASES: Mapping[str, str] = {
     "DRADeviceBindingConditions+DRAResourceClaimDeviceStatus": "DRADeviceBindingConditions",

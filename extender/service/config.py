@@ -18,7 +18,13 @@ from typing import Any, TypeVar
 
 import yaml
 
-from extender.decisions.features import DEFAULT_FEATURES, UNIMPLEMENTED_ALPHA_GATES, Features
+from extender.decisions.features import (
+    DEFAULT_FEATURES,
+    GATE_DEPENDENCIES,
+    LOCKED_GATES,
+    UNIMPLEMENTED_ALPHA_GATES,
+    Features,
+)
 from extender.decisions.quota_context import KueueConfigRef
 from extender.decisions.quota_decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.scheduling import DecisionOptions
@@ -194,6 +200,15 @@ def _check_features(section: FeaturesSection) -> None:
             f"features: {', '.join(enabled)} is alpha and not implemented by this extender; leave it false "
             "(a kube-scheduler with it on may decide differently than the extender)"
         )
+    locked = [gate for gate in LOCKED_GATES if not getattr(section, keys[gate])]
+    if locked:
+        raise ConfigError(
+            f"features: {', '.join(locked)} is GA and locked to true in Kubernetes 1.37 (kube-scheduler refuses "
+            "to start with it off)"
+        )
+    for gate, needs in GATE_DEPENDENCIES.items():
+        if getattr(section, keys[gate]) and not getattr(section, keys[needs]):
+            raise ConfigError(f"features: {gate} needs {needs}; turn both off (as kube-scheduler requires)")
 
 
 @dataclass(frozen=True, slots=True)
