@@ -261,6 +261,11 @@ def test_filter_over_http_answers_capacity_verdicts_per_node_and_never_fails():
 
     fits = filter_("share-20")
     assert fits["NodeNames"] == ["roomy"] and "capacity left" in fits["FailedNodes"]["full"]
+    # explain (the same JSON /diagnostics shows) names the used-up device, what is left and its holder
+    pod = b.pod("p-share-20", "team-a", templates={"gpu": "share-20"})
+    report = client.post("/diagnostics/explain", data=orjson.dumps(pod), content_type="application/json").get_json()
+    full = next(node for node in report["nodes"] if node["node"] == "full")
+    assert "gpu.example.com/full/gpu-0: memory 10Gi of 80Gi left, held by claim other/first" in full["detail"], full
     outside = filter_("share-50")
     assert outside["NodeNames"] == []
     assert set(outside["FailedAndUnresolvableNodes"]) == {"roomy", "full"}
