@@ -129,3 +129,25 @@ def test_partitionable_devices_off_refuses_counter_consumers_and_counter_slices(
     assert _devices(decide(store, _pod(requests))["n1"]) == ["gpu-0"]
     off = replace(DEFAULT_FEATURES, partitionable_devices=False)
     assert _devices(decide(store, _pod(requests), features=off)["n1"]) == ["gpu-1"]
+
+
+def test_partitionable_devices_off_reason_says_the_gate_refuses_counter_consumers():
+    consumer = b.gpu_device(0, node_name="n1", consumes=[{"counterSet": "set", "counters": {"mem": {"value": "4"}}}])
+    requests = [b.exact_request()]
+    store = cluster(
+        b.node("n1"),
+        b.gpu_slice("n1", devices=[consumer], slice_count=2, name="a"),
+        b.gpu_slice(
+            "n1",
+            devices=[],
+            slice_count=2,
+            name="b",
+            shared_counters=[{"name": "set", "counters": {"mem": {"value": "8"}}}],
+        ),
+        b.device_class(),
+        *template_pod(requests),
+    )
+    outcome = decide(store, _pod(requests), features=replace(DEFAULT_FEATURES, partitionable_devices=False))["n1"]
+    assert isinstance(outcome, NotAllocatable), outcome
+    assert outcome.category == CATEGORY_FEATURE_GATE and outcome.unresolvable and outcome.free == 0, outcome
+    assert "need the DRAPartitionableDevices feature (disabled)" in outcome.summary, outcome

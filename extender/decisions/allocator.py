@@ -893,7 +893,7 @@ class _Search:
                     unresolvable=False,
                     claim=claim,
                 )
-        if any(device.consumes_counters for device in self.usable):
+        if self.features.partitionable_devices and any(device.consumes_counters for device in self.usable):
             return self._fail(
                 CATEGORY_TAKEN,
                 "shared counters of the partitionable devices are exhausted",
@@ -913,8 +913,26 @@ class _Search:
         sub = alternative.sub
         selectable = self._count_selectable(alternative)
         usable = [d for d in alternative.selectable_candidates() if _tolerated(d, sub)]
+        gated_out = 0
+        if not self.features.partitionable_devices:
+            allowed = [d for d in usable if not d.consumes_counters]  # never allocatable with the gate off
+            gated_out, usable = len(usable) - len(allowed), allowed
         class_part = f"class {sub.device_class_name}" + (" with its selectors" if sub.selectors else "")
         name = alternative.request_name
+        if gated_out and alternative.all_devices is None and len(usable) < sub.count:
+            return self._fail(
+                CATEGORY_FEATURE_GATE,
+                f"{claim.label} request {name}: the devices of {class_part} consume shared counters, which need "
+                "the DRAPartitionableDevices feature (disabled)",
+                f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part}; {gated_out} match but "
+                f"consume shared counters (DRAPartitionableDevices is off), {len(usable)} others are free",
+                unresolvable=True,
+                claim=claim,
+                request=name,
+                needed=sub.count,
+                matching=selectable,
+                free=len(usable),
+            )
         if alternative.all_devices is not None:
             in_use = [
                 d
