@@ -9,7 +9,8 @@ decision reads it from there. Defaults are Kubernetes 1.37's (pkg/features/kube_
 
 What each gate turned off does, as upstream:
 - DRAPrioritizedList: a request with firstAvailable fails the pod (the plugin's PreFilter, unschedulable).
-- DRAAdminAccess: a request with adminAccess is an allocator error.
+- DRAAdminAccess: a request with adminAccess is an allocator error. (GA and locked on in 1.37: the config
+  refuses turning it off, as kube-scheduler does; the value itself supports it, for upstream's table.)
 - DRAConsumableCapacity: a request with capacity requests is an allocator error; allowMultipleAllocations is
   ignored (every device is exclusive) and no capacity is checked or consumed.
 - DRADeviceTaints: taints are ignored.
@@ -17,7 +18,10 @@ What each gate turned off does, as upstream:
   with bindingConditions is not selectable.
 - DRAPartitionableDevices: slices with perDeviceNodeSelection or sharedCounters contribute no devices, and a
   device that consumes counters cannot be allocated.
-- DRAFractionalCapacityRange: ours rounds capacity requests the same way either way (see below).
+- DRAFractionalCapacityRange: capacity ranges with fractional min/max/step are checked and rounded in whole
+  units instead of milli-units (consumable_capacity.go useMilli). A device's precomputed `default_request_fits`
+  (whether a request without capacity requests may take it) is computed with the gate on and not recomputed
+  with it off: a known gap, only for fractional validRanges.
 - DRAExtendedResource: does not change the structured allocator (it is the plugin's extended-resource path);
   accepted so that a kube-scheduler configuration can be mirrored name for name.
 """
