@@ -261,7 +261,30 @@ def test_filter_over_http_answers_capacity_verdicts_per_node_and_never_fails():
 
     fits = filter_("share-20")
     assert fits["NodeNames"] == ["roomy"] and "capacity left" in fits["FailedNodes"]["full"]
+    # explain (the same JSON /diagnostics shows) names the used-up device, what is left and its holder
+    pod = b.pod("p-share-20", "team-a", templates={"gpu": "share-20"})
+    report = client.post("/diagnostics/explain", data=orjson.dumps(pod), content_type="application/json").get_json()
+    full = next(node for node in report["nodes"] if node["node"] == "full")
+    assert "gpu.example.com/full/gpu-0: memory 10Gi of 80Gi left, held by claim other/first" in full["detail"], full
     outside = filter_("share-50")
     assert outside["NodeNames"] == []
     assert set(outside["FailedAndUnresolvableNodes"]) == {"roomy", "full"}
     assert "can serve its capacity request" in outside["FailedAndUnresolvableNodes"]["roomy"]
+
+
+def test_a_capacity_shortfall_names_the_device_what_is_left_and_who_holds_it():
+    """Issue 12 item 7: the node's detail (shown by /diagnostics and explain) says which device is used up, how
+    much of what the request asks is left, and which claims (and pods) hold it; the reason kube-scheduler
+    aggregates stays the same text on every node."""
+    held = holder("first", "gpu-0", share="aaaa", memory="70Gi")
+    held["status"]["reservedFor"] = [{"resource": "pods", "name": "trainer", "uid": "u-trainer"}]
+    other = holder("second", "gpu-1", share="bbbb", memory="75Gi")
+    too_much = outcome_for([shared_gpu("gpu-0"), shared_gpu("gpu-1")], [memory_request("gpu", "20Gi")], held, other)
+    assert isinstance(too_much, NotAllocatable) and too_much.category == CATEGORY_TAKEN, too_much
+    assert too_much.summary.endswith("not enough capacity left on the devices of class gpu.example.com")
+    assert "2 could serve it, 0 are free with enough capacity left" in too_much.detail
+    assert (
+        "example.com/n1/gpu-0: memory 10Gi of 80Gi left, held by claim other/first (pod other/trainer)"
+        in too_much.detail
+    ), too_much.detail
+    assert "example.com/n1/gpu-1: memory 5Gi of 80Gi left, held by claim other/second" in too_much.detail

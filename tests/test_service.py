@@ -14,6 +14,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from extender.decisions.features import DEFAULT_FEATURES
 from extender.service import ConfigError, ExtenderConfig, parse_config
 from extender.service.config import parse_section
 from extender.state.indexes.memo import BoundedMemo
@@ -166,6 +167,15 @@ def test_every_option_is_documented():
         ({"reservations": []}, "reservations: must be a mapping"),
         ({"nope": 1}, "unknown top-level option(s) nope"),
         ({"logging": {"level": "loud"}}, "logging.level: must be DEBUG, INFO, WARNING or ERROR"),
+        ({"features": {"DRAPrioritisedList": False}}, "features: unknown feature gate(s) DRAPrioritisedList"),
+        ({"features": {"DRADeviceTaints": "off"}}, "features.DRADeviceTaints: must be true or false"),
+        ({"features": {"DRAListTypeAttributes": True}}, "features: DRAListTypeAttributes is alpha and not implemented"),
+        ({"features": []}, "features: must be a mapping"),
+        ({"features": {"DRAAdminAccess": False}}, "features: DRAAdminAccess is GA and locked to true"),
+        (
+            {"features": {"DRAConsumableCapacity": False}},
+            "features: DRAFractionalCapacityRange needs DRAConsumableCapacity",
+        ),
     ],
 )
 def test_invalid_options_are_refused_with_their_path(raw, message):
@@ -356,3 +366,46 @@ def test_pods_kueue_labelled_with_their_local_queue_are_governed():
     second["metadata"]["labels"] = {"kueue.x-k8s.io/local-queue-name": "q"}
     refused = service.filter(parse_pod(second), ["on-demand-0", "on-demand-1"])
     assert not refused.passed and "quota" in refused.verdicts["on-demand-0"].reason
+
+
+def test_feature_gates_default_to_kubernetes_1_37_and_reach_the_allocator_options():
+    """Defaults: pkg/features/kube_features.go at v1.37.2 (every implemented DRA gate on); a gate set in the
+    file reaches DecisionOptions.features, the value the allocator reads."""
+    assert ExtenderConfig().decisions.features == DEFAULT_FEATURES
+    assert all(DEFAULT_FEATURES.gates().values())
+    config = parse_config({"features": {"DRAPrioritizedList": False, "DRADeviceTaints": False}})
+    gates = config.decisions.features.gates()
+    assert not gates["DRAPrioritizedList"] and not gates["DRADeviceTaints"]
+    assert sum(gates.values()) == len(gates) - 2
+
+
+def _tainted_cluster() -> list[dict]:
+    taint = [{"key": "broken", "value": "yes", "effect": "NoSchedule"}]
+    devices = [b.gpu_device(i, node_name="n1", taints=taint) for i in range(2)]
+    return [
+        b.node("n1"),
+        b.gpu_slice("n1", devices=devices),
+        b.device_class(),
+        b.namespace("team-a"),
+        b.claim("c1", "team-a", [b.exact_request()]),
+        b.pod("p1", "team-a", claims={"gpu": "c1"}),
+    ]
+
+
+def test_feature_gates_are_logged_at_start_and_honoured_by_filter(caplog):
+    """A tainted device refuses the pod with DRADeviceTaints on (1.37) and is used with it off, as upstream's
+    allocator with the gate off (allocateDevice skips the taint check); the gates are logged at start."""
+    from extender.state.core import parse_pod
+
+    objects = _tainted_cluster()
+    pod = parse_pod(objects[-1])
+    with caplog.at_level("INFO", logger="extender"):
+        on = engine_for(objects)
+    assert "DRADeviceTaints=true" in caplog.text and "DRAPrioritizedList=true" in caplog.text
+    assert on.filter(pod, ["n1"]).passed == []
+    caplog.clear()
+    with caplog.at_level("INFO", logger="extender"):
+        off = engine_for(objects, parse_config({"features": {"DRADeviceTaints": False}}))
+    assert "DRADeviceTaints=false" in caplog.text
+    decision = off.filter(pod, ["n1"])
+    assert decision.passed == ["n1"]

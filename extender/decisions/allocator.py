@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from extender.decisions.caches import FreeSelectable
+from extender.decisions.features import DEFAULT_FEATURES, Features, gated_devices
 from extender.decisions.free_devices import FreeView, free_selectable
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
 from extender.state.capacity import CapacityError, SharedUse, request_fits
@@ -41,11 +42,14 @@ from extender.state.dra import (
     ResourceClaim,
 )
 from extender.state.inventory import NodeDevices, Pool, PoolKey, consumed_counters
+from extender.state.quantity import format_quantity
 from extender.state.store import ClusterSnapshot
 
 # Devices tried before the search gives up on one node. Upstream has no limit; a pathological claim (many
 # matchAttribute requests over many devices) must cost a reason, not the scheduler's httpTimeout.
 DEFAULT_SEARCH_BUDGET = 20_000
+# Devices a capacity shortfall names in its detail (which device, what is left, who holds it).
+MAX_CAPACITY_EXAMPLES = 3
 
 
 # --- inputs ---------------------------------------------------------------------------------------------------
@@ -150,6 +154,7 @@ CATEGORY_BUDGET = "search-budget"
 CATEGORY_TOO_MANY = "too-many-devices"
 CATEGORY_CLAIM_SPEC = "unsupported-claim"  # a field value this client does not know (a newer API's)
 CATEGORY_CAPACITY = "capacity-request"  # a capacity request upstream refuses outright (not representable...)
+CATEGORY_FEATURE_GATE = "feature-gate"  # the claim uses a field whose feature gate is off (config `features:`)
 
 
 class NotAllocatable(NamedTuple):
@@ -175,6 +180,8 @@ AllocationOutcome = Allocation | NotAllocatable
 
 
 Undo = Callable[[], object]  # what it returns is ignored
+# Who holds a device (claims, with the pods they are reserved for), for reasons only.
+Holders = Callable[[DeviceKey], Sequence[str]]
 
 
 class _BudgetExhaustedError(Exception):
@@ -257,11 +264,16 @@ class _Search:
         claims: Sequence[PendingClaim],
         matcher: DeviceMatcher,
         budget: int,
+        features: Features = DEFAULT_FEATURES,
+        holders: Holders | None = None,
     ) -> None:
         self.question = question
+        self.holders = holders
         self.claims = claims
         self.matcher = matcher
         self.budget = budget
+        self.features = features
+        self.fractional = features.fractional_capacity_range
         self.allocated = question.allocated
         self.shared = question.shared
         # Shares this search is adding (devices that allow multiple allocations are never in `taking`): how many
@@ -412,7 +424,7 @@ class _Search:
             return True  # the commonest case: nothing asked, nothing shared, the default consumption is valid
         try:
             held = self._held_capacity(device.key, in_search=False)
-            return request_fits(requests, device.consumable, held) is not None
+            return request_fits(requests, device.consumable, held, self.fractional) is not None
         except CapacityError as error:
             return _CapacityFailure("/".join(device.key), str(error))
 
@@ -461,7 +473,9 @@ class _Search:
                 # Static capacity only (upstream validateDeviceRequest): a device that could never serve the
                 # request is not part of "all"; one whose capacity others use up stays, so All then fails.
                 try:
-                    fits = request_fits(alternative.capacity_requests, device.consumable, {}) is not None
+                    fits = (
+                        request_fits(alternative.capacity_requests, device.consumable, {}, self.fractional) is not None
+                    )
                 except CapacityError as error:
                     return self._fail(
                         CATEGORY_CAPACITY,
@@ -627,6 +641,8 @@ class _Search:
         sub = alternative.sub
         if not _tolerated(device, sub):
             return None
+        if device.consumes_counters and not self.features.partitionable_devices:
+            return None  # upstream allocateDevice: counters need DRAPartitionableDevices
         chosen = self.chosen[claim_index]  # below the limit: _pick and _take_all checked before
         claim = self.claims[claim_index]
         undo_steps = []
@@ -661,7 +677,10 @@ class _Search:
             # What is left now, next to allocated shares and the shares this search adds (allocateDevice).
             try:
                 consumed = request_fits(
-                    alternative.capacity_requests, device.consumable, self._held_capacity(device.key, in_search=True)
+                    alternative.capacity_requests,
+                    device.consumable,
+                    self._held_capacity(device.key, in_search=True),
+                    self.fractional,
                 )
             except CapacityError as error:  # the scan already checked the request; kept for safety
                 raise _FatalError(
@@ -874,7 +893,7 @@ class _Search:
                     unresolvable=False,
                     claim=claim,
                 )
-        if any(device.consumes_counters for device in self.usable):
+        if self.features.partitionable_devices and any(device.consumes_counters for device in self.usable):
             return self._fail(
                 CATEGORY_TAKEN,
                 "shared counters of the partitionable devices are exhausted",
@@ -926,8 +945,26 @@ class _Search:
         sub = alternative.sub
         selectable = self._count_selectable(alternative)
         usable = [d for d in alternative.selectable_candidates() if _tolerated(d, sub)]
+        gated_out = 0
+        if not self.features.partitionable_devices:
+            allowed = [d for d in usable if not d.consumes_counters]  # never allocatable with the gate off
+            gated_out, usable = len(usable) - len(allowed), allowed
         class_part = f"class {sub.device_class_name}" + (" with its selectors" if sub.selectors else "")
         name = alternative.request_name
+        if gated_out and alternative.all_devices is None and len(usable) < sub.count:
+            return self._fail(
+                CATEGORY_FEATURE_GATE,
+                f"{claim.label} request {name}: the devices of {class_part} consume shared counters, which need "
+                "the DRAPartitionableDevices feature (disabled)",
+                f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part}; {gated_out} match but "
+                f"consume shared counters (DRAPartitionableDevices is off), {len(usable)} others are free",
+                unresolvable=True,
+                claim=claim,
+                request=name,
+                needed=sub.count,
+                matching=selectable,
+                free=len(usable),
+            )
         if alternative.all_devices is not None:
             in_use = [
                 d
@@ -985,7 +1022,8 @@ class _Search:
                     CATEGORY_TAKEN,
                     f"{claim.label} request {name}: not enough capacity left on the devices of {class_part}",
                     f"{claim.label} request {name}: needs {sub.count} device(s) of {class_part}; {capable} could "
-                    f"serve it, {len(usable)} are free with enough capacity left",
+                    f"serve it, {len(usable)} are free with enough capacity left"
+                    + self._capacity_left(alternative, usable),
                     unresolvable=False,
                     claim=claim,
                     request=name,
@@ -995,6 +1033,43 @@ class _Search:
                 )
         return count_shortfall(self.question.node.name, claim.label, name, sub, selectable, len(usable))
 
+    def _capacity_left(self, alternative: _Alternative, usable: Sequence[Device]) -> str:
+        """Which devices could serve the request but have too little left, how much each has left of what the
+        request asks (or of every capacity, for a request that asks for none) and who holds it (reasons only)."""
+        taken = {d.key for d in usable}
+        parts: list[str] = []
+        blocked = 0
+        for device in self.usable:
+            if (
+                device.key in taken
+                or device.key not in self.shared
+                or self._selectable(alternative, device) is not True
+            ):
+                continue
+            try:
+                if request_fits(alternative.capacity_requests, device.consumable, {}, self.fractional) is None:
+                    continue
+            except CapacityError:
+                continue
+            blocked += 1
+            if len(parts) == MAX_CAPACITY_EXAMPLES:
+                continue
+            held = self._held_capacity(device.key, in_search=False)
+            names = sorted(alternative.capacity_requests) or sorted(device.consumable)
+            left = ", ".join(
+                f"{n} {format_quantity(device.consumable[n].value - held.get(n, Fraction(0)))} of "
+                f"{format_quantity(device.consumable[n].value)} left"
+                for n in names
+                if n in device.consumable
+            )
+            holders = list(self.holders(device.key)) if self.holders is not None else []
+            held_by = f", held by {', '.join(holders)}" if holders else ""
+            parts.append(f"{'/'.join(device.key)}: {left or 'nothing left'}{held_by}")
+        if not parts:
+            return ""
+        more = f"; and {blocked - len(parts)} more" if blocked > len(parts) else ""
+        return "; " + "; ".join(parts) + more
+
     def _count_capable(self, alternative: _Alternative) -> int:
         """Devices the subrequest selects whose capacity could serve it if nobody shared them (reasons only)."""
         count = 0
@@ -1002,7 +1077,7 @@ class _Search:
             if self._selectable(alternative, device) is not True:
                 continue
             try:
-                if request_fits(alternative.capacity_requests, device.consumable, {}) is not None:
+                if request_fits(alternative.capacity_requests, device.consumable, {}, self.fractional) is not None:
                     count += 1
             except CapacityError:
                 pass
@@ -1095,14 +1170,20 @@ def allocate(
     matcher: DeviceMatcher,
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
+    features: Features = DEFAULT_FEATURES,
+    holders: Holders | None = None,
 ) -> AllocationOutcome:
-    """Allocate all of a pod's pending claims together on one node, or say why that cannot be done."""
+    """Allocate all of a pod's pending claims together on one node, or say why that cannot be done.
+
+    `features`: the gates (see decisions/features.py); the question's devices must already be the gated view."""
     node = question.node
     blocked = check_allocated_claims(node, allocated_claims)
     if not pending:
         return blocked or Allocation(node.name, ())
     # kube-scheduler runs the allocator even where an allocated claim cannot be used: its error still wins.
-    outcome = _search(question, pending, matcher, budget, errors_only=blocked is not None)
+    outcome = _search(
+        question, pending, matcher, budget, errors_only=blocked is not None, features=features, holders=holders
+    )
     if blocked is not None and not (isinstance(outcome, NotAllocatable) and outcome.fatal):
         return blocked
     assert outcome is not None
@@ -1116,11 +1197,13 @@ def _search(
     budget: int,
     *,
     errors_only: bool = False,
+    features: Features = DEFAULT_FEATURES,
+    holders: Holders | None = None,
 ) -> AllocationOutcome | None:
     """The search proper. `errors_only`: the caller only needs to know whether it would fail with an error,
     so a search that cannot end in one (no failing selector met, no All request under a constraint) is skipped
     and None returned."""
-    search = _Search(question, pending, matcher, budget)
+    search = _Search(question, pending, matcher, budget, features, holders)
     failure = search.prepare()
     if failure is not None:
         return failure
@@ -1178,6 +1261,56 @@ class _SimpleRequest:
     device_class: DeviceClass
 
 
+def gate_failure(
+    pending: Sequence[PendingClaim], classes: Mapping[str, DeviceClass], features: Features
+) -> NotAllocatable | None:
+    """What fails the pod on every node before any device is looked at, because a gate is off (node left "").
+
+    As upstream, in its order: the plugin's PreFilter (dynamicresources.go) walks the requests and refuses a
+    firstAvailable request while DRAPrioritizedList is off (unschedulable; a missing DeviceClass met first wins,
+    reported by the search); then the allocator (allocator_experimental.go Allocate, validateDeviceRequest)
+    errors on capacity requests while DRAConsumableCapacity is off and on adminAccess while DRAAdminAccess is.
+    """
+    if not features.prioritized_list:
+        for claim in pending:
+            for request in claim.spec.requests:
+                if request.exactly is not None:
+                    if request.exactly.device_class_name not in classes:
+                        return None
+                    continue
+                summary = (
+                    f"{claim.label} request {request.name}: has subrequests, but the DRAPrioritizedList feature "
+                    "is disabled"
+                )
+                return NotAllocatable("", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name)
+    for claim in pending:
+        for request in claim.spec.requests:
+            if features.consumable_capacity:
+                break
+            for sub in request.alternatives:
+                if sub.capacity_requests:
+                    name = request.name if request.exactly is not None else f"subrequest {sub.name}"
+                    where = f"request {name}" if request.exactly is not None else name
+                    summary = (
+                        f"{claim.label} {where}: has capacity requests, but the DRAConsumableCapacity feature is "
+                        "disabled"
+                    )
+                    return NotAllocatable(
+                        "", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name, fatal=True
+                    )
+        for request in claim.spec.requests:
+            if features.admin_access:
+                break
+            for sub in request.alternatives:
+                if sub.admin_access:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    summary = f"{claim.label} request {name}: admin access is requested, but the feature is disabled"
+                    return NotAllocatable(
+                        "", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name, fatal=True
+                    )
+    return None
+
+
 class PodAllocator:
     """One pod's claims, prepared once and asked about many nodes.
 
@@ -1196,12 +1329,18 @@ class PodAllocator:
         snapshot: ClusterSnapshot,
         *,
         budget: int = DEFAULT_SEARCH_BUDGET,
+        features: Features = DEFAULT_FEATURES,
     ) -> None:
         self.pending = tuple(pending)
         self.allocated_claims = tuple(allocated_claims)
         self.matcher = matcher
         self.snapshot = snapshot
         self.budget = budget
+        self.features = features
+        # The gates that change devices get a per-(NodeDevices, Features) view; with every gate on, none.
+        self._gated = matcher.caches.gated.table(features) if features.changes_devices else None
+        self.gate_failure = gate_failure(self.pending, classes, features)
+        self._holders: dict[DeviceKey, list[str]] | None = None
         self.simple = self._simple_plan(classes)
         self.chosen_alternatives = [{request.name: 0 for request in claim.spec.requests} for claim in self.pending]
         # With only ExactCount requests, what a node takes per class is the same on every node that fits.
@@ -1238,19 +1377,55 @@ class PodAllocator:
         return tuple(plan)
 
     def on_node(self, question: NodeQuestion) -> AllocationOutcome:
+        if self.gate_failure is not None:
+            return self.gate_failure._replace(node=question.node.name)
+        if self._gated is not None:
+            question = question._replace(devices=self.gated(question.devices))
         if self.simple is not None:
             fast = self._first_free(question)
             if fast is not None:  # never an error: the shortcut gives up on failing selectors
                 if self.allocated_claims:
                     return check_allocated_claims(question.node, self.allocated_claims) or fast
                 return fast
-        return allocate(question, self.pending, self.allocated_claims, self.matcher, budget=self.budget)
+        return allocate(
+            question,
+            self.pending,
+            self.allocated_claims,
+            self.matcher,
+            budget=self.budget,
+            features=self.features,
+            holders=self.holders,
+        )
+
+    def holders(self, key: DeviceKey) -> Sequence[str]:
+        """The claims holding a device and the pods they are reserved for: one pass over the snapshot's claims,
+        made the first time a reason needs it (a capacity shortfall) and kept for this pod's nodes only."""
+        if self._holders is None:
+            index: dict[DeviceKey, list[str]] = {}
+            for claim in self.snapshot.claims.values():
+                if claim.allocation is None:
+                    continue
+                pods = [f"{claim.namespace}/{c.name}" for c in claim.reserved_for if c.resource == "pods"]
+                label = f"claim {claim.key}" + (f" (pod {', '.join(pods)})" if pods else "")
+                for result in claim.allocation.results:
+                    index.setdefault(result.key, []).append(label)
+            self._holders = index
+        return self._holders.get(key, ())
+
+    def gated(self, devices: NodeDevices) -> NodeDevices:
+        """The node's devices under this allocator's gates, remembered per NodeDevices object (stable identities
+        for the selector and free-list memos)."""
+        assert self._gated is not None
+        found = self._gated.get(devices)
+        if found is None:
+            found = self.matcher.caches.gated.put(devices, gated_devices(devices, self.features), self.features)
+        return found
 
     def decide(
         self, node: Node, devices: NodeDevices, allocated: Mapping[DeviceKey, int], classes: Mapping[str, DeviceClass]
     ) -> AllocationOutcome:
         """on_node without building a NodeQuestion on the common path (it is built only when needed)."""
-        if self._single_claim_request and not self.allocated_claims:
+        if self._single_claim_request and not self.allocated_claims and self._gated is None and not self.gate_failure:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast

@@ -13,6 +13,12 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | free | class signature / NodeDevices | as above, and entries carry the node's allocation versions |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
 | node_scores | strategy / (devices taken, allocation versions) | slice or claim event on the node |
+| gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
+
+The gates (decisions/features.py) are one value for the service's life; the memos whose answers depend on
+them are keyed by objects of the gated view (`gated` hands out one NodeDevices, with its own Device objects,
+per original NodeDevices and Features), so a verdict or free list computed under one gate set is never read
+under another, even when tests run several gate sets through one DecisionCaches.
 
 Sizes were chosen against the 5000-node benchmark (bench/allocator_bench.py): verdicts for ~40k devices times a
 dozen expressions, selectable and free lists for every node times a few dozen pod shapes.
@@ -67,10 +73,19 @@ class DecisionCaches:
     driver_usage: DriverUsageIndex = field(default_factory=DriverUsageIndex)
     # (devices taken, device fit, firstAvailable) per strategy, keyed by the taken tuple's identity and the node's
     # allocation versions (see scheduling.score_nodes)
+    gated: BoundedMemo[NodeDevices, NodeDevices] = field(default_factory=lambda: BoundedMemo("gated", MAX_NODE_LISTS))
     node_scores: BoundedMemo[tuple[int, int, int], tuple[tuple[ChosenDevice, ...], float, float]] = field(
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
 
     def memos(self) -> tuple[BoundedMemo[Any, Any], ...]:
         """Every memo, for the metrics that show their sizes and clears."""
-        return (self.programs, self.verdicts, self.selectable, self.free, self.driver_usage.memo, self.node_scores)
+        return (
+            self.programs,
+            self.verdicts,
+            self.selectable,
+            self.free,
+            self.driver_usage.memo,
+            self.node_scores,
+            self.gated,
+        )

@@ -15,6 +15,7 @@ from extender.decisions.allocator import (
     NotAllocatable,
     PodAllocator,
 )
+from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import PodClaims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.store import ClusterSnapshot
@@ -44,9 +45,11 @@ def device_feasibility(
     *,
     budget: int = DEFAULT_SEARCH_BUDGET,
     deadline: float | None = None,
+    features: Features = DEFAULT_FEATURES,
 ) -> dict[str, AllocationOutcome]:
     """`deadline` (a time.perf_counter() instant): nodes not reached by then fail with a resolvable reason, so
-    the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle."""
+    the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle.
+    `features`: the DRA feature gates the allocator honours (decisions/features.py)."""
     outcomes: dict[str, AllocationOutcome] = {}
     if pod_claims.problems:
         summary = "; ".join(pod_claims.problems)
@@ -56,7 +59,9 @@ def device_feasibility(
     nodes = snapshot.nodes
     allocated = snapshot.allocated
     classes = snapshot.device_classes
-    allocator = PodAllocator(pod_claims.pending, pod_claims.allocated, classes, matcher, snapshot, budget=budget)
+    allocator = PodAllocator(
+        pod_claims.pending, pod_claims.allocated, classes, matcher, snapshot, budget=budget, features=features
+    )
     node_devices = snapshot.node_devices
     decide = allocator.decide
     for index, name in enumerate(node_names):

@@ -19,6 +19,7 @@ from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, Allo
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import resolve_extended
 from extender.decisions.feasibility import device_feasibility, unknown_node
+from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_decision import (
@@ -53,6 +54,8 @@ class DecisionOptions:
     unmapped_classes: str = UNMAPPED_IGNORE
     search_budget: int = DEFAULT_SEARCH_BUDGET
     allow_strategy_annotation: bool = True
+    # The DRA feature gates (config `features:`), one value for the service's life; see decisions/features.py.
+    features: Features = DEFAULT_FEATURES
 
 
 class NodeVerdict(NamedTuple):
@@ -196,7 +199,13 @@ def decide_pod(
     outcomes: dict[str, AllocationOutcome]
     if not extended.resources:
         outcomes = device_feasibility(
-            snapshot, pod_claims, names, matcher, budget=options.search_budget, deadline=deadline
+            snapshot,
+            pod_claims,
+            names,
+            matcher,
+            budget=options.search_budget,
+            deadline=deadline,
+            features=options.features,
         )
     else:
         # The scheduler's <extended-resources> claim differs per node: it asks only for what the node does not
@@ -216,7 +225,13 @@ def decide_pod(
             )
             outcomes.update(
                 device_feasibility(
-                    snapshot, claims_here, variant_nodes, matcher, budget=options.search_budget, deadline=deadline
+                    snapshot,
+                    claims_here,
+                    variant_nodes,
+                    matcher,
+                    budget=options.search_budget,
+                    deadline=deadline,
+                    features=options.features,
                 )
             )
     allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}

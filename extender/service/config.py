@@ -18,6 +18,13 @@ from typing import Any, TypeVar
 
 import yaml
 
+from extender.decisions.features import (
+    DEFAULT_FEATURES,
+    GATE_DEPENDENCIES,
+    LOCKED_GATES,
+    UNIMPLEMENTED_ALPHA_GATES,
+    Features,
+)
 from extender.decisions.quota_context import KueueConfigRef
 from extender.decisions.quota_decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.scheduling import DecisionOptions
@@ -160,6 +167,51 @@ class LoggingSection:
 
 
 @dataclass(frozen=True, slots=True)
+class FeaturesSection:
+    """kube-scheduler's DRA feature gates, spelled as upstream (pkg/features/kube_features.go, v1.37.2), with
+    its 1.37 defaults: set them as the cluster's kube-scheduler has them, so that our verdicts are its verdicts.
+    The alpha gates are off and must stay off: the allocator does not implement them (a start-up error)."""
+
+    admin_access: bool = option("DRAAdminAccess", DEFAULT_FEATURES.admin_access)
+    consumable_capacity: bool = option("DRAConsumableCapacity", DEFAULT_FEATURES.consumable_capacity)
+    device_binding_conditions: bool = option("DRADeviceBindingConditions", DEFAULT_FEATURES.device_binding_conditions)
+    device_taints: bool = option("DRADeviceTaints", DEFAULT_FEATURES.device_taints)
+    extended_resource: bool = option("DRAExtendedResource", DEFAULT_FEATURES.extended_resource)
+    fractional_capacity_range: bool = option("DRAFractionalCapacityRange", DEFAULT_FEATURES.fractional_capacity_range)
+    partitionable_devices: bool = option("DRAPartitionableDevices", DEFAULT_FEATURES.partitionable_devices)
+    prioritized_list: bool = option("DRAPrioritizedList", DEFAULT_FEATURES.prioritized_list)
+    # alpha, off in 1.37, not implemented
+    derived_attributes: bool = option("DRADerivedAttributes", False)
+    device_compatibility_groups: bool = option("DRADeviceCompatibilityGroups", False)
+    list_type_attributes: bool = option("DRAListTypeAttributes", False)
+    optional_node_operations: bool = option("DRAOptionalNodeOperations", False)
+    workload_resource_claims: bool = option("DRAWorkloadResourceClaims", False)
+
+    def value(self) -> Features:
+        """The gates the allocator honours, as one frozen value."""
+        return Features(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Features)})
+
+
+def _check_features(section: FeaturesSection) -> None:
+    keys = {f.metadata["key"]: f.name for f in dataclasses.fields(FeaturesSection)}
+    enabled = [gate for gate in UNIMPLEMENTED_ALPHA_GATES if getattr(section, keys[gate])]
+    if enabled:
+        raise ConfigError(
+            f"features: {', '.join(enabled)} is alpha and not implemented by this extender; leave it false "
+            "(a kube-scheduler with it on may decide differently than the extender)"
+        )
+    locked = [gate for gate in LOCKED_GATES if not getattr(section, keys[gate])]
+    if locked:
+        raise ConfigError(
+            f"features: {', '.join(locked)} is GA and locked to true in Kubernetes 1.37 (kube-scheduler refuses "
+            "to start with it off)"
+        )
+    for gate, needs in GATE_DEPENDENCIES.items():
+        if getattr(section, keys[gate]) and not getattr(section, keys[needs]):
+            raise ConfigError(f"features: {gate} needs {needs}; turn both off (as kube-scheduler requires)")
+
+
+@dataclass(frozen=True, slots=True)
 class ExtenderConfig:
     listen: str = option("listen", "127.0.0.1:8888", parse=_host_port)
     scoring: ScoringSection = option("scoring", ScoringSection())
@@ -172,6 +224,7 @@ class ExtenderConfig:
     tls: TlsSection = option("tls", TlsSection())
     source: SourceSection = option("source", SourceSection())
     logging: LoggingSection = option("logging", LoggingSection())
+    features: FeaturesSection = option("features", FeaturesSection())
 
     @property
     def decisions(self) -> DecisionOptions:
@@ -183,6 +236,7 @@ class ExtenderConfig:
             unmapped_classes=self.quota.unmapped_device_classes,
             search_budget=self.search.budget,
             allow_strategy_annotation=self.scoring.allow_pod_annotation,
+            features=self.features.value(),
         )
 
     @property
@@ -243,7 +297,17 @@ def parse_section(section_type: type[S], raw: Any, where: str = "") -> S:
 def parse_config(raw: Any) -> ExtenderConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError("the configuration must be a YAML mapping")
+    gates = raw.get("features")
+    if isinstance(gates, Mapping):
+        known = {f.metadata["key"] for f in dataclasses.fields(FeaturesSection)}
+        unknown = sorted(map(str, set(gates) - known))
+        if unknown:
+            raise ConfigError(
+                f"features: unknown feature gate(s) {', '.join(unknown)} (names as kube-scheduler spells them); "
+                f"known: {', '.join(sorted(known))}"
+            )
     config = parse_section(ExtenderConfig, raw)
+    _check_features(config.features)
     tls = config.tls
     if bool(tls.cert_file) != bool(tls.key_file):
         raise ConfigError("tls: certFile and keyFile go together")

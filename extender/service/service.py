@@ -83,6 +83,9 @@ class SchedulingService:
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        # The gates are one value for the service's life (caches keyed on gated device views rely on it).
+        gates = self.options.features.gates()
+        log.info("DRA feature gates: %s", ",".join(f"{name}={str(on).lower()}" for name, on in gates.items()))
         tune_for_large_heap()
         self.source.start(self.store)
         self.store.snapshot()

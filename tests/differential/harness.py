@@ -32,6 +32,7 @@ from extender.decisions.allocator import (
 )
 from extender.decisions.cel import SelectorError, compile_selector
 from extender.decisions.feasibility import device_feasibility
+from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
@@ -124,12 +125,12 @@ def build_store(case: Mapping[str, Any], *, drop_malformed: bool = False) -> Clu
     return store
 
 
-def run_ours(case: Mapping[str, Any], *, drop_malformed: bool = False) -> OurRun:
+def run_ours(case: Mapping[str, Any], *, drop_malformed: bool = False, features: Features = DEFAULT_FEATURES) -> OurRun:
     snapshot = build_store(case, drop_malformed=drop_malformed).snapshot()
     pod = parse_pod(pod_object(case))
     pod_claims = resolve_pod_claims(snapshot, pod)
     matcher = DeviceMatcher()
-    outcomes = device_feasibility(snapshot, pod_claims, case["scenario"]["nodeNames"], matcher)
+    outcomes = device_feasibility(snapshot, pod_claims, case["scenario"]["nodeNames"], matcher, features=features)
     return OurRun(snapshot, pod_claims, outcomes)
 
 

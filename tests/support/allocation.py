@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from extender.decisions.feasibility import device_feasibility
+from extender.decisions.features import DEFAULT_FEATURES
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
@@ -17,11 +18,11 @@ def cluster(*objects):
     return store
 
 
-def decide(store, pod_obj, nodes=("n1",), matcher=None, budget=20_000):
+def decide(store, pod_obj, nodes=("n1",), matcher=None, budget=20_000, features=DEFAULT_FEATURES):
     snapshot = store.snapshot()
     pod = parse_pod(pod_obj)
     claims = resolve_pod_claims(snapshot, pod)
-    return device_feasibility(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget)
+    return device_feasibility(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget, features=features)
 
 
 def template_pod(requests, constraints=None, *, name="p"):

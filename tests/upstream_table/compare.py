@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from extender.decisions.features import Features
 from tests.differential import harness
 from tests.upstream_table.convert import canonical, harness_case, node_result
 
@@ -29,10 +30,11 @@ def order_independent(case: Mapping[str, Any]) -> bool:
     return True
 
 
-def ours_for(case: Mapping[str, Any]) -> dict[str, Any]:
+def ours_for(case: Mapping[str, Any], features: Sequence[str]) -> dict[str, Any]:
+    """Our verdict with the given gates on and every other one off, as upstream's run of the case."""
     converted = harness_case(case)
     node = converted["scenario"]["nodeNames"][0]
-    run = harness.run_ours(converted, drop_malformed=True)
+    run = harness.run_ours(converted, drop_malformed=True, features=Features.from_enabled(features))
     return harness.our_verdict(run.outcomes[node])
 
 
@@ -45,7 +47,7 @@ def compare(case: Mapping[str, Any], *, run: str = "expected", features: Sequenc
     ConsistOf matchers, when the table's answer is order-independent (see `order_independent`) and for the
     table's own run only.
     """
-    ours = ours_for(case)
+    ours = ours_for(case, case["features"] if features is None else features)
     upstream = harness.upstream_verdict(node_result(case[run], case, features))
     free = order_independent(case)
     mismatch = ""

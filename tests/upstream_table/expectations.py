@@ -50,27 +50,7 @@ def out_of_scope(case: Mapping[str, Any]) -> str:
 # --- known disagreements -------------------------------------------------------------------------------------
 
 
-def _gate_off(gate: str) -> str:
-    return (
-        f"needs {gate} off; our allocator has no feature gates yet (issue 12 item 4). Under the 1.37 defaults "
-        "it agrees (test_case_under_1_37_defaults)"
-    )
-
-
-EXPECTED_FAILURES: Mapping[str, str] = {
-    # Feature gates turned off (item 4).
-    "admin-access-disabled": _gate_off("DRAAdminAccess"),
-    "binding-conditions-without-feature-gate": _gate_off("DRADeviceBindingConditions"),
-    "partitionable-devices-disabled-other-device-do-not-consume-counters": _gate_off("DRAPartitionableDevices"),
-    "partitionable-devices-disabled-per-device-node-selection": _gate_off("DRAPartitionableDevices"),
-    "prioritized-list-disabled": _gate_off("DRAPrioritizedList"),
-    "tainted-admin-access-disabled": _gate_off("DRADeviceTaints"),
-    "tainted-all-devices-single-disabled": _gate_off("DRADeviceTaints"),
-    "tainted-disabled": _gate_off("DRADeviceTaints"),
-    "tainted-prioritized-list-disabled": _gate_off("DRADeviceTaints"),
-    "consumable-capacity-disabled-feature": _gate_off("DRAConsumableCapacity"),
-    "consumable-capacity-disabled-feature-with-prioritized-list": _gate_off("DRAConsumableCapacity"),
-}
+EXPECTED_FAILURES: Mapping[str, str] = {}
 
 # Cases that depend on a gate being off: ours against upstream under the 1.37 default gates.
 DEFAULTS_EXPECTED_FAILURES: Mapping[str, str] = {}
