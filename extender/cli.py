@@ -80,13 +80,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # before the fork (the worker inherits it), but a live source's watch threads must start in the worker,
     # or the worker would serve the view frozen at fork time while the watches update the master's copy.
     live = _is_live(args)
-    service = _build_service(args, config, start=not live)
-    log.info(
+    service = _build_service(args, config, start=False)
+    log.info(  # the first line an operator sees: what is served, where
         "serving %s on %s",
         service.source.description,
         listen,
         extra={"source": service.source.description, "listen": listen},
     )
+    if not live:
+        service.start()
     from extender.transport.app import create_app
     from extender.transport.metrics import ExtenderMetrics
     from extender.transport.server import ExtenderServer, diagnostics_starter, gunicorn_options, tls_options
