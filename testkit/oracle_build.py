@@ -20,13 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from testkit.go import locate_go
+
 # The Go sources stay beside the Python half of the oracle, in tests/oracle.
 ORACLE_DIR = Path(__file__).resolve().parent.parent / "tests" / "oracle"
 BUILD_DIR = ORACLE_DIR / ".build"
 BINARY_NAME = "oracle"
 
 # Where Go usually lives when it is not on PATH (the official tarball's location).
-_FALLBACK_GO = (Path("/usr/local/go/bin/go"), Path.home() / "go" / "bin" / "go")
 
 # A cold build downloads modules and compiles the Kubernetes dependencies: minutes on 2 cores.
 BUILD_TIMEOUT_S = 1800
@@ -46,14 +47,9 @@ class OracleBuildError(OracleError):
 
 def find_go() -> Path:
     """Return the ``go`` executable or raise :class:`OracleUnavailableError`."""
-    found = shutil.which("go")
+    found = locate_go()
     if found:
         return Path(found)
-    goroot = os.environ.get("GOROOT")
-    candidates = ([Path(goroot) / "bin" / "go"] if goroot else []) + list(_FALLBACK_GO)
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
     raise OracleUnavailableError(
         "the Go toolchain ('go') was not found on PATH, in $GOROOT/bin or /usr/local/go/bin; "
         "the upstream-allocator oracle in tests/oracle needs Go >= 1.26 to build "

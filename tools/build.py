@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from testkit.go import build_env, locate_go, pinned_version
 
 HERE = Path(__file__).resolve().parent
 BUILD_ROOT = HERE / ".build"
@@ -45,11 +46,10 @@ class BuildError(RuntimeError):
 
 def module_version(module: str) -> str:
     """The version of ``module`` pinned in tools/go.mod, e.g. ``v4.3.2`` for helm.sh/helm/v4."""
-    text = (HERE / "go.mod").read_text(encoding="utf-8")
-    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
-    if not match:
+    version = pinned_version(HERE / "go.mod", module)
+    if version is None:
         raise BuildError(f"{module} is not required in {HERE / 'go.mod'}")
-    return match.group(1)
+    return version
 
 
 def build_dir() -> Path:
@@ -64,22 +64,14 @@ def binaries(directory: Path | None = None) -> dict[str, Path]:
 
 
 def find_go() -> str:
-    go = shutil.which("go")
+    go = locate_go()
     if go is None:
-        for candidate in ("/usr/local/go/bin/go", str(Path.home() / "go" / "bin" / "go")):
-            if os.access(candidate, os.X_OK):
-                return candidate
         raise BuildError("the Go toolchain (`go`) is not installed or not on PATH; it builds helm and kustomize")
     return go
 
 
 def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["GOWORK"] = "off"  # never pick up a go.work from a parent folder
-    env["CGO_ENABLED"] = "0"  # as helm's and kustomize's releases are built
-    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"  # go.sum is committed: never rewrite it
-    env.setdefault("GOTOOLCHAIN", "local")  # use the installed toolchain, never download another
-    return env
+    return build_env()
 
 
 def ensure_tools(force: bool = False, quiet: bool = False) -> dict[str, Path]:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from testkit.go import build_env, locate_go, pinned_version
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "harness"
@@ -47,11 +48,10 @@ class BuildError(RuntimeError):
 
 
 def _module_version(module: str, go_module_dir: Path = HARNESS) -> str:
-    text = (go_module_dir / "go.mod").read_text()
-    match = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
-    if not match:
+    version = pinned_version(go_module_dir / "go.mod", module)
+    if version is None:
         raise BuildError(f"{module} is not required in {go_module_dir / 'go.mod'}")
-    return match.group(1)
+    return version
 
 
 def kubernetes_version() -> str:
@@ -69,12 +69,7 @@ def build_dir() -> Path:
 
 
 def find_go() -> str:
-    go = shutil.which("go")
-    if go is None:
-        for candidate in ("/usr/local/go/bin/go", str(Path.home() / "go" / "bin" / "go")):
-            if os.access(candidate, os.X_OK):
-                go = candidate
-                break
+    go = locate_go()
     if go is None:
         raise BuildError(
             "the Go toolchain (`go`) is not installed or not on PATH; it is needed to build "
@@ -84,12 +79,7 @@ def find_go() -> str:
 
 
 def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["GOWORK"] = "off"  # never pick up a go.work from a parent folder
-    env["CGO_ENABLED"] = "0"  # as the Kubernetes release builds the control plane; faster too
-    env["GOFLAGS"] = "-mod=readonly -buildvcs=false"  # go.sum is committed: never rewrite it
-    env.setdefault("GOTOOLCHAIN", "local")  # use the installed toolchain, never download another
-    return env
+    return build_env()
 
 
 def _ldflags(k8s_version: str) -> str:
