@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test unit lint fmt bench differential clean image tools
+.PHONY: install run test unit lint fmt bench bench-e2e differential clean image tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.sync_bench
 	$(BIN)/python -m bench.compare_upstream
 	$(BIN)/python -m bench.web_bench
+
+# --- issue 14: the end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing) ---
+bench-e2e: $(STAMP)
+	$(BIN)/python -m tests.e2e.build
+	$(BIN)/python -m bench.e2e_bench
+# --- end issue 14 ---
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 differential: $(STAMP)

@@ -251,6 +251,13 @@ class ClusterStore:
         self._shared: dict[DeviceKey, SharedUse] = {}
         self._claim_shares: dict[str, tuple[tuple[DeviceKey, tuple[tuple[str, Fraction], ...]], ...]] = {}
         self._generated_claims: dict[tuple[str, str, str], str] = {}
+        # claim key -> its entries in _generated_claims, so a claim event touches only its own (not a scan of all)
+        self._generated_by_claim: dict[str, tuple[tuple[str, str, str], ...]] = {}
+        # Whether allocated / shared / alloc_versions, or generated_claims, changed since the last snapshot: a
+        # claim event that changes neither (reservedFor, conditions, a new unallocated claim) shares the last
+        # snapshot's copies instead of copying the whole cluster's again.
+        self._allocations_dirty = True
+        self._generated_dirty = True
         self._admitted_by_owner: dict[str, str] = {}
         self._queue_status: dict[str, KueueQueueStatus] = {}
         self._queue_status_dirty = True
@@ -450,6 +457,8 @@ class ClusterStore:
                 if result.share_id and not result.admin_access
             )
         previous_shares = self._claim_shares.pop(key, ())
+        if previous != current or previous_shares != shares:
+            self._allocations_dirty = True
         if previous != current:
             for device_key in set(previous).symmetric_difference(current):
                 self._touch_allocation(device_key)
@@ -468,19 +477,26 @@ class ClusterStore:
                 self._allocated[device_key] = remaining
             else:
                 del self._allocated[device_key]
-        for generated_key, claim_key in list(self._generated_claims.items()):
-            if claim_key == key:
-                del self._generated_claims[generated_key]
-        if claim is None:
-            return
-        if current:
+        if current:  # claim is not None here
             self._claim_devices[key] = current
             for device_key in current:
                 self._allocated[device_key] += 1
-        pod_claim_name = claim.annotations.get(POD_CLAIM_NAME_ANNOTATION)
-        if pod_claim_name:
-            for owner_uid in claim.owner_uids:
-                self._generated_claims[(claim.namespace, owner_uid, pod_claim_name)] = key
+        pod_claim_name = claim.annotations.get(POD_CLAIM_NAME_ANNOTATION) if claim is not None else None
+        generated: tuple[tuple[str, str, str], ...] = ()
+        if claim is not None and pod_claim_name:
+            generated = tuple((claim.namespace, owner_uid, pod_claim_name) for owner_uid in claim.owner_uids)
+        previous_generated = self._generated_by_claim.pop(key, ())
+        if generated:
+            self._generated_by_claim[key] = generated
+        if previous_generated != generated:
+            self._generated_dirty = True
+            for generated_key in previous_generated:
+                if self._generated_claims.get(generated_key) == key:
+                    del self._generated_claims[generated_key]
+        for generated_key in generated:
+            if self._generated_claims.get(generated_key) != key:
+                self._generated_claims[generated_key] = key
+                self._generated_dirty = True
 
     def _set_queue_status(self, key: str, raw: Mapping[str, Any] | None) -> None:
         """Kueue's own view of a ClusterQueue, as a change of its own (the quota context does not read it)."""
@@ -549,8 +565,9 @@ class ClusterStore:
             if len(self._chunks) > CHANGE_CHUNKS_KEPT:
                 self._chunks.pop(0)
                 self._chunks[0].older = None
-            same_claims = current is not None and objects["ResourceClaim"] is current.objects["ResourceClaim"]
-            unchanged_claims = current if same_claims else None
+            unchanged_claims = None if current is None or self._allocations_dirty else current
+            unchanged_generated = None if current is None or self._generated_dirty else current
+            self._allocations_dirty = self._generated_dirty = False
             snapshot = ClusterSnapshot(
                 version=self._version,
                 objects=objects,
@@ -562,7 +579,9 @@ class ClusterStore:
                 ),
                 shared_alloc_version=self._shared_alloc_version,
                 generated_claims=(
-                    dict(self._generated_claims) if unchanged_claims is None else unchanged_claims.generated_claims
+                    dict(self._generated_claims)
+                    if unchanged_generated is None
+                    else unchanged_generated.generated_claims
                 ),
                 queue_status=(
                     dict(self._queue_status) if current is None or queue_status_dirty else current.queue_status
@@ -576,6 +595,15 @@ class ClusterStore:
                 synced=self._synced,
                 _changes=chunk,
                 _node_devices_cache=self._node_devices_cache,
+                # node_devices answers depend only on the Node objects and the topology: while both are the
+                # same objects (claim and pod events), the next snapshot keeps what this one resolved
+                _resolved_devices=(
+                    current._resolved_devices
+                    if current is not None
+                    and topology is current.topology
+                    and objects["Node"] is current.objects["Node"]
+                    else {}
+                ),
             )
             self._snapshot = snapshot
             return snapshot

@@ -1,0 +1,293 @@
+"""End-to-end throughput: the same burst through a real kube-scheduler without and with the extender.
+
+Run: make bench-e2e, or .venv/bin/python -m bench.e2e_bench [--nodes 200 1000] [--pods 400] [--rounds 3]
+
+One control plane per node count (testkit/control_plane.py, the one the e2e tests start: etcd, kube-apiserver,
+kube-controller-manager from tests/e2e/.build), N nodes with 8 GPUs each (the DRA example driver's slices),
+Kueue's objects for quota (a ResourceFlavor, a ClusterQueue with room for every GPU, a LocalQueue per round, the
+ConfigMap the extender reads its deviceClassMappings from; no Kueue controller runs), our extender
+(`dra-extender serve`) watching it, and two kube-schedulers side by side: profile `plain` (in-tree plugins only,
+DynamicResources deciding) and profile `extender` (the same plus our filter + prioritize). Both get
+clientConnection qps/burst raised so that client-side rate limits do not set the pace.
+
+A round: a fresh namespace with one pre-created ResourceClaim (1 GPU) per pod and the pods, created with a
+scheduling gate so that none is scheduled while the burst is still being created; then every gate is removed
+(8 threads) and the clock runs from the first removal until a watch has seen every pod bound. pods/s = pods /
+that time. Rounds alternate between the two schedulers (which one goes first alternates too); the namespace is
+deleted (and its claims deallocated) before the next round. One small warm-up round per scheduler goes first.
+Figures are medians over rounds; the ratio is median time with the extender / median time without (<= 1.10 is
+the goal of issue 14).
+
+Both schedulers and the extender watch the cluster all the time, so each pays for the other's rounds too; the
+extender's own per-verb latency (its /metrics histogram) is printed as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from testkit.control_plane import (
+    DEVICE_CLASS,
+    KUEUE_CRD_DIR,
+    REPO_ROOT,
+    ControlPlane,
+    free_port,
+    pod_manifest,
+    scheduler_config,
+    start_control_plane,
+    start_extender,
+    wait_until,
+)
+
+BUILD_ROOT = REPO_ROOT / "tests" / "e2e" / ".build"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+GPU_RESOURCE = "example.com/gpu"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+GATE = "bench.dra-extender/hold"
+FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "bench-gpu", "bench", "bench"
+MODES = ("plain", "extender")  # scheduler profile names: without / with our extender
+THREADS = 8
+
+
+def find_binaries() -> dict[str, Path]:
+    """The newest tests/e2e/.build/v*/ holding all four binaries (`python -m tests.e2e.build` builds them;
+    make bench-e2e runs that first). Only paths are read: the benchmark imports nothing from tests/."""
+    for directory in sorted(BUILD_ROOT.glob("v*"), reverse=True):
+        paths = {name: directory / name for name in BINARIES}
+        if all(os.access(p, os.X_OK) for p in paths.values()):
+            return paths
+    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m tests.e2e.build")
+
+
+def parallel(function: Callable[[Any], Any], items: Iterable[Any]) -> None:
+    with ThreadPoolExecutor(THREADS) as pool:
+        for _ in pool.map(function, items):
+            pass
+
+
+def kueue_objects(plane: ControlPlane, gpus: int) -> None:
+    """ResourceFlavor + ClusterQueue (room for every GPU) + the ConfigMap mapping the DeviceClass to the resource."""
+    group, version = KUEUE
+    plane.custom.create_cluster_custom_object(
+        group,
+        version,
+        "resourceflavors",
+        {"apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}, "spec": {}},
+    )
+    quota = {"name": FLAVOR, "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus}]}
+    plane.custom.create_cluster_custom_object(
+        group,
+        version,
+        "clusterqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": CLUSTER_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": [quota]}],
+            },
+        },
+    )
+    configuration = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "resources": {"deviceClassMappings": [{"name": GPU_RESOURCE, "deviceClassNames": [DEVICE_CLASS]}]},
+    }
+    plane.core.create_namespace({"metadata": {"name": "kueue-system"}})
+    plane.core.create_namespaced_config_map(
+        "kueue-system",
+        {
+            "metadata": {"name": "kueue-manager-config"},
+            "data": {"controller_manager_config.yaml": yaml.safe_dump(configuration)},
+        },
+    )
+
+
+def populate(plane: ControlPlane, nodes: int, gpus: int) -> list[str]:
+    names = [f"node-{i:04d}" for i in range(nodes)]
+    plane.create_device_class()
+
+    def one(name: str) -> None:
+        plane.create_node(name)
+        plane.publish_gpus(name, count=gpus)
+
+    parallel(one, names)
+    return names
+
+
+def start_schedulers(plane: ControlPlane, extender_url: str, qps: int) -> None:
+    for mode in MODES:
+        config = scheduler_config(plane.kubeconfig, extender_url if mode == "extender" else None, mode)
+        config["clientConnection"].update({"qps": qps, "burst": qps})
+        path = plane.workdir / f"scheduler-{mode}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        plane.start_scheduler(config_file=path, name=f"kube-scheduler-{mode}", scheduler_name=mode)
+
+
+def extender_metrics(url: str) -> dict[str, tuple[float, float]]:
+    """verb -> (sum seconds, count) of the extender's request histogram."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    sums = dict(re.findall(r'dra_extender_request_duration_seconds_sum\{verb="(\w+)"\} (\S+)', text))
+    counts = dict(re.findall(r'dra_extender_request_duration_seconds_count\{verb="(\w+)"\} (\S+)', text))
+    return {verb: (float(sums[verb]), float(counts.get(verb, 0))) for verb in sums}
+
+
+def claim(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DEVICE_CLASS}}]}},
+    }
+
+
+def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> float:
+    """Seconds from the first gate removed until every pod of the burst is bound."""
+    namespace = plane.create_namespace(f"burst-{index if index >= 0 else 'warmup'}-{mode}")
+    group, version = KUEUE
+    plane.custom.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "LocalQueue",
+            "metadata": {"name": LOCAL_QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": CLUSTER_QUEUE},
+        },
+    )
+    names = [f"pod-{i:04d}" for i in range(pods)]
+    resource = plane.resource
+    parallel(lambda n: resource.create_namespaced_resource_claim(namespace, claim(namespace, n)), names)
+
+    def create(name: str) -> None:
+        manifest = pod_manifest(namespace, name, claims={"gpu": name}, scheduler_name=mode)
+        manifest["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
+        manifest["spec"]["schedulingGates"] = [{"name": GATE}]
+        plane.core.create_namespaced_pod(namespace, manifest)
+
+    parallel(create, names)
+    listed = plane.core.list_namespaced_pod(namespace)
+    bound: dict[str, float] = {}
+    done = threading.Event()
+    watch_client = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))
+
+    def watch() -> None:
+        stream = k8s_watch.Watch()
+        for event in stream.stream(
+            k8s.CoreV1Api(watch_client).list_namespaced_pod,
+            namespace,
+            resource_version=listed.metadata.resource_version,
+            timeout_seconds=600,
+        ):
+            pod = event["object"]
+            if pod.spec.node_name and pod.metadata.name not in bound:
+                bound[pod.metadata.name] = time.monotonic()
+                if len(bound) == pods:
+                    break
+        stream.stop()
+        done.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.5)  # the watch is established before the first gate goes
+    started = time.monotonic()
+    core = plane.core
+    parallel(
+        lambda n: core.patch_namespaced_pod(n, namespace, [{"op": "remove", "path": "/spec/schedulingGates"}]), names
+    )
+    if not done.wait(timeout=600):
+        raise SystemExit(f"{mode} round {index}: only {len(bound)} of {pods} pods bound after 600 s")
+    elapsed = max(bound.values()) - started
+    watch_client.close()
+    plane.delete_namespace(namespace)
+
+    def gone() -> bool:
+        try:
+            plane.core.read_namespace(namespace)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone, timeout=300, interval=0.5, message=f"namespace {namespace} deleted (claims deallocated)")
+    return elapsed
+
+
+def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: int, qps: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix=f"dra-bench-e2e-{nodes}-"))
+    plane = start_control_plane(workdir, binaries, start_scheduler=False)
+    try:
+        plane.apply_crds(KUEUE_CRD_DIR)
+        t = time.monotonic()
+        populate(plane, nodes, gpus)
+        kueue_objects(plane, nodes * gpus)
+        print(f"  {nodes} nodes x {gpus} GPUs created in {time.monotonic() - t:.1f}s", flush=True)
+        extender = start_extender(plane.kubeconfig, free_port(), log_dir=plane.log_dir, timeout=300)
+        plane.components["extender"] = extender
+        start_schedulers(plane, extender.url, qps)
+        seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
+        for mode in MODES:  # warm-up (not counted): informers, connections, the extender's memos
+            run_round(plane, mode, -1, max(10, pods // 8))
+        before = extender_metrics(extender.url)
+        for index in range(rounds):
+            order = MODES if index % 2 == 0 else MODES[::-1]
+            for mode in order:
+                elapsed = run_round(plane, mode, index, pods)
+                seconds[mode].append(elapsed)
+                print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {pods / elapsed:6.1f} pods/s", flush=True)
+        after = extender_metrics(extender.url)
+        plain, extended = (statistics.median(seconds[m]) for m in MODES)
+        print(
+            f"{nodes:>6} nodes: without {pods / plain:6.1f} pods/s, with extender {pods / extended:6.1f} pods/s, "
+            f"time ratio {extended / plain:.2f}x (medians of {rounds} rounds)"
+        )
+        for verb in ("filter", "prioritize"):
+            if verb in after:
+                total = after[verb][0] - before.get(verb, (0.0, 0.0))[0]
+                count = after[verb][1] - before.get(verb, (0.0, 0.0))[1]
+                if count:
+                    print(f"        extender {verb}: {count:.0f} calls, mean {total / count * 1000:.2f} ms")
+    finally:
+        plane.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, nargs="+", default=[200, 1000])
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--qps", type=int, default=5000, help="kube-scheduler clientConnection qps and burst")
+    args = parser.parse_args()
+    binaries = find_binaries()
+    print(f"End-to-end burst: {args.pods} one-GPU pods (pre-created ResourceClaims, LocalQueue label),")
+    print(f"kube-scheduler {binaries['kube-scheduler'].parent.name} without / with the extender, alternating rounds")
+    for nodes in args.nodes:
+        bench(binaries, nodes, args.gpus, args.pods, args.rounds, args.qps)
+
+
+if __name__ == "__main__":
+    main()
