@@ -8,9 +8,14 @@ feeds with this function.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
+from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation
+from extender.decisions.feasibility import device_feasibility
+from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
+from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
 from extender.state.dra import ClaimSpec, ResourceClaim
 from extender.state.indexes.usage import PodUsage
@@ -70,10 +75,44 @@ def in_flight_node(snapshot: ClusterSnapshot, pod: Pod) -> str:
     return node
 
 
-def pod_usage(snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext) -> PodUsage | None:
+# (snapshot, pod, node) -> devices per DeviceClass the pod's unallocated claims would take on that node
+PendingDemand = Callable[[ClusterSnapshot, Pod, str], tuple[tuple[str, int], ...]]
+
+
+def nominated_node(pod: Pod) -> str:
+    """The node kube-scheduler nominated an unbound pod for: since 1.35 it writes status.nominatedNodeName before
+    PreBind work (DRA allocation) starts (pkg/scheduler/schedule_one.go bindingCycle, after
+    RunPreBindPreFlights succeeds); preemption nominates too (the pod will be retried there). Either way the pod
+    is about to take devices on that node while its claims may not show an allocation yet."""
+    return pod.nominated_node_name if not pod.node_name else ""
+
+
+def pending_class_counts(
+    snapshot: ClusterSnapshot,
+    pod: Pod,
+    node: str,
+    matcher: DeviceMatcher,
+    budget: int = DEFAULT_SEARCH_BUDGET,
+) -> tuple[tuple[str, int], ...]:
+    """What the pod's claims without an allocation would take on `node`: the allocator's answer for that node
+    alone (the charge our filter would have reserved there). Nothing when they do not fit there."""
+    claims = resolve_pod_claims(snapshot, pod)
+    if not claims.pending:
+        return ()
+    outcome = device_feasibility(snapshot, claims, [node], matcher, budget=budget).get(node)
+    return outcome.class_counts() if isinstance(outcome, Allocation) else ()
+
+
+def pod_usage(
+    snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, pending_demand: PendingDemand | None = None
+) -> PodUsage | None:
+    """What the pod holds, on the node it holds it: bound pods and pods in PreBind (claims reserved for them)
+    by their allocations; nominated pods also by what their unallocated claims would take on the nominated node
+    (`pending_demand`), so a restarted or newly elected extender counts pods another one let through and
+    kube-scheduler is still binding."""
     if pod.is_terminal or not pod.claims:
         return None
-    node_name = pod.node_name or in_flight_node(snapshot, pod)
+    node_name = pod.node_name or in_flight_node(snapshot, pod) or nominated_node(pod)
     if not node_name:
         return None
     claim_keys: list[str] = []
@@ -106,4 +145,12 @@ def pod_usage(snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext) -> Pod
                 continue
             key = (cluster_queue.name, flavor, resource)
             amounts[key] = amounts.get(key, Fraction(0)) + 1
-    return PodUsage(node_name, tuple(claim_keys), tuple(amounts.items()))
+    if cluster_queue is not None and node is not None and pending_demand is not None and not pod.node_name:
+        for class_name, count in pending_demand(snapshot, pod, node_name):
+            resource = context.resource_for_class(class_name)
+            flavor = context.node_flavor(cluster_queue, resource, node) if resource is not None else None
+            if resource is None or flavor is None:
+                continue
+            key = (cluster_queue.name, flavor, resource)
+            amounts[key] = amounts.get(key, Fraction(0)) + count
+    return PodUsage(node_name, tuple(claim_keys), tuple(amounts.items()), bound=bool(pod.node_name))

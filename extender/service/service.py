@@ -21,7 +21,7 @@ from extender.decisions.caches import DecisionCaches
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import pod_usage
+from extender.decisions.usage import pending_class_counts, pod_usage
 from extender.service.config import ExtenderConfig
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
@@ -142,11 +142,15 @@ class SchedulingService:
         # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
         # reconcile has since turned from a reservation into usage, and would then count neither.
         snapshot = self.snapshot()
-        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot)):
+        context = self.quota_context(snapshot)
+        usage = self.usage_index.totals(
+            snapshot, context, lambda at, pod: pod_usage(at, pod, context, self._pending_demand)
+        )
+        # Usage first: a reservation of a pod that usage already counts (nominated, or in PreBind) is let go.
+        unbound = self.usage_index.unbound()
+        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot, unbound)):
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
-        context = self.quota_context(snapshot)
-        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context))
         reserved = self.reservations.totals()
         return QuotaView(
             snapshot=snapshot,
@@ -156,7 +160,11 @@ class SchedulingService:
             reservations=tuple(self.reservations.all()),
             ledger=context.tree.ledger(add_amounts(usage, reserved)),
             at=self.reservations.now(),
+            unbound_usage={key: counted.amounts for key, counted in unbound.items()},
         )
+
+    def _pending_demand(self, snapshot: ClusterSnapshot, pod: Pod, node: str) -> tuple[tuple[str, int], ...]:
+        return pending_class_counts(snapshot, pod, node, self.matcher, self.options.search_budget)
 
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")
@@ -246,7 +254,7 @@ class SchedulingService:
             node_names,
             matcher=self.matcher,
             quota_context=view.context if view is not None else None,
-            ledger=view.ledger_excluding(pod_id(pod)) if governed and view is not None else None,
+            ledger=view.ledger_excluding(pod_id(pod), pod.key) if governed and view is not None else None,
             options=self.options,
             deadline=(started + self.config.limits.request_deadline_seconds) if started is not None else None,
         )

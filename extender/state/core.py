@@ -239,6 +239,9 @@ class Pod:
     # pod claim entry name -> generated ResourceClaim name (None: the controller decided none is needed)
     claim_statuses: Mapping[str, str | None]
     resource_version: str = ""
+    # status.nominatedNodeName: since 1.35 (NominatedNodeNameForExpectation, beta, on) kube-scheduler writes it
+    # when a pod enters a binding cycle with PreBind work (schedule_one.go bindingCycle), e.g. DRA allocation.
+    nominated_node_name: str = ""
 
     @property
     def key(self) -> str:
@@ -282,4 +285,5 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         claims=tuple(claims),
         claim_statuses=statuses,
         resource_version=meta.resource_version,
+        nominated_node_name=get_str(status, "nominatedNodeName", "status"),
     )
