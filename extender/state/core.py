@@ -113,7 +113,9 @@ class NodeSelector:
         return any(term.matches(node) for term in self.terms)
 
 
-def _parse_requirements(obj: Mapping[str, Any], key: str, path: str, *, fields: bool) -> tuple:
+def _parse_requirements(
+    obj: Mapping[str, Any], key: str, path: str, *, fields: bool
+) -> tuple[SelectorRequirement, ...]:
     requirements = []
     for req_path, raw in map_items(obj, key, path):
         operator = get_str(raw, "operator", req_path, required=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any, cast
 
 QUANTITY_TAG = b"\xffQ"
 QUANTITY_TYPE_NAME = "kubernetes.Quantity"
@@ -146,7 +147,7 @@ def nanos(raw: object) -> int:
     """The value of an encoded quantity in nano-units; TypeError when raw is not a quantity."""
     if not is_quantity(raw):
         raise TypeError("no such overload")
-    return _nanos(bytes(raw))  # type: ignore[arg-type]
+    return _nanos(bytes(cast(Any, raw)))  # CEL bytes arrive as an untyped object
 
 
 def decode(raw: object) -> Fraction:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, cast
 
 SEMVER_TAG = b"\xffV"
 SEMVER_TYPE_NAME = "kubernetes.Semver"
@@ -143,7 +144,7 @@ def _decode(raw: bytes) -> Version:
 def decode(raw: object) -> Version:
     if not is_semver(raw):
         raise TypeError("no such overload")
-    return _decode(bytes(raw))  # type: ignore[arg-type]
+    return _decode(bytes(cast(Any, raw)))  # CEL bytes arrive as an untyped object
 
 
 # --- the CEL functions ----------------------------------------------------------------------------------
