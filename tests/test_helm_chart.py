@@ -24,7 +24,13 @@ import pytest
 import yaml
 
 from extender.cli import load_config  # extender.cli re-exports the config loader
-from tests.test_manifests import ALL_CHECKS, check_extender_sidecar, check_hardened_pod, check_least_privilege, one
+from tests.support.manifest_checks import (
+    ALL_CHECKS,
+    check_extender_sidecar,
+    check_hardened_pod,
+    check_least_privilege,
+    one,
+)
 from tools import build as tools_build
 
 pytestmark = pytest.mark.helm

@@ -239,3 +239,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     for folder in config.stash.get(_kept_logs, []):
         terminalreporter.write_line(f"e2e: component logs kept in {folder}")
+
+
+# The scenario fixtures (kueue_plane, scenario) for every module here; imported last: scenarios.py imports
+# ExtenderControlPlane from this module.
+from tests.e2e.scenarios import kueue_plane, scenario  # noqa: E402, F401

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.e2e.cluster import wait_until
-from tests.e2e.test_extender_scenarios import (  # the scenario fixtures and helpers, shared
+from tests.e2e.scenarios import (  # the scenario fixtures and helpers, shared
     GPU,
     QUOTA_EXHAUSTED,
     SCHEDULE_TIMEOUT,

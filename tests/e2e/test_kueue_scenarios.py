@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.cluster import ControlPlane, pod_manifest, wait_until
 from tests.e2e.conftest import KueueControlPlane
-from tests.e2e.test_extender_scenarios import (
+from tests.e2e.scenarios import (
     GPU,
     KUEUE_GROUP,
     KUEUE_VERSION,

@@ -17,7 +17,7 @@ import yaml
 
 from tests.e2e.cluster import DRIVER, pod_manifest, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
-from tests.e2e.test_extender_scenarios import (
+from tests.e2e.scenarios import (
     KUEUE_CONFIG_KEY,
     KUEUE_CONFIGMAP,
     KUEUE_GROUP,
