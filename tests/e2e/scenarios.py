@@ -200,7 +200,7 @@ class Scenario:
             self.nodes[node] = node_labels
         for node in names:
             wait_until(
-                lambda n=node: _node_devices(self.url, n) == gpus,
+                lambda n=node: node_devices(self.url, n) == gpus,
                 timeout=SYNC_TIMEOUT,
                 message=f"the extender to see node {node} with {gpus} devices",
             )
@@ -353,19 +353,19 @@ class Scenario:
     def cleanup(self) -> None:
         self.plane.delete_namespace(self.namespace)
         for name in self.cluster_queues:
-            _delete_cluster_object(self.plane, "clusterqueues", name)
+            delete_cluster_object(self.plane, "clusterqueues", name)
         for name in self.flavors:
-            _delete_cluster_object(self.plane, "resourceflavors", name)
+            delete_cluster_object(self.plane, "resourceflavors", name)
 
 
-def _node_devices(url: str, node: str) -> int:
+def node_devices(url: str, node: str) -> int:
     try:
         return int(extender_get(url, f"/diagnostics/nodes/{node}")["totalDevices"])
     except urllib.error.HTTPError:
         return -1
 
 
-def _delete_cluster_object(plane: ControlPlane, plural: str, name: str) -> None:
+def delete_cluster_object(plane: ControlPlane, plural: str, name: str) -> None:
     try:
         plane.custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
     except ApiException as exc:

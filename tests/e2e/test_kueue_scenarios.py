@@ -23,7 +23,6 @@ namespace, nodes (labelled SCENARIO_LABEL=<scenario>), ResourceFlavors and Clust
 from __future__ import annotations
 
 import time
-import urllib.error
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -45,11 +44,13 @@ from tests.e2e.scenarios import (
     SCENARIO_LABEL,
     all_devices,
     claim_template,
+    delete_cluster_object,
     exactly,
     extender_get,
     extender_post,
     first_available,
     local_queue,
+    node_devices,
     queue_rows,
     resource_flavor,
 )
@@ -142,7 +143,7 @@ class KueueScenario:
             self.nodes[node] = labels
         for node in names:
             wait_until(
-                lambda n=node: _node_devices(self.url, n) == gpus,
+                lambda n=node: node_devices(self.url, n) == gpus,
                 timeout=SYNC_TIMEOUT,
                 message=f"the extender to see node {node} with {gpus} devices",
             )
@@ -349,24 +350,9 @@ class KueueScenario:
                     raise
         self.plane.delete_namespace(self.namespace)
         for name in self.cluster_queues.values():
-            _delete_cluster_object(self.plane, "clusterqueues", name)
+            delete_cluster_object(self.plane, "clusterqueues", name)
         for name in self.flavors:
-            _delete_cluster_object(self.plane, "resourceflavors", name)
-
-
-def _node_devices(url: str, node: str) -> int:
-    try:
-        return int(extender_get(url, f"/diagnostics/nodes/{node}")["totalDevices"])
-    except urllib.error.HTTPError:
-        return -1
-
-
-def _delete_cluster_object(plane: ControlPlane, plural: str, name: str) -> None:
-    try:
-        plane.custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+            delete_cluster_object(self.plane, "resourceflavors", name)
 
 
 @pytest.fixture
