@@ -239,3 +239,73 @@ def pod(
             {"name": k, "resourceClaimName": v} for k, v in claim_statuses.items()
         ]
     return obj
+
+
+def workload(
+    name: str,
+    namespace_name: str,
+    cluster_queue: str,
+    usage: dict[str, int | str],
+    flavor: str,
+    *,
+    owner_uid: str,
+    owner_kind: str = "Job",
+    pods: int = 1,
+    reclaimable: int = 0,
+    quota_reserved: bool = True,
+    finished: bool = False,
+) -> dict[str, Any]:
+    """A Kueue Workload (v1beta2) owned by a Job (or a Pod), admitted with `usage` (the pod set's total
+    resourceUsage) in one flavor, as Kueue's scheduler writes status.admission."""
+    conditions = [
+        {"type": kind, "status": "True", "reason": "Test", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        for kind, on in (("QuotaReserved", quota_reserved), ("Admitted", quota_reserved), ("Finished", finished))
+        if on
+    ]
+    status: dict[str, Any] = {
+        "admission": {
+            "clusterQueue": cluster_queue,
+            "podSetAssignments": [
+                {
+                    "name": "main",
+                    "flavors": {resource: flavor for resource in usage},
+                    "resourceUsage": {resource: str(amount) for resource, amount in usage.items()},
+                    "count": pods,
+                }
+            ],
+        },
+        "conditions": conditions,
+    }
+    if reclaimable:
+        status["reclaimablePods"] = [{"name": "main", "count": reclaimable}]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": namespace_name,
+            "uid": f"uid-workload-{namespace_name}-{name}",
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1" if owner_kind == "Job" else "v1",
+                    "kind": owner_kind,
+                    "name": name,
+                    "uid": owner_uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "queueName": "q",
+            "podSets": [{"name": "main", "count": pods, "template": {"spec": {"containers": []}}}],
+        },
+        "status": status,
+    }
+
+
+def owned_by(obj: dict[str, Any], owner_uid: str, kind: str = "Job") -> dict[str, Any]:
+    """The pod, owned (controller) by a Job or other object with that uid, as the Job controller creates it."""
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": kind, "name": "owner", "uid": owner_uid, "controller": True}
+    ]
+    return obj

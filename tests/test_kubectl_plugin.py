@@ -89,6 +89,7 @@ def test_queues_table_and_formats(capsys: pytest.CaptureFixture[str]) -> None:
         "NOMINAL",
         "USAGE",
         "RESERVED",
+        "ADMITTED-PENDING",
         "AVAILABLE",
         "BORROWING-LIMIT",
         "KUEUE-RESERVED",
@@ -97,11 +98,12 @@ def test_queues_table_and_formats(capsys: pytest.CaptureFixture[str]) -> None:
     ]
     cells = {tuple(line.split()[:3]): line.split() for line in lines}
     team_a = rows["team-a", "on-demand"]
-    assert cells["team-a", "gpu-sharing", "on-demand"][3:8] == [
+    assert cells["team-a", "gpu-sharing", "on-demand"][3:9] == [
         "example.com/gpu",
         str(team_a["nominal"]),
         str(team_a["usage"]),
         str(team_a["reserved"]),
+        str(team_a["admittedPending"]),
         str(team_a["available"]),
     ]
     code, out, _ = demo(capsys, "-o", "yaml", "queues")  # flags before the subcommand work too

@@ -77,18 +77,19 @@ def test_metrics_and_diagnostics_read_the_same_quota_view():
             "usage": samples[("dra_extender_quota_usage", labels)],
             "reserved": samples[("dra_extender_quota_reserved", labels)],
             "available": samples[("dra_extender_quota_available", labels)],
+            "admittedPending": samples[("dra_extender_quota_admitted_pending", labels)],
         }
         row = queue_row(client)
-        return metrics, {name: float(row[name]) for name in ("usage", "reserved", "available")}
+        return metrics, {name: float(row[name]) for name in metrics}
 
     metrics, queues = both()
-    assert metrics == queues == {"usage": 0.0, "reserved": 0.0, "available": 4.0}
+    assert metrics == queues == {"usage": 0.0, "reserved": 0.0, "available": 4.0, "admittedPending": 0.0}
 
     pod = gpu_pod("p1", template="two")
     body = orjson.dumps({"Pod": pod, "NodeNames": ["on-demand-0", "on-demand-1"]})
     assert client.post("/filter", data=body, content_type="application/json").get_json()["NodeNames"]
     metrics, queues = both()
-    assert metrics == queues == {"usage": 0.0, "reserved": 2.0, "available": 2.0}
+    assert metrics == queues == {"usage": 0.0, "reserved": 2.0, "available": 2.0, "admittedPending": 0.0}
 
     # The pod binds and its claim is allocated: the reservation turns into usage, and the scrape (which did not
     # reconcile before) shows that without a filter call in between.
@@ -108,8 +109,17 @@ def test_metrics_and_diagnostics_read_the_same_quota_view():
     )
     service.store.apply("Pod", "MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "on-demand-0"}})
     metrics, queues = both()
-    assert metrics == queues == {"usage": 2.0, "reserved": 0.0, "available": 2.0}
+    assert metrics == queues == {"usage": 2.0, "reserved": 0.0, "available": 2.0, "admittedPending": 0.0}
     assert service.quota_view().usage == {KEY: Fraction(2)}
+
+    # Kueue admits a Workload for 1 more GPU whose pod is not placed yet: both show the hold it keeps
+    service.store.apply(
+        "Workload",
+        "ADDED",
+        b.workload("w", "team-a", "team-a", {"example.com/gpu": 1}, "on-demand", owner_uid="uid-job-w"),
+    )
+    metrics, queues = both()
+    assert metrics == queues == {"usage": 2.0, "reserved": 0.0, "available": 1.0, "admittedPending": 1.0}
 
 
 def test_refiltering_a_pod_whose_cluster_queue_was_deleted_is_a_reason_not_an_error():

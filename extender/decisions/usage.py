@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from extender.decisions.admission_holds import own_workload
 from extender.decisions.device_charges import counts_devices_only, device_charge
 from extender.decisions.extended_resources import EXTENDED_CLAIM_ANNOTATION, class_for_resource, quota_resource
 from extender.decisions.quota_context import QuotaContext
@@ -122,8 +123,8 @@ def pod_usage(
     cluster_queue = context.cluster_queues.get(cq_name) if cq_name else None
     node = snapshot.nodes.get(node_name)
     admitted: dict[str, str] = {}
-    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
-    if workload is not None and workload.admission is not None and workload.admission.cluster_queue == cq_name:
+    workload = own_workload(snapshot, pod, cq_name)
+    if workload is not None and workload.admission is not None:
         for assignment in workload.admission.pod_set_assignments:
             admitted.update(assignment.flavors)
     for claim, key, generated in _claims_of(snapshot, pod):
@@ -185,4 +186,10 @@ def pod_usage(
             amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
     if not claim_keys and not amounts:
         return None
-    return PodUsage(node_name, tuple(claim_keys), tuple(amounts.items()))
+    return PodUsage(
+        node_name,
+        tuple(claim_keys),
+        tuple(amounts.items()),
+        workload=workload.key if workload is not None else "",
+        owners=tuple(uid for uid in (pod.uid, *pod.owner_uids) if uid),
+    )

@@ -10,7 +10,7 @@ scheduling cycle has assumed); here "assumed" is our reservation ledger.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.quota_context import QuotaContext
@@ -34,20 +34,27 @@ class QuotaView:
     usage: Mapping[QuotaKey, Fraction]  # what bound pods (and pods being bound) hold, from the API's claims
     reserved: Mapping[QuotaKey, Fraction]  # what pods that passed filter hold until seen bound
     reservations: tuple[Reservation, ...]
-    ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved
+    ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved + admitted holds
     at: float  # the reservation clock when the view was taken (for "expires in")
+    # What admitted Workloads hold beyond what their pods hold on nodes (decisions/admission_holds.py): in
+    # total, and per Workload key (its own pods are decided without it).
+    admitted_holds: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+    workload_holds: Mapping[str, Mapping[QuotaKey, Fraction]] = field(default_factory=dict)
 
     @property
     def governed(self) -> bool:
         return self.context.enabled and bool(self.context.cluster_queues)
 
-    def ledger_excluding(self, pod_id: str) -> QuotaLedger:
-        """The ledger without the pod's own reservation: a pod filtered again is not charged against itself."""
+    def ledger_excluding(self, pod_id: str, workload: str = "") -> QuotaLedger:
+        """The ledger without the pod's own reservation (a pod filtered again is not charged against itself)
+        and without the hold of the admitted Workload it belongs to (that hold is kept for its pods)."""
         own = next((r for r in self.reservations if r.pod_uid == pod_id), None)
-        if own is None:
+        hold = self.workload_holds.get(workload) if workload else None
+        if own is None and not hold:
             return self.ledger
         # Kueue's removeUsage along the pod's queue's path, O(depth), instead of a rebuild over every quota.
         known = self.context.cluster_queues  # the ledger ignored charges of a ClusterQueue deleted since
+        removed = add_amounts(own.charges if own is not None else {}, hold or {})
         return self.ledger.with_usage_deltas(
-            (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in own.charges.items() if cq in known
+            (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in removed.items() if cq in known
         )

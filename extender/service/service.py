@@ -14,15 +14,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from fractions import Fraction
 from functools import partial
 
+from extender.decisions.admission_holds import (
+    admitted_quota,
+    governed_resources,
+    holds_with_reservations,
+    own_workload,
+    remaining_hold,
+)
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import is_dra_backed
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import pod_usage
+from extender.decisions.usage import cluster_queue_of, pod_usage
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -30,9 +38,10 @@ from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reservations import reservation_state
 from extender.state.core import Pod
+from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
-from extender.state.kueue import pod_queue_name
-from extender.state.reservations import ReservationLedger
+from extender.state.kueue import Workload, pod_queue_name
+from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
 
@@ -55,6 +64,12 @@ def pod_id(pod: Pod) -> str:
     return pod.uid or pod.key
 
 
+def own_workload_key(view: QuotaView, pod: Pod) -> str:
+    """The admitted Workload whose hold the pod's charge replaces, "" when none."""
+    workload = own_workload(view.snapshot, pod, cluster_queue_of(pod, view.context))
+    return workload.key if workload is not None else ""
+
+
 class SchedulingService:
     def __init__(
         self,
@@ -73,6 +88,7 @@ class SchedulingService:
         self.caches = DecisionCaches()
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
+        self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock)
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
@@ -129,14 +145,43 @@ class SchedulingService:
         matcher = self.matcher
         usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
         reserved = self.reservations.totals()
+        reservations = tuple(self.reservations.all())
+        admitted_holds, workload_holds = self._admission_holds(snapshot, context, reservations)
         return QuotaView(
             snapshot=snapshot,
             context=context,
             usage=usage,
             reserved=reserved,
-            reservations=tuple(self.reservations.all()),
-            ledger=context.tree.ledger(add_amounts(usage, reserved)),
+            reservations=reservations,
+            ledger=context.tree.ledger(add_amounts(usage, reserved, admitted_holds)),
             at=self.reservations.now(),
+            admitted_holds=admitted_holds,
+            workload_holds=workload_holds,
+        )
+
+    def _admission_holds(
+        self, snapshot: ClusterSnapshot, context: QuotaContext, reservations: tuple[Reservation, ...]
+    ) -> tuple[Mapping[QuotaKey, Fraction], Mapping[str, Mapping[QuotaKey, Fraction]]]:
+        """What admitted Workloads hold beyond their pods' usage (the index, per event) and reservations."""
+        governed: frozenset[str] | None = None
+
+        def admitted(workload: Workload) -> Mapping[QuotaKey, Fraction]:
+            nonlocal governed
+            if workload.admission is None:
+                return {}
+            if governed is None:
+                governed = governed_resources(context, snapshot.device_classes)
+            return admitted_quota(workload, context, governed)
+
+        holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, remaining_hold)
+        reserved_by_workload: dict[str, dict[QuotaKey, Fraction]] = {}
+        for reservation in reservations:
+            if reservation.workload:
+                reserved_by_workload[reservation.workload] = add_amounts(
+                    reserved_by_workload.get(reservation.workload, {}), reservation.charges
+                )
+        return holds_with_reservations(
+            holds.totals, holds.by_workload, holds.admitted, self.usage_index.workload_usage, reserved_by_workload
         )
 
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
@@ -158,7 +203,13 @@ class SchedulingService:
             view = self._quota_view_locked()
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
             if decision.reservation:
-                self.reservations.reserve(identity, pod.key, decision.quota.cluster_queue, decision.reservation)
+                self.reservations.reserve(
+                    identity,
+                    pod.key,
+                    decision.quota.cluster_queue,
+                    decision.reservation,
+                    workload=own_workload_key(view, pod),
+                )
             else:
                 self.reservations.release(identity)
         self.history.remember_filter(identity, decision)
@@ -206,7 +257,9 @@ class SchedulingService:
             verdict = previous.verdicts.get(node) if previous is not None else None
             if held is not None and verdict is not None and verdict.passed and verdict.quota is not None:
                 # The filter held the largest charge of all passing nodes; the node chosen may take less.
-                self.reservations.reserve(identity, held.pod_key, held.cluster_queue, verdict.quota.charges)
+                self.reservations.reserve(
+                    identity, held.pod_key, held.cluster_queue, verdict.quota.charges, workload=held.workload
+                )
             self.reservations.confirm(identity, node)
 
     # --- the one call into the decisions ------------------------------------------------------------------------
@@ -221,13 +274,14 @@ class SchedulingService:
         started: float | None = None,
     ) -> PodDecision:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
+        ledger = view.ledger_excluding(pod_id(pod), own_workload_key(view, pod)) if governed and view else None
         return decide_pod(
             snapshot,
             pod,
             node_names,
             matcher=self.matcher,
             quota_context=view.context if view is not None else None,
-            ledger=view.ledger_excluding(pod_id(pod)) if governed and view is not None else None,
+            ledger=ledger,
             options=self.options,
             deadline=(started + self.config.limits.request_deadline_seconds) if started is not None else None,
         )

@@ -27,6 +27,7 @@ from extender.state.errors import ObjectError
 from extender.state.fields import (
     child_path,
     get_bool,
+    get_int,
     get_map,
     get_optional_int,
     get_optional_str,
@@ -590,10 +591,21 @@ class Workload:
     admission: Admission | None = None
     owners: tuple[OwnerReference, ...] = ()
     conditions: Mapping[str, bool] = field(default_factory=_no_entries)  # condition type -> status is "True"
+    pod_set_counts: Mapping[str, int] = field(default_factory=_no_entries)  # spec.podSets: name -> count
+    reclaimable_pods: Mapping[str, int] = field(default_factory=_no_entries)  # status.reclaimablePods
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def count_after_reclaim(self, pod_set: str) -> int | None:
+        """Kueue's podSetsCountsAfterReclaim (pkg/workload/workload.go, ReclaimablePods on by default): the pod
+        set's count less the pods that finished and gave their quota back, never below 0; None when the spec
+        does not list the pod set."""
+        count = self.pod_set_counts.get(pod_set)
+        if count is None:
+            return None
+        return count - min(self.reclaimable_pods.get(pod_set, 0), count)
 
     @property
     def owner(self) -> OwnerReference | None:
@@ -666,15 +678,27 @@ def parse_workload(obj: Mapping[str, Any]) -> Workload:
         conditions[get_str(condition, "type", condition_path, required=True)] = (
             get_str(condition, "status", condition_path) == "True"
         )
+    spec = get_map(obj, "spec", "")
     return Workload(
         namespace=_namespace(obj),
         name=_name(obj),
         uid=get_str(metadata, "uid", "metadata"),
-        queue_name=get_str(get_map(obj, "spec", ""), "queueName", "spec"),
+        queue_name=get_str(spec, "queueName", "spec"),
         admission=_parse_admission(status),
         owners=tuple(owners),
         conditions=MappingProxyType(conditions),
+        pod_set_counts=_pod_set_counts(spec, "podSets", "spec"),
+        reclaimable_pods=_pod_set_counts(status, "reclaimablePods", "status"),
     )
+
+
+def _pod_set_counts(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, int]:
+    """name -> count of spec.podSets or status.reclaimablePods (Kueue defaults a pod set's name to "main")."""
+    counts: dict[str, int] = {}
+    for item_path, item in map_items(obj, key, path):
+        name = get_str(item, "name", item_path, default="main") or "main"
+        counts[name] = get_int(item, "count", item_path, default=1, minimum=0)
+    return MappingProxyType(counts)
 
 
 # --- deviceClassMappings ------------------------------------------------------------------------------------

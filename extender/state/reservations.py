@@ -27,6 +27,7 @@ class Reservation:
     expires: float
     node: str = ""  # set when bind confirmed the node actually chosen
     seen: bool = False  # the pod has been seen in the cluster view (so its disappearance means deletion)
+    workload: str = ""  # the admitted Workload whose quota hold this charge replaces ("" for none)
 
     def quota_keys(self) -> Iterable[tuple[QuotaKey, Fraction]]:
         return self.charges.items()
@@ -50,7 +51,13 @@ class ReservationLedger:
         return self._clock()
 
     def reserve(
-        self, pod_uid: str, pod_key: str, cluster_queue: str, charges: Mapping[QuotaKey, Fraction]
+        self,
+        pod_uid: str,
+        pod_key: str,
+        cluster_queue: str,
+        charges: Mapping[QuotaKey, Fraction],
+        *,
+        workload: str = "",
     ) -> Reservation:
         """Hold `charges` for the pod, replacing whatever it held before."""
         with self.lock:
@@ -65,6 +72,7 @@ class ReservationLedger:
                 now,
                 now + self.ttl_seconds,
                 seen=previous.seen if previous is not None else False,
+                workload=workload,
             )
             self._by_pod[pod_uid] = reservation
             for key, amount in reservation.quota_keys():

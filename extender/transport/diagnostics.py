@@ -335,6 +335,8 @@ def queue_rows(view: QuotaView) -> list[tuple[str, str, str, dict[str, Any]]]:
                         "lendingLimit": quota.lending_limit,
                         "usage": used,
                         "reserved": held,
+                        # quota admitted Workloads hold beyond what their pods hold on nodes (Kueue charged it)
+                        "admittedPending": view.admitted_holds.get(key, Fraction(0)),
                         "borrowed": ledger.borrowed(cq.name, flavor.name, quota.name)
                         if cq.cohort_name
                         else Fraction(0),

@@ -105,7 +105,7 @@ class _StateCollector(Collector):
         yield memo_clears
         available = GaugeMetricFamily(
             "dra_extender_quota_available",
-            "Kueue 'available' per ClusterQueue, flavor and resource, after usage and reservations.",
+            "Kueue 'available' per ClusterQueue, flavor and resource, after usage, reservations and admitted holds.",
             labels=["cluster_queue", "flavor", "resource"],
         )
         usage_family = GaugeMetricFamily(
@@ -116,6 +116,12 @@ class _StateCollector(Collector):
         reserved_family = GaugeMetricFamily(
             "dra_extender_quota_reserved",
             "Quota held by reservations of pods that passed filter, per ClusterQueue, flavor and resource.",
+            labels=["cluster_queue", "flavor", "resource"],
+        )
+        admitted_family = GaugeMetricFamily(
+            "dra_extender_quota_admitted_pending",
+            "Quota admitted Workloads hold beyond what their pods hold on nodes (Kueue charged it at admission), "
+            "per ClusterQueue, flavor and resource.",
             labels=["cluster_queue", "flavor", "resource"],
         )
         kueue_family = GaugeMetricFamily(
@@ -135,12 +141,14 @@ class _StateCollector(Collector):
                 available.add_metric(labels, float(numbers["available"]))
                 usage_family.add_metric(labels, float(numbers["usage"]))
                 reserved_family.add_metric(labels, float(numbers["reserved"]))
+                admitted_family.add_metric(labels, float(numbers["admittedPending"]))
                 if numbers["drift"] is not None:
                     kueue_family.add_metric(labels, float(numbers["kueueReservation"]))
                     drift_family.add_metric(labels, float(numbers["drift"]))
         yield available
         yield usage_family
         yield reserved_family
+        yield admitted_family
         yield kueue_family
         yield drift_family
 

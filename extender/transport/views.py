@@ -413,21 +413,24 @@ def _percent(part: Fraction, scale: Fraction) -> float:
 
 
 def quota_bar(numbers: Mapping[str, Fraction | None]) -> dict[str, Any]:
-    """Widths (percent of the bar) of usage, reserved and available, the potential beyond them, and where the
-    nominal quota sits. The numbers are queue_rows' (Kueue's ledger); only the drawing is done here."""
+    """Widths (percent of the bar) of usage, reserved, admitted pending and available, the potential beyond
+    them, and where the nominal quota sits. The numbers are queue_rows' (Kueue's ledger); only the drawing is
+    done here."""
     zero = Fraction(0)
     nominal = numbers["nominal"] or zero
     usage = numbers["usage"] or zero
     reserved = numbers["reserved"] or zero
+    admitted = numbers.get("admittedPending") or zero
     available = numbers["available"] or zero
     potential = numbers["potentialAvailable"] or zero
-    scale = max(nominal, usage + reserved + available, potential, Fraction(1))
-    used = usage + reserved
+    used = usage + reserved + admitted
+    scale = max(nominal, used + available, potential, Fraction(1))
     segments = []
     x = 0.0
     for name, part in (
         ("usage", usage),
         ("reserved", reserved),
+        ("admitted", admitted),
         ("available", available),
         ("potential", max(zero, potential - used - available)),
     ):

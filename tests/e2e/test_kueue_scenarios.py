@@ -669,15 +669,6 @@ def test_job_labelled_only_on_the_job_is_quota_governed(scenario: KueueScenario)
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ExtenderDisagreesError,
-    reason=(
-        "issue 17 item 4, not built yet: the extender's usage is what bound pods hold plus its own reservations, so "
-        "quota Kueue reserved for an admitted Workload whose pods are not bound is free in its view, and a pod "
-        "outside Kueue takes it; the admitted Workload's pod is then refused with 'quota exhausted'"
-    ),
-)
 def test_admitted_workload_keeps_its_quota_against_unmanaged_pods(scenario: KueueScenario) -> None:
     """ClusterQueue nominal 2, one flavor of two 2-GPU nodes. Job w (2 GPUs, pods pinned to node 1, whose GPUs
     a pod outside Kueue holds) is admitted: Kueue reserves the 2. A Job outside Kueue (queue label on the pod

@@ -31,6 +31,8 @@ class PodUsage:
     node: str
     claims: tuple[str, ...]  # claim keys the attribution read (or expects), so their events re-attribute it
     amounts: tuple[tuple[QuotaKey, Fraction], ...]
+    workload: str = ""  # key of the admitted Workload whose quota hold these amounts replace ("" for none)
+    owners: tuple[str, ...] = ()  # the pod's uid and owner uids: a Workload event re-attributes the pods it owns
 
 
 Attribute = Callable[[ClusterSnapshot, Pod], PodUsage | None]
@@ -47,6 +49,12 @@ class UsageIndex:
         self._pods_by_claim: dict[str, set[str]] = defaultdict(set)
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._totals: dict[QuotaKey, Fraction] = {}
+        # What the pods of each admitted Workload hold (the hold index subtracts it from what Kueue admitted),
+        # and which Workloads' sums changed since the hold index last asked (None: all of them).
+        self._by_workload: dict[str, dict[QuotaKey, Fraction]] = {}
+        self._pods_by_workload: dict[str, set[str]] = defaultdict(set)
+        self._pods_by_owner: dict[str, set[str]] = defaultdict(set)
+        self._changed_workloads: set[str] | None = None
         self.full_recomputes = 0
 
     def totals(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> Mapping[QuotaKey, Fraction]:
@@ -66,11 +74,15 @@ class UsageIndex:
         self._by_pod.clear()
         self._pods_by_claim.clear()
         self._pods_by_node.clear()
+        self._by_workload.clear()
+        self._pods_by_workload.clear()
+        self._pods_by_owner.clear()
         self._totals = {}
         for key, pod in snapshot.pods.items():
             self._set_pod(key, attribute(snapshot, pod))
         self._basis = basis
         self._version = snapshot.version
+        self._changed_workloads = None
 
     def _apply(self, snapshot: ClusterSnapshot, changes: list[Change], attribute: Attribute) -> None:
         touched: set[str] = set()
@@ -84,6 +96,13 @@ class UsageIndex:
                     touched.update(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for)
             elif change.kind == "Node":
                 touched.update(self._pods_by_node.get(change.key, ()))
+            elif change.kind == "Workload":
+                # its admission names the flavors its pods are charged in, and whose hold they replace
+                touched.update(self._pods_by_workload.get(change.key, ()))
+                workload = snapshot.workloads.get(change.key)
+                for owner in workload.owners if workload is not None else ():
+                    touched.update(self._pods_by_owner.get(owner.uid, ()))
+                self._workload_changed(change.key)
         for key in touched:
             pod = snapshot.pods.get(key)
             self._set_pod(key, attribute(snapshot, pod) if pod is not None else None)
@@ -95,17 +114,51 @@ class UsageIndex:
             for claim_key in old.claims:
                 self._pods_by_claim[claim_key].discard(key)
             self._pods_by_node[old.node].discard(key)
-            for quota_key, amount in old.amounts:
-                remaining = self._totals.get(quota_key, Fraction(0)) - amount
-                if remaining:
-                    self._totals[quota_key] = remaining
-                else:
-                    self._totals.pop(quota_key, None)
+            for owner in old.owners:
+                self._pods_by_owner[owner].discard(key)
+            _add(self._totals, old.amounts, -1)
+            if old.workload:
+                self._pods_by_workload[old.workload].discard(key)
+                _add(self._by_workload.setdefault(old.workload, {}), old.amounts, -1)
+                if not self._by_workload[old.workload]:
+                    del self._by_workload[old.workload]
+                self._workload_changed(old.workload)
         if usage is None:
             return
         self._by_pod[key] = usage
         for claim_key in usage.claims:
             self._pods_by_claim[claim_key].add(key)
         self._pods_by_node[usage.node].add(key)
-        for quota_key, amount in usage.amounts:
-            self._totals[quota_key] = self._totals.get(quota_key, Fraction(0)) + amount
+        for owner in usage.owners:
+            self._pods_by_owner[owner].add(key)
+        _add(self._totals, usage.amounts, 1)
+        if usage.workload:
+            self._pods_by_workload[usage.workload].add(key)
+            _add(self._by_workload.setdefault(usage.workload, {}), usage.amounts, 1)
+            self._workload_changed(usage.workload)
+
+    def _workload_changed(self, key: str) -> None:
+        if self._changed_workloads is not None:
+            self._changed_workloads.add(key)
+
+    # --- what the admission hold index reads (state/indexes/admission_holds.py), right after `totals` ----------
+
+    def take_changed_workloads(self) -> set[str] | None:
+        """Workloads whose pods' usage (or whose object) changed since the last call; None means every one
+        (after a full recompute). The caller owns the set."""
+        with self._lock:
+            changed, self._changed_workloads = self._changed_workloads, set()
+            return changed
+
+    def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
+        with self._lock:
+            return dict(self._by_workload.get(key, {}))
+
+
+def _add(totals: dict[QuotaKey, Fraction], amounts: tuple[tuple[QuotaKey, Fraction], ...], sign: int) -> None:
+    for quota_key, amount in amounts:
+        value = totals.get(quota_key, Fraction(0)) + sign * amount
+        if value:
+            totals[quota_key] = value
+        else:
+            totals.pop(quota_key, None)
