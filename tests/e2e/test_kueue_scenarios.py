@@ -722,3 +722,43 @@ def test_admitted_workload_keeps_its_quota_against_unmanaged_pods(scenario: Kueu
         )
     s.plane.core.delete_namespaced_pod("blocker", s.namespace, grace_period_seconds=0)
     assert s.wait_job_pods_bound("w", 1) == {w_pod.metadata.name: first}
+
+
+def test_pod_outside_kueue_bound_first_then_the_admitted_workload_waits(scenario: KueueScenario) -> None:
+    """The other order of arrival. ClusterQueue nominal 2; a pod outside Kueue (queue label, pod integration
+    off) is bound first with 2 GPUs of the queue. Kueue, which does not see it, admits Job w for 2 more. Both
+    count: w's pod is refused with "quota exhausted", the drift report names w with that reason, and the
+    queue shows usage 2 plus 2 admitted pending; once the outsider leaves, w's pod is placed."""
+    s = scenario
+    s.add_nodes("gpu", 3, gpus=2)  # two stay free: "quota exhausted" is what most nodes say
+    flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
+    q = s.add_queue(f"{s.name}-q", {flavor: 2})
+    two = s.add_template("two-gpus", [exactly(2)])
+    outsider = pod_manifest(s.namespace, "outsider", claim_templates={"gpu": two}, labels={QUEUE_LABEL: q})
+    outsider["spec"]["nodeSelector"] = {SCENARIO_LABEL: s.name}
+    s.plane.create_pod(outsider)
+    s.plane.wait_for_pod_scheduled(s.namespace, "outsider", timeout=SCHEDULE_TIMEOUT)
+    wait_usage_agrees(s, {q: {flavor: 2}})
+
+    s.create_job("w", q, two, pods=1)
+    assert_admitted(s.wait_workload("w", "Admitted"), q, flavor, 1, 2)
+    w_pod = wait_until(lambda: next(iter(s.job_pods("w")), None), timeout=KUEUE_TIMEOUT, message="w's pod")
+    refusals = wait_until(
+        lambda: [m for m in s.failed_scheduling(w_pod.metadata.name) if "quota exhausted" in m],
+        timeout=SCHEDULE_TIMEOUT,
+        message="w's pod refused for quota",
+    )
+    assert not s.plane.core.read_namespaced_pod(w_pod.metadata.name, s.namespace).spec.node_name, refusals
+    report = extender_get(s.url, "/diagnostics/queues")
+    (row,) = [r for queue in report["clusterQueues"] if queue["name"] == q for r in queue["resources"]]
+    assert (row["usage"], row["admittedPending"], row["available"]) == (2, 2, 0), row
+    workload = s.workload_of("w")
+    assert workload is not None
+    key = f"{s.namespace}/{workload['metadata']['name']}"
+    (unplaced,) = [w for w in report["admittedNotPlaced"] if w["workload"] == key]
+    assert "quota exhausted" in unplaced["reason"] and unplaced["clusterQueue"] == q, unplaced
+
+    s.plane.core.delete_namespaced_pod("outsider", s.namespace, grace_period_seconds=0)
+    assert len(s.wait_job_pods_bound("w", 1)) == 1
+    assert_placed(s, "w", flavor)
+    wait_usage_agrees(s, {q: {flavor: 2}})
