@@ -384,9 +384,14 @@ def decide_quota(
         if node_name not in snapshot.nodes:
             continue
         by_class = allocation.class_counts()
-        simple = not extended.resources and all(
-            device_only.setdefault(name, counts_devices_only(context, name)) for name, _ in by_class
-        )
+        simple = not extended.resources
+        for class_name, _ in by_class:
+            only = device_only.get(class_name)
+            if only is None:
+                only = device_only[class_name] = counts_devices_only(context, class_name)
+            if not only:
+                simple = False
+                break
         memo_key: object = (
             by_class if simple else tuple(id(chosen.device) for claim in allocation.claims for chosen in claim.devices)
         )
@@ -405,8 +410,10 @@ def decide_quota(
         node_charge[node_name] = charge
 
     # 2. The charged resources by resource group; a resource no group covers is refused everywhere.
+    # Equal charges are one tuple object (the memo above), so from here on they are told apart by identity:
+    # hashing their Fractions once per node is most of what this function would otherwise cost.
     groups: dict[int, tuple[ResourceGroup, list[str]]] = {}
-    for charge in set(node_charge.values()):
+    for charge in {id(charge): charge for charge in node_charge.values()}.values():
         for resource, _ in charge:
             group = cluster_queue.resource_group_for(resource)
             if group is None:
@@ -426,19 +433,23 @@ def decide_quota(
     # 3. Each group walks its flavors independently.
     fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]] = {}
     choices: list[tuple[ResourceGroup, tuple[str, ...], _GroupChoice]] = []
-    held_by_node: dict[tuple[str, int], tuple[str, ...]] = {}
+    held_by_group: dict[int, dict[str, tuple[str, ...]]] = {}  # id(group) -> node -> flavors holding it
     for group, resources in groups.values():
         wanted = set(resources)
+        held_here = held_by_group.setdefault(id(group), {})
         candidates: list[tuple[tuple[str, ...], tuple[tuple[str, Fraction], ...]]] = []
-        seen: set[tuple[tuple[str, ...], tuple[tuple[str, Fraction], ...]]] = set()
+        seen: set[tuple[tuple[str, ...], int]] = set()
+        parts: dict[int, tuple[tuple[str, Fraction], ...]] = {}
         for node_name, charge in node_charge.items():
-            part = tuple((r, a) for r, a in charge if r in wanted)
+            part = parts.get(id(charge))
+            if part is None:
+                part = parts[id(charge)] = tuple((r, a) for r, a in charge if r in wanted)
             if not part:
                 continue
             held = context.flavors_of_node(cluster_queue, group, snapshot.nodes[node_name], tolerations)
-            held_by_node[(node_name, id(group))] = held
-            if (held, part) not in seen:
-                seen.add((held, part))
+            held_here[node_name] = held
+            if (held, id(part)) not in seen:
+                seen.add((held, id(part)))
                 candidates.append((held, part))
         forced = next((admitted_flavors[r] for r in resources if r in admitted_flavors), "")
         choice = _walk_group(cluster_queue, group, context, tolerations, candidates, ledger_for, forced, fit_memo)
@@ -447,10 +458,10 @@ def decide_quota(
     # 4. Each node's verdict against the chosen flavors.
     verdict_memo: dict[tuple[object, ...], NodeQuota] = {}
     for node_name, charge in node_charge.items():
-        key = (charge, tuple(held_by_node.get((node_name, id(group)), ()) for group, _, _ in choices))
+        key = (id(charge), *[held_by_group[id(group)].get(node_name, ()) for group, _, _ in choices])
         quota = verdict_memo.get(key)
         if quota is None:
-            quota = _node_verdict(cluster_queue, charge, node_name, choices, held_by_node, fit_memo, ledger_for)
+            quota = _node_verdict(cluster_queue, charge, node_name, choices, held_by_group, fit_memo, ledger_for)
             verdict_memo[key] = quota
         per_node[node_name] = quota
 
@@ -473,7 +484,7 @@ def _node_verdict(
     charge: tuple[tuple[str, Fraction], ...],
     node_name: str,
     choices: list[tuple[ResourceGroup, tuple[str, ...], _GroupChoice]],
-    held_by_node: Mapping[tuple[str, int], tuple[str, ...]],
+    held_by_group: Mapping[int, Mapping[str, tuple[str, ...]]],
     fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]],
     ledger: QuotaLedger,
 ) -> NodeQuota:
@@ -484,7 +495,7 @@ def _node_verdict(
         part = tuple((r, a) for r, a in charge if r in resources)
         if not part:
             continue
-        held = held_by_node.get((node_name, id(group)), ())
+        held = held_by_group[id(group)].get(node_name, ())
         names = ", ".join(resources)
         if not held:
             skipped = f" ({'; '.join(choice.skipped)})" if choice.skipped else ""
