@@ -45,6 +45,18 @@ class BindError(RuntimeError):
     """Binding the pod through the API failed; nothing stays reserved for it."""
 
 
+class NotSyncedError(RuntimeError):
+    """The cluster view is not complete (initial lists pending, or watches broken past the stale grace).
+
+    A verdict from an incomplete view can over-commit: with no ClusterQueue listed yet quota looks ungoverned,
+    with claims not listed yet devices look free. filter answers kube-scheduler with a non-empty `Error`
+    instead, which pkg/scheduler/schedule_one.go findNodesThatPassExtenders returns as the scheduling error
+    (ignorable: false). The pod then has no unschedulable plugin, so scheduling_queue.go
+    determineSchedulingHintForInFlightPod requeues it with backoff (1 s doubling to 10 s), not into the
+    unschedulable pool: it is retried promptly once the view is synced.
+    """
+
+
 def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     """Pods without claims, without a queue and without a DRA-backed extended resource pass every known node:
     nothing to reserve or record. An extended resource a DeviceClass backs is a claim in all but name."""
@@ -96,6 +108,20 @@ class SchedulingService:
 
     def health(self) -> SourceHealth:
         return self.source.health()
+
+    def sync_problem(self) -> str:
+        """Why verdicts cannot be given now ("" when the view is complete): the same test as /readyz."""
+        health = self.source.health()
+        if not health.ready:
+            return health.message
+        if not self.store.snapshot().synced:
+            return "waiting for the initial lists of the cluster view"
+        return ""
+
+    def require_synced(self) -> None:
+        problem = self.sync_problem()
+        if problem:
+            raise NotSyncedError(f"the extender's cluster view is not synced ({problem}); retry later")
 
     # --- views --------------------------------------------------------------------------------------------------
 
@@ -150,6 +176,7 @@ class SchedulingService:
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
         started = time.perf_counter()
+        self.require_synced()
         snapshot = self.snapshot()
         if not needs_our_decision(pod, snapshot):
             return self._decide(snapshot, pod, node_names, view=None)
@@ -168,6 +195,7 @@ class SchedulingService:
     def prioritize(self, pod: Pod, node_names: Iterable[str]) -> Ranking:
         """Scores for the nodes that passed filter; reuses the filter's decision for the same pod when it has one."""
         started = time.perf_counter()
+        self.require_synced()
         names = list(node_names)
         snapshot = self.snapshot()
         decision = self.history.recent_filter(pod_id(pod))
@@ -192,6 +220,11 @@ class SchedulingService:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind through the API; on success hold exactly the charge of the node chosen, on failure nothing."""
         identity = uid or f"{namespace}/{name}"
+        problem = self.sync_problem()
+        if problem:
+            # The reservation may stand on an incomplete view: let it go, kube-scheduler retries the pod.
+            self.reservations.release(identity)
+            raise BindError(f"not binding {namespace}/{name}: the cluster view is not synced ({problem})")
         if self.binder is None:
             self.reservations.release(identity)
             raise BindError("binding needs a live cluster source (--kubeconfig or --in-cluster)")

@@ -21,7 +21,7 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender.service import BindError, SchedulingService
+from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.transport.diagnostics import decision_json, node_json, queues_json
@@ -29,6 +29,7 @@ from extender.transport.metrics import ExtenderMetrics
 from extender.transport.views import web
 from extender.transport.wire import (
     WireError,
+    filter_error,
     filter_result,
     parse_binding_args,
     parse_extender_args,
@@ -110,8 +111,12 @@ scheduling = Blueprint("scheduling", __name__)
 def filter_verb() -> Response:
     service = _service()
     args = parse_extender_args(request_body(), max_nodes=service.config.limits.max_nodes_per_request)
-    decision = service.filter(args.pod, args.node_names)
     metrics = _metrics()
+    try:
+        decision = service.filter(args.pod, args.node_names)
+    except NotSyncedError as error:
+        metrics.filter_outcomes.labels("not-synced").inc()
+        return _json(filter_error(str(error)))
     metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
     if decision.fast_path:
         metrics.fast_path.labels("filter").inc()
@@ -125,7 +130,11 @@ def filter_verb() -> Response:
 def prioritize_verb() -> Response:
     service = _service()
     args = parse_extender_args(request_body(), max_nodes=service.config.limits.max_nodes_per_request)
-    ranking = service.prioritize(args.pod, args.node_names)
+    try:
+        ranking = service.prioritize(args.pod, args.node_names)
+    except NotSyncedError as error:
+        # HostPriorityList has no Error field; kube-scheduler logs a failed prioritize and scores without us.
+        return _error(str(error), 503)
     metrics = _metrics()
     metrics.nodes_evaluated.labels("prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:
@@ -209,10 +218,11 @@ def readyz() -> Response:
     service = _service()
     source_health = service.health()
     snapshot = service.snapshot()
-    ready = source_health.ready and snapshot.synced
+    problem = service.sync_problem()  # the same test that gates filter, prioritize and bind
+    ready = not problem
     payload = {
         "ready": ready,
-        "message": source_health.message,
+        "message": problem or source_health.message,
         "source": service.source.description,
         "stateVersion": snapshot.version,
         "freshnessSeconds": source_health.freshness_seconds,

@@ -114,6 +114,12 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     return result
 
 
+def filter_error(message: str) -> dict[str, Any]:
+    """ExtenderFilterResult carrying only an Error: kube-scheduler (pkg/scheduler/extender.go HTTPExtender.Filter)
+    turns a non-empty Error into a failed scheduling attempt and ignores the rest of the result."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
+
+
 def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, Any]]:
     """HostPriorityList: every requested node, 0 for the ones that did not pass (and for fast-path pods)."""
     scores = ranking.scores
