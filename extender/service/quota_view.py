@@ -10,7 +10,7 @@ scheduling cycle has assumed); here "assumed" is our reservation ledger.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.quota_context import QuotaContext
@@ -36,18 +36,23 @@ class QuotaView:
     reservations: tuple[Reservation, ...]
     ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved
     at: float  # the reservation clock when the view was taken (for "expires in")
+    # usage of pods counted before their binding shows (nominated, in PreBind), by pod key
+    unbound_usage: Mapping[str, tuple[tuple[QuotaKey, Fraction], ...]] = field(default_factory=dict)
 
     @property
     def governed(self) -> bool:
         return self.context.enabled and bool(self.context.cluster_queues)
 
-    def ledger_excluding(self, pod_id: str) -> QuotaLedger:
-        """The ledger without the pod's own reservation: a pod filtered again is not charged against itself."""
+    def ledger_excluding(self, pod_id: str, pod_key: str = "") -> QuotaLedger:
+        """The ledger without the pod's own charge: its reservation, and the usage counted for it on a node it
+        is nominated for (a pod nominated by preemption is filtered again): never charged against itself."""
         own = next((r for r in self.reservations if r.pod_uid == pod_id), None)
-        if own is None:
+        counted = self.unbound_usage.get(pod_key, ())
+        if own is None and not counted:
             return self.ledger
+        charges = [*(own.charges.items() if own is not None else ()), *counted]
         # Kueue's removeUsage along the pod's queue's path, O(depth), instead of a rebuild over every quota.
         known = self.context.cluster_queues  # the ledger ignored charges of a ClusterQueue deleted since
         return self.ledger.with_usage_deltas(
-            (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in own.charges.items() if cq in known
+            (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in charges if cq in known
         )

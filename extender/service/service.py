@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from fractions import Fraction
 from functools import partial
 
 from extender.decisions.caches import DecisionCaches
@@ -22,7 +23,7 @@ from extender.decisions.extended_resources import is_dra_backed
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import pod_usage
+from extender.decisions.usage import pending_charges, pod_usage
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -148,12 +149,18 @@ class SchedulingService:
         # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
         # reconcile has since turned from a reservation into usage, and would then count neither.
         snapshot = self.snapshot()
-        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot)):
-            self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
-            log.debug("released reservation of %s: %s", reservation.pod_key, why)
         context = self.quota_context(snapshot)
         matcher = self.matcher
-        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
+        usage = self.usage_index.totals(
+            snapshot,
+            context,
+            lambda at, pod: pod_usage(at, pod, context, matcher=matcher, pending_demand=self._pending_demand),
+        )
+        # Usage first: a reservation of a pod that usage already counts (nominated, or in PreBind) is let go.
+        unbound = self.usage_index.unbound()
+        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot, unbound)):
+            self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
+            log.debug("released reservation of %s: %s", reservation.pod_key, why)
         reserved = self.reservations.totals()
         return QuotaView(
             snapshot=snapshot,
@@ -163,11 +170,25 @@ class SchedulingService:
             reservations=tuple(self.reservations.all()),
             ledger=context.tree.ledger(add_amounts(usage, reserved)),
             at=self.reservations.now(),
+            unbound_usage={key: counted.amounts for key, counted in unbound.items()},
         )
 
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
         return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
+
+    def _pending_demand(
+        self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext
+    ) -> dict[str, Fraction]:
+        return pending_charges(
+            snapshot,
+            pod,
+            node,
+            context,
+            self.matcher,
+            budget=self.options.search_budget,
+            features=self.options.features,
+        )
 
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")
@@ -260,7 +281,7 @@ class SchedulingService:
             node_names,
             matcher=self.matcher,
             quota_context=view.context if view is not None else None,
-            ledger=view.ledger_excluding(pod_id(pod)) if governed and view is not None else None,
+            ledger=view.ledger_excluding(pod_id(pod), pod.key) if governed and view is not None else None,
             options=self.options,
             deadline=(started + self.config.limits.request_deadline_seconds) if started is not None else None,
         )
