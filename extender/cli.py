@@ -89,31 +89,49 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if not live:
         service.start()
+    import threading
+
     from extender.transport.app import create_app
+    from extender.transport.liveness import InFlight
     from extender.transport.metrics import ExtenderMetrics
-    from extender.transport.server import ExtenderServer, diagnostics_starter, gunicorn_options, tls_options
+    from extender.transport.server import (
+        ExtenderServer,
+        ExtenderWorker,
+        ListenerSettings,
+        ServerLimits,
+        gunicorn_options,
+    )
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
-    overrides.update(tls_options(config.tls.cert_file, config.tls.key_file, config.tls.client_ca_file))
     diagnostics_listen = args.diagnostics_listen or config.diagnostics.listen
-    worker_hooks: list[Any] = []
-    if live:
-        worker_hooks.append(lambda _worker: service.start())
+    tls = config.tls
+    shared: dict[str, Any] = {
+        "metrics": ExtenderMetrics(service),
+        "in_flight": InFlight(),
+        "explain_gate": threading.BoundedSemaphore(config.diagnostics.explain.concurrency),
+    }
+    listeners: list[ListenerSettings] = []
     if diagnostics_listen:
-        metrics = ExtenderMetrics(service)
-        app = create_app(service, metrics=metrics, serve_diagnostics=False)
-        diagnostics = create_app(service, metrics=metrics, serve_scheduling=False)
-        worker_hooks.append(diagnostics_starter(diagnostics, diagnostics_listen))
+        app = create_app(service, serve_diagnostics=False, **shared)
+        diagnostics = create_app(service, serve_scheduling=False, self_probe=(listen, bool(tls.cert_file)), **shared)
+        listeners.append(ListenerSettings(diagnostics_listen, diagnostics, config.diagnostics.max_connections))
     else:
-        app = create_app(service)
-    if worker_hooks:
-
-        def post_worker_init(worker: Any) -> None:
-            for hook in worker_hooks:
-                hook(worker)
-
-        overrides["post_worker_init"] = post_worker_init
-    ExtenderServer(app, gunicorn_options(listen, overrides)).run()
+        app = create_app(service, **shared)
+    listeners.insert(
+        0,
+        ListenerSettings(listen, app, config.server.max_connections, tls.cert_file, tls.key_file, tls.client_ca_file),
+    )
+    ExtenderWorker.configure(
+        listeners,
+        ServerLimits(
+            read_timeout_seconds=config.server.read_timeout_seconds,
+            request_timeout_seconds=config.server.request_timeout_seconds,
+            max_body_bytes=max(config.limits.max_body_bytes, config.diagnostics.max_body_bytes),
+        ),
+    )
+    if live:
+        overrides["post_worker_init"] = lambda _worker: service.start()
+    ExtenderServer(app, gunicorn_options([s.address for s in listeners], overrides)).run()
     return 0
 
 

@@ -10,7 +10,9 @@ one error handler per kind of failure turns it into a clear status and message.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import uuid
 from collections import Counter
 from importlib import resources
 from typing import Any
@@ -25,6 +27,7 @@ from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.transport.diagnostics import decision_json, node_json, queues_json
+from extender.transport.liveness import InFlight, probe_listener
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.views import web
 from extender.transport.wire import (
@@ -56,6 +59,7 @@ TIMED_ENDPOINTS = {
     "web.node": "web",
     "web.queues": "web",
 }
+SCHEDULING_ENDPOINTS = frozenset(("scheduling.filter_verb", "scheduling.prioritize_verb", "scheduling.bind_verb"))
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -76,13 +80,25 @@ def _metrics() -> ExtenderMetrics:
     return metrics
 
 
-def request_body(*, yaml_allowed: bool = False) -> Any:
-    """The request body as data: JSON, or (where allowed) YAML when labelled so or when it is not JSON."""
+def request_body(*, yaml_allowed: bool = False, max_bytes: int | None = None, yaml_max_bytes: int = 0) -> Any:
+    """The request body as data: JSON, or (where allowed) YAML when labelled so or when it is not JSON.
+
+    YAML only up to `yaml_max_bytes`: PyYAML's pure-Python parser took ~82 s and ~500 MiB for a 7.6 MiB body
+    (issue 15); larger bodies must be JSON, which orjson parses in milliseconds."""
     data = request.get_data(cache=False)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise RequestEntityTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
     if not data:
         raise WireError(
             "request body is empty; " + ("send a Pod as JSON or YAML" if yaml_allowed else "a JSON object is required")
         )
+    if yaml_allowed and len(data) > yaml_max_bytes:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as error:
+            raise WireError(
+                f"request body is not valid JSON ({error}); YAML is accepted only up to {yaml_max_bytes} bytes"
+            ) from None
     if not yaml_allowed:
         try:
             return orjson.loads(data)
@@ -170,7 +186,21 @@ def pod_diagnostics(namespace: str, name: str) -> Response:
 
 @diagnostics.post("/diagnostics/explain")
 def explain() -> Response:
-    body = request_body(yaml_allowed=True)
+    """A what-if decision: bounded in body size, YAML size, nodes, time and concurrency (it runs the full
+    search over every node asked about, on the threads kube-scheduler's verbs use)."""
+    service = _service()
+    settings = service.config.diagnostics
+    gate: threading.BoundedSemaphore = current_app.extensions["dra_explain_gate"]
+    if not gate.acquire(blocking=False):
+        return _error(f"too many explain requests in progress (at most {settings.explain.concurrency}); retry", 429)
+    try:
+        return _explain(service, settings)
+    finally:
+        gate.release()
+
+
+def _explain(service: SchedulingService, settings: Any) -> Response:
+    body = request_body(yaml_allowed=True, max_bytes=settings.max_body_bytes, yaml_max_bytes=settings.yaml_max_bytes)
     if not isinstance(body, dict):
         raise WireError("request body must be a Pod object")
     if body.get("kind") not in (None, "Pod"):
@@ -180,7 +210,15 @@ def explain() -> Response:
     except ObjectError as error:
         raise WireError(f"Pod: {error.describe()}") from None
     nodes = request.args.getlist("node") or None
-    return _json(decision_json(_service().explain(pod, nodes)))
+    limit = settings.explain.max_nodes
+    if nodes is not None and len(nodes) > limit:
+        raise WireError(f"{len(nodes)} nodes asked about; the limit is {limit} (diagnostics.explain.maxNodes)")
+    if nodes is None and len(known := service.snapshot().nodes) > limit:
+        raise WireError(
+            f"the cluster has {len(known)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
+            "name the nodes to explain with ?node=NAME (repeatable)"
+        )
+    return _json(decision_json(service.explain(pod, nodes)))
 
 
 @diagnostics.get("/diagnostics/nodes/<name>")
@@ -210,6 +248,27 @@ health = Blueprint("health", __name__)
 
 @health.get("/healthz")
 def healthz() -> Response:
+    return _json({"status": "ok"})
+
+
+@health.get("/livez")
+def livez() -> Response:
+    """Fails when the request path is wedged (see transport/liveness.py); /healthz only says the process runs."""
+    service = _service()
+    settings = service.config.server
+    problems = []
+    oldest = current_app.extensions["dra_in_flight"].oldest_seconds()
+    if oldest > settings.stuck_request_seconds:
+        problems.append(f"a scheduling request has been in flight for {oldest:.0f}s")
+    probe = current_app.extensions.get("dra_self_probe")
+    if probe is not None:
+        address, tls = probe
+        problem = probe_listener(address, tls=tls, timeout=settings.liveness_probe_timeout_seconds)
+        if problem:
+            problems.append(problem)
+    if problems:
+        log.error("liveness failing: %s", "; ".join(problems))
+        return _json({"status": "wedged", "problems": problems}, 503)
     return _json({"status": "ok"})
 
 
@@ -245,6 +304,14 @@ def openapi_json() -> Response:
 
 def _start_timer() -> None:
     g.started = time.perf_counter()
+    if request.endpoint in SCHEDULING_ENDPOINTS:
+        g.in_flight = current_app.extensions["dra_in_flight"].begin()
+
+
+def _end_in_flight(_error: BaseException | None) -> None:
+    token = g.pop("in_flight", None)
+    if token is not None:
+        current_app.extensions["dra_in_flight"].end(token)
 
 
 def _observe(response: Response) -> Response:
@@ -262,8 +329,9 @@ def _bad_request(error: WireError) -> Response:
 
 def _http_error(error: HTTPException) -> Response:
     if isinstance(error, RequestEntityTooLarge):
-        limit = _service().config.limits.max_body_bytes
-        return _error(f"request body exceeds the limit of {limit} bytes", 413)
+        limit = current_app.config["MAX_CONTENT_LENGTH"]
+        description = error.description if str(error.description).startswith("request body exceeds") else ""
+        return _error(description or f"request body exceeds the limit of {limit} bytes", 413)
     response = _error(f"{error.name}: {error.description}", error.code or 500)
     # Keep werkzeug's protocol headers (Allow on 405, as RFC 9110 requires); the body is ours.
     response.headers.extend((k, v) for k, v in error.get_headers() if k.lower() != "content-type")
@@ -271,8 +339,19 @@ def _http_error(error: HTTPException) -> Response:
 
 
 def _unexpected(error: Exception) -> Response:
-    log.exception("unexpected error answering %s %s", request.method, request.path)
-    return _error(f"internal error: {type(error).__name__}: {error}", 500)
+    """The exception goes to the log under a request id; the client gets the id, never the exception's text
+    (it can hold object names, paths, or what an API server said)."""
+    request_id = uuid.uuid4().hex[:16]
+    log.exception(
+        "unexpected error answering %s %s (request id %s)",
+        request.method,
+        request.path,
+        request_id,
+        extra={"requestId": request_id},
+    )
+    response = _error(f"internal error; the extender's log has the details under request id {request_id}", 500)
+    response.headers["X-Request-Id"] = request_id
+    return response
 
 
 def create_app(
@@ -281,13 +360,25 @@ def create_app(
     metrics: ExtenderMetrics | None = None,
     serve_scheduling: bool = True,
     serve_diagnostics: bool = True,
+    in_flight: InFlight | None = None,
+    explain_gate: threading.BoundedSemaphore | None = None,
+    self_probe: tuple[str, bool] | None = None,
 ) -> Flask:
     """The app for one listener. With a separate diagnostics listener, the scheduling listener serves only
-    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus)."""
+    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus).
+    The two apps of one process share `metrics`, `in_flight` and `explain_gate`; the diagnostics app's /livez
+    probes the scheduling listener at `self_probe` (address, TLS)."""
     app = Flask("dra-extender")
-    app.config["MAX_CONTENT_LENGTH"] = service.config.limits.max_body_bytes
+    limits = service.config.limits.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = limits if serve_scheduling else service.config.diagnostics.max_body_bytes
     app.extensions["dra_service"] = service
     app.extensions["dra_metrics"] = metrics if metrics is not None else ExtenderMetrics(service)
+    app.extensions["dra_in_flight"] = in_flight if in_flight is not None else InFlight()
+    app.extensions["dra_explain_gate"] = explain_gate or threading.BoundedSemaphore(
+        service.config.diagnostics.explain.concurrency
+    )
+    if self_probe is not None:
+        app.extensions["dra_self_probe"] = self_probe
     if serve_scheduling:
         app.register_blueprint(scheduling)
     if serve_diagnostics:
@@ -296,6 +387,7 @@ def create_app(
     app.register_blueprint(health)
     app.before_request(_start_timer)
     app.after_request(_observe)
+    app.teardown_request(_end_in_flight)
     app.register_error_handler(WireError, _bad_request)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
