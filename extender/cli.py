@@ -89,38 +89,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if not live:
         service.start()
-    import threading
-
-    from extender.transport.app import create_app
-    from extender.transport.liveness import InFlight
-    from extender.transport.metrics import ExtenderMetrics
-    from extender.transport.server import (
-        ExtenderServer,
-        ExtenderWorker,
-        ListenerSettings,
-        ServerLimits,
-        gunicorn_options,
-    )
+    from extender.transport.server import ExtenderServer, ExtenderWorker, ServerLimits, gunicorn_options
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
-    diagnostics_listen = args.diagnostics_listen or config.diagnostics.listen
-    tls = config.tls
-    shared: dict[str, Any] = {
-        "metrics": ExtenderMetrics(service),
-        "in_flight": InFlight(),
-        "explain_gate": threading.BoundedSemaphore(config.diagnostics.explain.concurrency),
-    }
-    listeners: list[ListenerSettings] = []
-    if diagnostics_listen:
-        app = create_app(service, serve_diagnostics=False, **shared)
-        diagnostics = create_app(service, serve_scheduling=False, self_probe=(listen, bool(tls.cert_file)), **shared)
-        listeners.append(ListenerSettings(diagnostics_listen, diagnostics, config.diagnostics.max_connections))
-    else:
-        app = create_app(service, **shared)
-    listeners.insert(
-        0,
-        ListenerSettings(listen, app, config.server.max_connections, tls.cert_file, tls.key_file, tls.client_ca_file),
+    listeners = listener_settings(
+        service,
+        config,
+        listen,
+        args.diagnostics_listen or config.diagnostics.listen,
+        args.metrics_listen or config.metrics.listen,
     )
+    app = listeners[0].app
     ExtenderWorker.configure(
         listeners,
         ServerLimits(
@@ -133,6 +112,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["post_worker_init"] = lambda _worker: service.start()
     ExtenderServer(app, gunicorn_options([s.address for s in listeners], overrides)).run()
     return 0
+
+
+def listener_settings(
+    service: SchedulingService, config: ExtenderConfig, listen: str, diagnostics_listen: str, metrics_listen: str
+) -> list[Any]:
+    """The process's listeners (transport.server.ListenerSettings), scheduling first. Without a diagnostics
+    listener the scheduling one serves everything; with one, it serves only kube-scheduler's verbs and health;
+    a metrics listener serves only /metrics and the probes (the one the deployment exposes to the pod network,
+    while diagnostics stay on loopback)."""
+    import threading
+
+    from extender.transport.app import create_app
+    from extender.transport.liveness import InFlight
+    from extender.transport.metrics import ExtenderMetrics
+    from extender.transport.server import ListenerSettings
+
+    tls = config.tls
+    probe = (listen, bool(tls.cert_file))
+    shared: dict[str, Any] = {
+        "metrics": ExtenderMetrics(service),
+        "in_flight": InFlight(),
+        "explain_gate": threading.BoundedSemaphore(config.diagnostics.explain.concurrency),
+    }
+    app = create_app(
+        service,
+        serve_diagnostics=not diagnostics_listen,
+        serve_metrics=not (diagnostics_listen or metrics_listen),
+        **shared,
+    )
+    listeners = [
+        ListenerSettings(listen, app, config.server.max_connections, tls.cert_file, tls.key_file, tls.client_ca_file)
+    ]
+    if diagnostics_listen:
+        diagnostics = create_app(service, serve_scheduling=False, self_probe=probe, **shared)
+        listeners.append(ListenerSettings(diagnostics_listen, diagnostics, config.diagnostics.max_connections))
+    if metrics_listen:
+        metrics = create_app(
+            service, serve_scheduling=False, serve_diagnostics=False, serve_metrics=True, self_probe=probe, **shared
+        )
+        listeners.append(ListenerSettings(metrics_listen, metrics, config.metrics.max_connections))
+    return listeners
 
 
 def _read_gunicorn_config(path: str) -> dict[str, Any]:
@@ -222,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--diagnostics-listen",
         metavar="HOST:PORT",
         help="serve diagnostics, metrics and health on this separate listener (overrides diagnostics.listen)",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve only /metrics and the probes on this listener (overrides metrics.listen)",
     )
     serve.add_argument("--gunicorn-config", metavar="FILE", help="gunicorn settings file (config/gunicorn.conf.py)")
     serve.set_defaults(handler=cmd_serve)

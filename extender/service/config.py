@@ -175,6 +175,12 @@ class DiagnosticsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsSection:
+    listen: str = option("listen", "", parse=_host_port)
+    max_connections: int = option("maxConnections", 32, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSection:
     read_timeout_seconds: float = option("readTimeoutSeconds", 3.0, minimum=0.1)
     request_timeout_seconds: float = option("requestTimeoutSeconds", 30.0, minimum=1)
@@ -256,6 +262,7 @@ class ExtenderConfig:
     limits: LimitsSection = option("limits", LimitsSection())
     search: SearchSection = option("search", SearchSection())
     diagnostics: DiagnosticsSection = option("diagnostics", DiagnosticsSection())
+    metrics: MetricsSection = option("metrics", MetricsSection())
     server: ServerSection = option("server", ServerSection())
     tls: TlsSection = option("tls", TlsSection())
     source: SourceSection = option("source", SourceSection())

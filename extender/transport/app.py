@@ -236,7 +236,10 @@ def queue_diagnostics() -> Response:
     return _json(queues_json(view, service.unplaced_workloads(view.snapshot)))
 
 
-@diagnostics.get("/metrics")
+metrics_blueprint = Blueprint("metrics", __name__)
+
+
+@metrics_blueprint.get("/metrics")
 def metrics_endpoint() -> Response:
     return Response(generate_latest(_metrics().registry), mimetype=CONTENT_TYPE_LATEST)
 
@@ -360,12 +363,15 @@ def create_app(
     metrics: ExtenderMetrics | None = None,
     serve_scheduling: bool = True,
     serve_diagnostics: bool = True,
+    serve_metrics: bool | None = None,
     in_flight: InFlight | None = None,
     explain_gate: threading.BoundedSemaphore | None = None,
     self_probe: tuple[str, bool] | None = None,
 ) -> Flask:
     """The app for one listener. With a separate diagnostics listener, the scheduling listener serves only
-    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus).
+    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus);
+    a metrics listener (serve_scheduling=False, serve_diagnostics=False, serve_metrics=True) only /metrics and
+    the probes, so it can face the pod network while the diagnostics listener stays on loopback.
     The two apps of one process share `metrics`, `in_flight` and `explain_gate`; the diagnostics app's /livez
     probes the scheduling listener at `self_probe` (address, TLS)."""
     app = Flask("dra-extender")
@@ -384,6 +390,8 @@ def create_app(
     if serve_diagnostics:
         app.register_blueprint(diagnostics)
         app.register_blueprint(web)  # the read-only web view (transport/views.py): people only, never kube-scheduler
+    if serve_diagnostics if serve_metrics is None else serve_metrics:
+        app.register_blueprint(metrics_blueprint)
     app.register_blueprint(health)
     app.before_request(_start_timer)
     app.after_request(_observe)
