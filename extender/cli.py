@@ -130,6 +130,7 @@ def listener_settings(
 
     tls = config.tls
     probe = (listen, bool(tls.cert_file))
+    authorizer = _diagnostics_authorizer(service, config)
     shared: dict[str, Any] = {
         "metrics": ExtenderMetrics(service),
         "in_flight": InFlight(),
@@ -139,13 +140,14 @@ def listener_settings(
         service,
         serve_diagnostics=not diagnostics_listen,
         serve_metrics=not (diagnostics_listen or metrics_listen),
+        authorizer=None if diagnostics_listen else authorizer,
         **shared,
     )
     listeners = [
         ListenerSettings(listen, app, config.server.max_connections, tls.cert_file, tls.key_file, tls.client_ca_file)
     ]
     if diagnostics_listen:
-        diagnostics = create_app(service, serve_scheduling=False, self_probe=probe, **shared)
+        diagnostics = create_app(service, serve_scheduling=False, self_probe=probe, authorizer=authorizer, **shared)
         listeners.append(ListenerSettings(diagnostics_listen, diagnostics, config.diagnostics.max_connections))
     if metrics_listen:
         metrics = create_app(
@@ -153,6 +155,18 @@ def listener_settings(
         )
         listeners.append(ListenerSettings(metrics_listen, metrics, config.metrics.max_connections))
     return listeners
+
+
+def _diagnostics_authorizer(service: SchedulingService, config: ExtenderConfig) -> Any:
+    """diagnostics.auth.mode kubernetes: tokens reviewed by the API server the live source watches."""
+    if config.diagnostics.auth.mode != "kubernetes":
+        return None
+    api_config = getattr(service.source, "config", None)
+    if api_config is None:
+        raise ConfigError("diagnostics.auth.mode: kubernetes needs a live cluster (--kubeconfig or --in-cluster)")
+    from extender.state.live.access_review import AccessReviewer
+
+    return AccessReviewer(api_config, cache_seconds=config.diagnostics.auth.cache_seconds)
 
 
 def _read_gunicorn_config(path: str) -> dict[str, Any]:

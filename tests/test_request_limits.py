@@ -127,3 +127,41 @@ def test_internal_errors_are_redacted_and_logged_with_a_request_id(caplog: pytes
     assert request_id in text
     logged = [r for r in caplog.records if request_id in r.getMessage()]
     assert logged and "s3cr3t" in str(logged[0].exc_info[1])
+
+
+def test_kubernetes_auth_needs_a_live_source_and_a_known_mode() -> None:
+    from extender.cli import listener_settings
+    from extender.service import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match=r"diagnostics\.auth\.mode: must be none or kubernetes"):
+        parse_config({"diagnostics": {"auth": {"mode": "basic"}}})
+    config = parse_config({"diagnostics": {"auth": {"mode": "kubernetes"}}})
+    with pytest.raises(ConfigError, match="needs a live cluster"):
+        listener_settings(engine_for(quota_objects(), config), config, "127.0.0.1:1", "127.0.0.1:2", "")
+
+
+def test_diagnostics_answer_only_whom_the_authorizer_allows() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Decision:
+        allowed: bool
+        status: int
+        reason: str
+
+    asked: list[tuple[str, str, str]] = []
+
+    class Allow:
+        def review(self, token: str, path: str, verb: str = "get") -> Decision:
+            asked.append((token, path, verb))
+            return Decision(token == "good", 401 if not token else 403, "no" if token else "token required")
+
+    client = create_app(engine_for(quota_objects()), authorizer=Allow()).test_client()
+    assert client.get("/diagnostics/queues").status_code == 401
+    assert client.get("/diagnostics/queues").headers["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/diagnostics/queues", headers={"Authorization": "Bearer bad"}).status_code == 403
+    assert client.get("/diagnostics/queues", headers={"Authorization": "Bearer good"}).status_code == 200
+    body = orjson.dumps({"Pod": gpu_pod("p"), "NodeNames": ["on-demand-0"]})
+    assert client.post("/filter", data=body, content_type="application/json").status_code == 200
+    assert client.get("/metrics").status_code == 200 and client.get("/readyz").status_code == 200
+    assert {path for _, path, _ in asked} == {"/diagnostics/queues"}, "only diagnostics are reviewed"

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import Counter
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import yaml
@@ -311,6 +311,38 @@ def _start_timer() -> None:
         g.in_flight = current_app.extensions["dra_in_flight"].begin()
 
 
+class AccessDecision(Protocol):
+    allowed: bool
+    status: int
+    reason: str
+
+
+class Authorizer(Protocol):
+    """Decides who may read /diagnostics (state/live/access_review.py: TokenReview + SubjectAccessReview)."""
+
+    def review(self, token: str, path: str, verb: str = "get") -> AccessDecision: ...
+
+
+def _authorize() -> Response | None:
+    """With diagnostics.auth.mode kubernetes: /diagnostics/* only for a bearer token the API server authenticates
+    and authorizes for the path; /metrics and the probes stay open, as on kube-rbac-proxy's
+    --ignore-paths."""
+    authorizer: Authorizer | None = current_app.extensions.get("dra_authorizer")
+    if authorizer is None or request.blueprint != "diagnostics":
+        return None
+    header = request.headers.get("Authorization", "")
+    token = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    # The verb of a non-resource request is its lowercased HTTP method, as the API server's own RequestInfo
+    # makes it: get for the reports, post for /diagnostics/explain.
+    decision = authorizer.review(token, request.path, request.method.lower())
+    if decision.allowed:
+        return None
+    response = _error(decision.reason, decision.status)
+    if decision.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="dra-extender diagnostics"'
+    return response
+
+
 def _end_in_flight(_error: BaseException | None) -> None:
     token = g.pop("in_flight", None)
     if token is not None:
@@ -367,6 +399,7 @@ def create_app(
     in_flight: InFlight | None = None,
     explain_gate: threading.BoundedSemaphore | None = None,
     self_probe: tuple[str, bool] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> Flask:
     """The app for one listener. With a separate diagnostics listener, the scheduling listener serves only
     kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus);
@@ -385,6 +418,8 @@ def create_app(
     )
     if self_probe is not None:
         app.extensions["dra_self_probe"] = self_probe
+    if authorizer is not None:
+        app.extensions["dra_authorizer"] = authorizer
     if serve_scheduling:
         app.register_blueprint(scheduling)
     if serve_diagnostics:
@@ -394,6 +429,7 @@ def create_app(
         app.register_blueprint(metrics_blueprint)
     app.register_blueprint(health)
     app.before_request(_start_timer)
+    app.before_request(_authorize)
     app.after_request(_observe)
     app.teardown_request(_end_in_flight)
     app.register_error_handler(WireError, _bad_request)
