@@ -120,6 +120,7 @@ class LiveSource:
                 return SourceHealth(False, f"discovering API resources at {self.config.host}: {detail}")
             watchers = list(self._watchers.values())
             kueue_enabled = self._kueue_enabled
+            kueue_pending = sorted(self._kueue_pending)
         freshness: dict[str, float] = {}
         waiting: list[str] = []
         stale: list[str] = []
@@ -135,6 +136,9 @@ class LiveSource:
                 error = watcher.last_error
                 stale.append(f"{watcher.name} for {disconnected:.0f}s" + (f" ({error})" if error else ""))
         problems = []
+        if kueue_pending and not waiting:
+            # Listed, but quota not switched on yet (the store learns it in _listed): not a verdict's moment.
+            problems.append("Kueue CRDs found: enabling quota for " + ", ".join(kueue_pending))
         if waiting:
             problems.append("waiting for the initial list of " + ", ".join(sorted(waiting)))
         if stale:
@@ -281,11 +285,12 @@ class LiveSource:
             if not self._synced.is_set() and self._initial_kinds <= listed:
                 announce_synced = True
             if self._kueue_pending and self._kueue_pending <= listed:
+                # Under the lock, so health() never reports ready between the lists and quota being on.
+                store.set_kueue_enabled(True)
                 self._kueue_pending = frozenset()
                 self._kueue_enabled = True
                 enable_kueue = True
         if enable_kueue:
-            store.set_kueue_enabled(True)
             log.warning("Kueue quota watchers synced: quota features on")
         if announce_synced:
             store.set_synced(True)
