@@ -64,7 +64,16 @@ def _is_live(args: argparse.Namespace) -> bool:
 
 def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> SchedulingService:
     source, binder = _source(args, config)
-    service = SchedulingService(source, config, binder=binder)
+    requeue = None
+    if config.requeue.device_class_name and binder is not None and args.command == "serve":
+        from extender.state.live.requeue import Requeuer
+
+        requeue = Requeuer(
+            source.config,  # type: ignore[attr-defined]  # a live source (binder is not None)
+            config.requeue.device_class_name,
+            min_interval_seconds=config.requeue.min_interval_seconds,
+        )
+    service = SchedulingService(source, config, binder=binder, requeue=requeue)
     if start:
         service.start()
     return service

@@ -175,6 +175,12 @@ class DiagnosticsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class RequeueSection:
+    device_class_name: str = option("deviceClassName", "")
+    min_interval_seconds: float = option("minIntervalSeconds", 1.0, minimum=0.1)
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsSection:
     listen: str = option("listen", "", parse=_host_port)
     max_connections: int = option("maxConnections", 32, minimum=1)
@@ -259,6 +265,7 @@ class ExtenderConfig:
     quota: QuotaSection = option("quota", QuotaSection())
     reservations: ReservationsSection = option("reservations", ReservationsSection())
     bind: BindSection = option("bind", BindSection())
+    requeue: RequeueSection = option("requeue", RequeueSection())
     limits: LimitsSection = option("limits", LimitsSection())
     search: SearchSection = option("search", SearchSection())
     diagnostics: DiagnosticsSection = option("diagnostics", DiagnosticsSection())

@@ -21,6 +21,7 @@ from functools import partial
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import is_dra_backed
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.quota_decision import CATEGORY_QUOTA
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
 from extender.decisions.usage import pending_charges, pod_usage
@@ -58,6 +59,10 @@ class NotSyncedError(RuntimeError):
     """
 
 
+# Refusals that quota freed elsewhere can lift (kube-scheduler sees no event for it): see _quota_view_locked.
+PARKED_FOR_QUOTA = frozenset((CATEGORY_QUOTA,))
+
+
 def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
     """Pods without claims, without a queue and without a DRA-backed extended resource pass every known node:
     nothing to reserve or record. An extended resource a DeviceClass backs is a claim in all but name."""
@@ -76,6 +81,7 @@ class SchedulingService:
         *,
         store: ClusterStore | None = None,
         binder: Binder | None = None,
+        requeue: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
@@ -92,6 +98,13 @@ class SchedulingService:
         self._context_lock = threading.Lock()
         self._context_key: tuple[object, ...] | None = None
         self._context: QuotaContext | None = None
+        # Pods refused for quota since the last requeue, and the quota context they were refused under: when
+        # quota frees up without an event kube-scheduler reacts to, `requeue` (state/live/requeue.py) wakes them.
+        self.requeue = requeue
+        self._parked_for_quota = 0
+        self._parked_context: QuotaContext | None = None
+        self._stopping = threading.Event()
+        self.requeues = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -103,9 +116,21 @@ class SchedulingService:
         self.source.start(self.store)
         self.store.snapshot()
         freeze_loaded_state()
+        if self.requeue is not None:
+            threading.Thread(target=self._watch_parked, name="parked-pods", daemon=True).start()
 
     def stop(self) -> None:
+        self._stopping.set()
         self.source.stop()
+
+    def _watch_parked(self, period: float = 1.0) -> None:
+        """Parked pods are not filtered again by themselves: look at the quota once a second while some are."""
+        while not self._stopping.wait(period):
+            if self._parked_for_quota and not self.sync_problem():
+                try:
+                    self.quota_view()
+                except Exception:
+                    log.exception("checking whether parked pods can be requeued failed")
 
     def health(self) -> SourceHealth:
         return self.source.health()
@@ -158,9 +183,18 @@ class SchedulingService:
         )
         # Usage first: a reservation of a pod that usage already counts (nominated, or in PreBind) is let go.
         unbound = self.usage_index.unbound()
+        expired = False
         for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot, unbound)):
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
+            expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
+        if self._parked_for_quota and (expired or context is not self._parked_context):
+            # Quota may have freed up through what kube-scheduler does not watch (Kueue's objects, a lapsed
+            # reservation): pod deletions and claim deallocations it sees itself.
+            self._parked_for_quota = 0
+            if self.requeue is not None:
+                self.requeues += 1
+                self.requeue()
         reserved = self.reservations.totals()
         return QuotaView(
             snapshot=snapshot,
@@ -209,6 +243,9 @@ class SchedulingService:
                 self.reservations.reserve(identity, pod.key, decision.quota.cluster_queue, decision.reservation)
             else:
                 self.reservations.release(identity)
+                if any(v.category in PARKED_FOR_QUOTA for v in decision.verdicts.values()):
+                    self._parked_for_quota += 1
+                    self._parked_context = view.context
         self.history.remember_filter(identity, decision)
         self.history.record("filter", Ranking(decision, {}), started)
         return decision
