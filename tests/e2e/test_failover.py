@@ -137,7 +137,7 @@ def test_new_leader_does_not_over_commit_after_the_leader_pair_is_killed_mid_bur
         creator.start()
         # The leader is the replica whose extender gets filter calls; kill its pair mid-burst.
         (leader,) = wait_until(
-            lambda: next(((i,) for i, (e, _) in enumerate(replicas) if filter_calls(str(e.url)) >= 3), None),
+            lambda: next(((i,) for i, (e, _) in enumerate(replicas) if filter_calls(str(e.url)) >= 6), None),
             timeout=60,
             interval=0.02,
             message="a leader to start filtering",

@@ -1,0 +1,336 @@
+"""Chaos (issue 15, point 7): a stream of quota-governed pods while the extender is SIGKILLed and respawned, the
+API server restarts, and the extender's watches are reset by a TCP proxy between it and the API server; a
+namespace of unrelated pods makes the initial lists take real time. Seeded, bounded in count and time, loopback
+only.
+
+Invariant, sampled at >= 5 Hz from one consistent read (claims listed, then pods at exactly that
+resourceVersion): the devices allocated to live pods of the ClusterQueue never exceed its nominal quota. At the
+end the extender's usage equals what a fresh list of the API gives.
+
+Short by default (1 seed, 35 s, 300 unrelated pods, inside `make test`); the long version on demand:
+CHAOS_SEEDS=1,2,3,4,5 CHAOS_SECONDS=60 CHAOS_BACKGROUND_PODS=3000 .venv/bin/pytest -s tests/e2e/test_chaos.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import socket
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.cluster import (
+    LOOPBACK,
+    Component,
+    ControlPlane,
+    free_port,
+    pod_manifest,
+    start_extender,
+    wait_until,
+    write_kubeconfig,
+)
+from tests.e2e.conftest import _finish, _start
+from tests.e2e.test_extender_scenarios import (
+    GPU,
+    KUEUE_NAMESPACE,
+    FlavorQuota,
+    Scenario,
+    exactly,
+    kueue_configmap,
+)
+
+pytestmark = pytest.mark.e2e
+
+SEEDS = [int(s) for s in os.environ.get("CHAOS_SEEDS", "1").split(",") if s]
+SECONDS = float(os.environ.get("CHAOS_SECONDS", "35"))
+BACKGROUND_PODS = int(os.environ.get("CHAOS_BACKGROUND_PODS", "300"))
+NOMINAL = 6
+TICK = 0.25
+SAMPLE_PERIOD = 0.1
+
+
+class ResettingProxy:
+    """A TCP proxy 127.0.0.1:port -> the API server; `reset()` drops every connection (a watch reset: the
+    extender must relist or resume, and must not give verdicts from a view that went stale)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server((LOOPBACK, 0))
+        self.port = self.listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self.resets = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection((LOOPBACK, self.target_port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                self._close(sock)
+
+    def _close(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+    def reset(self) -> None:
+        with self._lock:
+            victims = list(self._open)
+        for sock in victims:
+            self._close(sock)
+        self.resets += 1
+
+    def close(self) -> None:
+        self._stopping.set()
+        self.listener.close()
+        self.reset()
+
+
+@dataclass
+class ChaosPlane:
+    plane: ControlPlane
+    proxy: ResettingProxy
+    extender: Component
+    extender_kubeconfig: Path
+    extender_port: int
+    log: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.extender_port}"
+
+    def respawn_extender(self) -> None:
+        self.extender.kill()
+        self.extender = start_extender(self.extender_kubeconfig, self.extender_port, log_dir=self.plane.log_dir)
+
+
+@pytest.fixture(scope="module")
+def chaos_plane(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> Iterator[ChaosPlane]:
+    started = _start(pytestconfig, e2e_binaries, "chaos")
+    plane = started.plane
+    proxy = ResettingProxy(int(plane.server.rsplit(":", 1)[1]))
+    try:
+        plane.create_device_class()
+        plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False)
+        plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, kueue_configmap())
+        add_background_pods(plane, BACKGROUND_PODS)
+        kubeconfig = write_kubeconfig(
+            plane.workdir / "extender-via-proxy.kubeconfig",
+            f"https://{LOOPBACK}:{proxy.port}",
+            plane.token,
+            plane.workdir / "apiserver-certs" / "apiserver.crt",
+        )
+        port = free_port()
+        started_at = time.monotonic()
+        extender = start_extender(kubeconfig, port, log_dir=plane.log_dir)
+        print(f"\nchaos: extender synced {BACKGROUND_PODS} unrelated pods in {time.monotonic() - started_at:.1f}s")
+        plane.start_scheduler(extender_url=f"http://{LOOPBACK}:{port}")
+        yield ChaosPlane(plane, proxy, extender, kubeconfig, port)
+    finally:
+        proxy.close()
+        _finish(pytestconfig, started, "chaos")
+
+
+def add_background_pods(plane: ControlPlane, count: int) -> None:
+    """Unrelated pods, bound straight to a filler node (no scheduling): they only make lists long."""
+    plane.create_node("chaos-filler", pods="100000")
+    namespace = plane.create_namespace("chaos-background", wait_for_service_account=False)
+
+    def create(index: int) -> None:
+        manifest = pod_manifest(namespace, f"filler-{index}")
+        manifest["spec"]["nodeName"] = "chaos-filler"
+        plane.create_pod(manifest)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(create, range(count)))
+
+
+def consistent_allocated(scenario: Scenario) -> int:
+    """Devices allocated to live pods, from claims and pods read at one resourceVersion."""
+    claims = scenario.plane.resource.list_namespaced_resource_claim(scenario.namespace, _request_timeout=2)
+    version = claims.metadata.resource_version
+    pods = scenario.plane.core.list_namespaced_pod(
+        scenario.namespace, resource_version=version, resource_version_match="Exact", _request_timeout=2
+    ).items
+    live = {p.metadata.name for p in pods if not p.metadata.deletion_timestamp}
+    return sum(
+        len(c.status.allocation.devices.results)
+        for c in claims.items
+        if c.status and c.status.allocation and {r.name for r in c.status.reserved_for or []} & live
+    )
+
+
+def extender_usage(url: str, cluster_queue: str) -> int:
+    with urllib.request.urlopen(f"{url}/diagnostics/queues", timeout=5) as response:
+        queues = json.loads(response.read())["clusterQueues"]
+    return sum(
+        int(r["usage"]) for q in queues if q["name"] == cluster_queue for r in q["resources"] if r["resource"] == GPU
+    )
+
+
+def run_seed(chaos: ChaosPlane, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    name = f"chaos-{seed}-{uuid.uuid4().hex[:4]}"
+    scenario = Scenario(chaos.plane, chaos.url, name, chaos.plane.create_namespace(name))
+    scenario.add_nodes("n", 3, gpus=4)
+    flavor = scenario.add_flavor(f"{name}-gpus")
+    queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
+    scenario.add_template("one-gpu", [exactly(1)])
+    scenario.wait_extender_sees("one-gpu", queue, name)
+
+    samples: list[int] = []
+    errors: Counter[str] = Counter()
+    actions: Counter[str] = Counter()
+    api_down = [0.0]  # seconds the API server was restarting (no consistent read can be had then)
+    stop = threading.Event()
+
+    def sample() -> None:
+        # Two of these run, each at most every 2 * SAMPLE_PERIOD: one consistent read is two API calls.
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                samples.append(consistent_allocated(scenario))
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as error:  # the API server is restarting
+                errors[f"sample {type(error).__name__}"] += 1
+            stop.wait(max(0.0, 2 * SAMPLE_PERIOD - (time.monotonic() - began)))
+
+    def stream(rng: random.Random) -> None:
+        created = 0
+        while not stop.is_set():
+            try:
+                if rng.random() < 0.75:
+                    scenario.create_pod(f"p{created}", "one-gpu", queue)
+                    created += 1
+                    actions["create"] += 1
+                else:
+                    bound = sorted(scenario.bound())
+                    if bound:
+                        victim = rng.choice(bound)
+                        chaos.plane.core.delete_namespaced_pod(victim, scenario.namespace, grace_period_seconds=0)
+                        actions["delete bound"] += 1
+            except (ApiException, OSError, urllib3.exceptions.HTTPError) as error:
+                errors[f"stream {type(error).__name__}"] += 1
+            stop.wait(TICK)
+
+    def disrupt(rng: random.Random) -> None:
+        restarted = False
+        first = ["kill extender", "reset watches", "restart apiserver"]
+        rng.shuffle(first)  # every seed has each kind, in its own order, then more at random
+        while not stop.wait(rng.uniform(2.0, 4.0)):
+            what = first.pop() if first else rng.choice(["kill extender", "reset watches", "restart apiserver"])
+            if what == "restart apiserver" and restarted:
+                what = "reset watches"
+            try:
+                if what == "kill extender":
+                    chaos.respawn_extender()
+                elif what == "reset watches":
+                    chaos.proxy.reset()
+                else:
+                    began = time.monotonic()
+                    chaos.plane.restart_component("kube-apiserver")
+                    api_down[0] += time.monotonic() - began
+                    restarted = True
+                actions[what] += 1
+            except Exception as error:  # a failed disruption is reported, not fatal
+                errors[f"disrupt {what} {type(error).__name__}"] += 1
+
+    threads = [
+        threading.Thread(target=sample, daemon=True),
+        threading.Thread(target=sample, daemon=True),
+        threading.Thread(target=stream, args=(random.Random(rng.random()),), daemon=True),
+        threading.Thread(target=disrupt, args=(random.Random(rng.random()),), daemon=True),
+    ]
+    started = time.monotonic()
+    for index, thread in enumerate(threads):
+        thread.start()
+        if index == 0:
+            time.sleep(SAMPLE_PERIOD)  # the two samplers interleave
+    time.sleep(SECONDS)
+    stop.set()
+    for thread in threads:
+        thread.join(120)
+    if not chaos.extender.alive():
+        chaos.respawn_extender()
+    stop.clear()
+    settling = [threading.Thread(target=sample, daemon=True) for _ in range(2)]  # keep sampling while it settles
+    for thread in settling:
+        thread.start()
+        time.sleep(SAMPLE_PERIOD)
+    # settle: the extender's usage converges to the API's
+    final_api = 0
+
+    def converged() -> bool:
+        nonlocal final_api
+        final_api = consistent_allocated(scenario)
+        return extender_usage(chaos.url, name) == final_api
+
+    wait_until(converged, timeout=60, interval=0.5, message="the extender's usage to equal the API's")
+    stop.set()
+    for thread in settling:
+        thread.join(5)
+    elapsed = time.monotonic() - started
+    readable = max(1.0, elapsed - api_down[0])
+    over = [value for value in samples if value > NOMINAL]
+    report = {
+        "seed": seed,
+        "seconds": round(elapsed, 1),
+        "samples": len(samples),
+        "sample Hz (API up)": round(len(samples) / readable, 1),
+        "API restarting s": round(api_down[0], 1),
+        "max allocated": max(samples, default=0),
+        "nominal": NOMINAL,
+        "over-commit instants": len(over),
+        "actions": dict(actions),
+        "errors": dict(errors),
+        "final usage (extender = API)": final_api,
+    }
+    scenario.cleanup()
+    return report
+
+
+def test_no_over_commit_under_extender_kills_apiserver_restarts_and_watch_resets(chaos_plane: ChaosPlane) -> None:
+    reports = [run_seed(chaos_plane, seed) for seed in SEEDS]
+    for report in reports:
+        print("chaos:", json.dumps(report))
+    for report in reports:
+        assert report["over-commit instants"] == 0, report
+        assert report["sample Hz (API up)"] >= 5, report
+        assert sum(report["actions"].get(k, 0) for k in ("kill extender", "reset watches", "restart apiserver"))
