@@ -32,6 +32,7 @@ class ManualSource:
     def __init__(self) -> None:
         self.ready = False
         self.message = "waiting for the initial list of clusterqueues"
+        self.disconnected: tuple[str, float] = ("", 0.0)
         self.store: ClusterStore | None = None
 
     def start(self, store: ClusterStore) -> None:
@@ -42,7 +43,7 @@ class ManualSource:
         return None
 
     def health(self) -> SourceHealth:
-        return SourceHealth(self.ready, self.message if not self.ready else "all listed")
+        return SourceHealth(self.ready, self.message if not self.ready else "all listed", {}, self.disconnected)
 
     def add(self, objects: list[dict[str, Any]]) -> None:
         assert self.store is not None
@@ -131,3 +132,19 @@ def test_a_snapshot_source_is_synced_at_start() -> None:
 
     service = engine_for(quota_objects())
     assert service.sync_problem() == ""
+
+
+def test_no_verdict_while_a_watch_reconnects_past_the_verdict_grace() -> None:
+    """Ready (within staleGraceSeconds), but a collection has been without its watch for 3 s: events may be
+    missing (a pod another extender admitted, an allocation), so no verdict until it is back."""
+    service, source = half_listed()
+    source.add([obj for obj in quota_objects(nominal=8) if obj["kind"] == "ClusterQueue"])
+    source.finish_lists()
+    pod = parse(gpu_pod("p", template="two"))
+    source.disconnected = ("resourceclaims", 1.5)
+    assert service.filter(pod, NODES).passed
+    source.disconnected = ("resourceclaims", 3.0)
+    with pytest.raises(NotSyncedError, match=r"resourceclaims has been reconnecting for 3\.0s"):
+        service.filter(pod, NODES)
+    source.disconnected = ("", 0.0)
+    assert service.filter(pod, NODES).passed

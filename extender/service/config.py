@@ -205,6 +205,7 @@ class TlsSection:
 @dataclass(frozen=True, slots=True)
 class SourceSection:
     stale_grace_seconds: float = option("staleGraceSeconds", 60.0, minimum=1)
+    verdict_grace_seconds: float = option("verdictGraceSeconds", 2.0, minimum=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,6 +140,11 @@ class SchedulingService:
         health = self.source.health()
         if not health.ready:
             return health.message
+        name, seconds = health.disconnected
+        if seconds > self.config.source.verdict_grace_seconds:
+            # Readiness tolerates a broken watch for staleGraceSeconds; verdicts do not: events missed meanwhile
+            # (a binding another extender admitted, an allocation) would be missing from the quota.
+            return f"the watch of {name} has been reconnecting for {seconds:.1f}s"
         if not self.store.snapshot().synced:
             return "waiting for the initial lists of the cluster view"
         return ""

@@ -124,6 +124,7 @@ class LiveSource:
         freshness: dict[str, float] = {}
         waiting: list[str] = []
         stale: list[str] = []
+        longest = ("", 0.0)
         for watcher in watchers:
             age = watcher.freshness(now)
             if age is None:
@@ -132,6 +133,8 @@ class LiveSource:
             else:
                 freshness[watcher.name] = round(age, 3)
             disconnected = watcher.disconnected_for(now)
+            if watcher.listed and disconnected > longest[1]:
+                longest = (watcher.name, disconnected)
             if watcher.listed and disconnected > self.stale_grace_seconds:
                 error = watcher.last_error
                 stale.append(f"{watcher.name} for {disconnected:.0f}s" + (f" ({error})" if error else ""))
@@ -144,11 +147,11 @@ class LiveSource:
         if stale:
             problems.append(f"disconnected longer than {self.stale_grace_seconds:g}s: " + ", ".join(sorted(stale)))
         if problems:
-            return SourceHealth(False, "; ".join(problems), freshness)
+            return SourceHealth(False, "; ".join(problems), freshness, longest)
         message = f"watching {len(watchers)} resources at {self.config.host}"
         if not kueue_enabled:
             message += f"; {KUEUE_ABSENT_MESSAGE}"
-        return SourceHealth(True, message, freshness)
+        return SourceHealth(True, message, freshness, longest)
 
     # --- extras for the CLI, metrics and tests ------------------------------------------------------------------
 
