@@ -14,8 +14,8 @@ from extender.service import ExtenderConfig
 from extender.service.config import DiagnosticsSection, ExplainSection
 from extender.transport.app import create_app
 from extender.transport.liveness import InFlight
+from tests.support.quota import one_queue_objects as quota_objects
 from tests.support.scenarios import engine_for, gpu_pod
-from tests.test_service import quota_objects
 
 
 def service_with(**diagnostics: Any) -> Any:

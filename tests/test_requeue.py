@@ -6,8 +6,8 @@ from __future__ import annotations
 from extender.service import ExtenderConfig
 from extender.service.config import ReservationsSection
 from extender.state.core import parse_pod
+from tests.support.quota import one_queue_objects as quota_objects
 from tests.support.scenarios import cluster_queue, engine_for, gpu_pod
-from tests.test_service import quota_objects
 
 NODES = ["on-demand-0", "on-demand-1"]
 

@@ -31,6 +31,8 @@ from extender.transport.liveness import InFlight, probe_listener
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.views import web
 from extender.transport.wire import (
+    DIAGNOSTICS_ELSEWHERE,
+    DIAGNOSTICS_ELSEWHERE_MESSAGE,
     WireError,
     filter_error,
     filter_result,
@@ -362,11 +364,20 @@ def _bad_request(error: WireError) -> Response:
     return _error(str(error), 400)
 
 
+def _is_diagnostics_path() -> bool:
+    path = request.path
+    return path.startswith("/diagnostics") or path == "/ui" or path.startswith("/ui/")
+
+
 def _http_error(error: HTTPException) -> Response:
     if isinstance(error, RequestEntityTooLarge):
         limit = current_app.config["MAX_CONTENT_LENGTH"]
         description = error.description if str(error.description).startswith("request body exceeds") else ""
         return _error(description or f"request body exceeds the limit of {limit} bytes", 413)
+    if error.code == 404 and not current_app.config.get("DRA_SERVES_DIAGNOSTICS") and _is_diagnostics_path():
+        # A listener without diagnostics (the deployment's metrics listener on the pod IP, reached by the kubectl
+        # plugin through the Service proxy): say where they are, so the plugin computes locally instead.
+        return _json({"error": DIAGNOSTICS_ELSEWHERE_MESSAGE, "reason": DIAGNOSTICS_ELSEWHERE}, 404)
     response = _error(f"{error.name}: {error.description}", error.code or 500)
     # Keep werkzeug's protocol headers (Allow on 405, as RFC 9110 requires); the body is ours.
     response.headers.extend((k, v) for k, v in error.get_headers() if k.lower() != "content-type")
@@ -422,6 +433,7 @@ def create_app(
         app.extensions["dra_authorizer"] = authorizer
     if serve_scheduling:
         app.register_blueprint(scheduling)
+    app.config["DRA_SERVES_DIAGNOSTICS"] = serve_diagnostics
     if serve_diagnostics:
         app.register_blueprint(diagnostics)
         app.register_blueprint(web)  # the read-only web view (transport/views.py): people only, never kube-scheduler

@@ -49,7 +49,7 @@ from tests.e2e.cluster import (
     write_kubeconfig,
 )
 from tests.e2e.conftest import _finish, _start
-from tests.e2e.test_extender_scenarios import (
+from tests.e2e.scenarios import (
     GPU,
     KUEUE_NAMESPACE,
     FlavorQuota,

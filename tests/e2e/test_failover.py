@@ -21,11 +21,10 @@ import yaml
 
 from tests.e2e.cluster import LOOPBACK, Component, free_port, scheduler_config, spawn, start_extender, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
-from tests.e2e.test_extender_scenarios import (
+from tests.e2e.scenarios import (
     FlavorQuota,
     Scenario,
     exactly,
-    kueue_plane,  # noqa: F401  # the fixture, shared with the scenarios
 )
 
 pytestmark = pytest.mark.e2e
@@ -82,7 +81,7 @@ def start_replica(plane: ExtenderControlPlane, index: int, workdir: Path) -> tup
 
 @pytest.fixture
 def replicas(
-    kueue_plane: ExtenderControlPlane,  # noqa: F811
+    kueue_plane: ExtenderControlPlane,
     tmp_path: Path,
 ) -> Iterator[list[tuple[Component, Component]]]:
     pairs = [start_replica(kueue_plane, index, tmp_path) for index in (0, 1)]
@@ -105,7 +104,7 @@ def allocated(scenario: Scenario) -> int:
 
 
 def test_new_leader_does_not_over_commit_after_the_leader_pair_is_killed_mid_burst(
-    kueue_plane: ExtenderControlPlane,  # noqa: F811
+    kueue_plane: ExtenderControlPlane,
     replicas: list[tuple[Component, Component]],
 ) -> None:
     name = f"failover-{uuid.uuid4().hex[:4]}"

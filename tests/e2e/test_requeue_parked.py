@@ -20,7 +20,7 @@ import yaml
 
 from tests.e2e.cluster import Component, free_port, start_extender, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
-from tests.e2e.test_extender_scenarios import (
+from tests.e2e.scenarios import (
     KUEUE_GROUP,
     KUEUE_VERSION,
     QUOTA_EXHAUSTED,
@@ -29,7 +29,6 @@ from tests.e2e.test_extender_scenarios import (
     _extender_profile,
     cluster_queue,
     exactly,
-    kueue_plane,  # noqa: F401  # the fixture, shared with the scenarios
 )
 
 pytestmark = pytest.mark.e2e
@@ -41,7 +40,7 @@ REQUEUE_BOUND = 15.0  # with it: kube-scheduler's backoff (at most 10 s) plus a 
 
 
 @pytest.fixture(scope="module")
-def requeue_extender(kueue_plane: ExtenderControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
+def requeue_extender(kueue_plane: ExtenderControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A second extender with requeue on, and a kube-scheduler profile of its own calling it."""
     plane = kueue_plane.plane
     config = tmp_path_factory.mktemp("requeue") / "extender.yaml"
@@ -94,7 +93,7 @@ def new_scenario(plane: ExtenderControlPlane, url: str, label: str, scheduler_na
 
 
 def test_parked_pod_waits_without_requeue_and_binds_promptly_with_it(
-    kueue_plane: ExtenderControlPlane,  # noqa: F811
+    kueue_plane: ExtenderControlPlane,
     requeue_extender: str,
 ) -> None:
     # Control: the plain extender (no requeue), its own kube-scheduler profile.
