@@ -98,3 +98,63 @@ def test_claims_reserved_for_an_unbound_pod_are_counted_after_a_restart() -> Non
     service = engine_for([*quota_objects(nominal=2), pod, claim])
     assert service.quota_view().usage == {KEY: 2}
     assert not service.filter(parse_pod(gpu_pod("second", template="two")), NODES).passed
+
+
+def test_a_nominated_pod_seen_bound_before_its_allocation_still_counts() -> None:
+    """Pods and claims arrive on separate watches (and reconnect separately after a reset): the binding can show
+    before the allocation PreBind wrote earlier. The reservation was let go at the nomination, so usage must keep
+    charging the pod on its node until the allocation shows; the chaos test over-committed here (7 of 6)."""
+    service = engine_for(quota_objects(nominal=2))
+    pod, claim = nominated("first", NODES[0])
+    plain = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"})
+    service.store.apply("ResourceClaim", "ADDED", claim)
+    service.store.apply("Pod", "ADDED", plain)
+    assert service.filter(parse_pod(plain), NODES).passed == NODES
+    service.store.apply("Pod", "MODIFIED", pod)  # nominated: the reservation turns into usage
+    assert service.quota_view().reserved == {}
+    bound = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"}, node_name=NODES[0])
+    service.store.apply("Pod", "MODIFIED", bound)  # the claims watch has not delivered the allocation yet
+    view = service.quota_view()
+    assert view.usage == {KEY: 2}, "bound on its node: still charged while the allocation is not seen"
+    second = service.filter(parse_pod(gpu_pod("second", template="two")), NODES)
+    assert not second.passed
+    allocated = b.claim(
+        "first-gpu",
+        "team-a",
+        [b.exact_request("gpu", 2)],
+        owner_uid=pod["metadata"]["uid"],
+        allocated=[("gpu", NODES[0], "gpu-0"), ("gpu", NODES[0], "gpu-1")],
+        allocated_node=NODES[0],
+        reserved_for=[("first", pod["metadata"]["uid"])],
+    )
+    service.store.apply("ResourceClaim", "MODIFIED", allocated)
+    assert service.quota_view().usage == {KEY: 2}, "never twice"
+
+
+def test_a_restarted_service_counts_a_bound_pod_whose_claim_is_not_listed_allocated_yet() -> None:
+    """Lists of pods and claims are taken at different moments: a pod bound in the pod list whose claim the
+    claim list still shows unallocated is charged what its claims take on that node."""
+    bound = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"}, node_name=NODES[1])
+    claim = b.claim("first-gpu", "team-a", [b.exact_request("gpu", 2)], owner_uid=bound["metadata"]["uid"])
+    service = engine_for([*quota_objects(nominal=2), bound, claim])
+    assert service.quota_view().usage == {KEY: 2}
+    assert not service.filter(parse_pod(gpu_pod("second", template="two")), NODES).passed
+
+
+def test_pending_charge_when_the_view_shows_the_node_full() -> None:
+    """The view may still hold an allocation the API has released (a claim deleted, its event not delivered):
+    the nominated pod's devices then look taken on its node. It is charged what its claims would take on the
+    node alone, never nothing."""
+    full = gpu_pod("old", template="four", node_name=NODES[0], claim_statuses={"gpu": "old-gpu"})
+    old_claim = b.claim(
+        "old-gpu",
+        "team-a",
+        [b.exact_request("gpu", 4)],
+        owner_uid=full["metadata"]["uid"],
+        allocated=[("gpu", NODES[0], f"gpu-{i}") for i in range(4)],
+        allocated_node=NODES[0],
+        reserved_for=[("old", full["metadata"]["uid"])],
+    )
+    objects = [*quota_objects(nominal=8), b.claim_template("four", "team-a", [b.exact_request("gpu", 4)])]
+    service = engine_for([*objects, full, old_claim, *nominated("first", NODES[0])])
+    assert service.quota_view().usage == {KEY: 6}

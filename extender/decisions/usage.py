@@ -9,6 +9,7 @@ feeds with this function.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from fractions import Fraction
 
 from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation
@@ -153,8 +154,8 @@ def pending_charges(
     extended = resolve_extended(snapshot.device_classes, pod)
     served = ExtendedRequests()
     if extended.resources and not extended.problems:
-        written = pod.extended_claim_name and f"{pod.namespace}/{pod.extended_claim_name}" in snapshot.claims
-        if not written:
+        written = snapshot.claims.get(f"{pod.namespace}/{pod.extended_claim_name}") if pod.extended_claim_name else None
+        if written is None or written.allocation is None:
             served = ExtendedRequests(extended.served_by_dra(node))
     extended_claim = extended.claim_for(served.resources)
     if extended_claim is not None:
@@ -165,12 +166,25 @@ def pending_charges(
         node_name
     )
     if not isinstance(outcome, Allocation):
+        # The view can show the node fuller than it is (an allocation released in the API whose event has not
+        # arrived): kube-scheduler placed the pod there, so charge what the claims take on the node alone.
+        empty = _without_allocations(snapshot)
+        outcome = device_feasibility(empty, claims, [node_name], matcher, budget=budget, features=features).get(
+            node_name
+        )
+    if not isinstance(outcome, Allocation):
         return {}
     extra, problem = extended_charges(served, context.mappings)
     if problem:
         extra = {}
     charges, _error = node_charges(outcome, context, UNMAPPED_IGNORE, extra=extra, matcher=matcher)
     return charges
+
+
+def _without_allocations(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The snapshot with no device in use. Allocation versions no real snapshot has (shared -1, none per node),
+    so the free-device memos never hand this view's answers to a real one or the other way round."""
+    return replace(snapshot, allocated={}, shared_allocated={}, alloc_versions={}, shared_alloc_version=-1)
 
 
 def pod_usage(
@@ -186,8 +200,11 @@ def pod_usage(
     its Workload to, else the first flavor of the node the pod may use.
 
     Pods in PreBind (claims reserved for them) count on that node; pods kube-scheduler nominated count there
-    too, their unallocated claims by `pending_demand`, so a restarted or newly elected extender counts pods
-    another one let through and kube-scheduler is still binding."""
+    too, so a restarted or newly elected extender counts pods another one let through and kube-scheduler is
+    still binding. Claims of a placed pod (bound or nominated) that the view does not show allocated yet are
+    charged by `pending_demand`: pods and claims come on separate watches, which deliver (and, after a reset,
+    resume) independently, so the binding can show before the allocation PreBind wrote ahead of it, and a
+    reservation let go at the nomination must not leave the pod counted as nothing meanwhile."""
     if pod.is_terminal or not (pod.claims or pod.extended_claim_name or pod.extended_requests):
         return None
     node_name = pod.node_name or in_flight_node(snapshot, pod) or nominated_node(pod)
@@ -203,9 +220,12 @@ def pod_usage(
     if workload is not None and workload.admission is not None and workload.admission.cluster_queue == cq_name:
         for assignment in workload.admission.pod_set_assignments:
             admitted.update(assignment.flavors)
+    unallocated = bool(pod.extended_requests) and not pod.extended_claim_name  # its claim not written yet
     for claim, key, generated in _claims_of(snapshot, pod):
         if key:
             claim_keys.append(key)  # its arrival or change re-attributes this pod
+        if claim is None or claim.allocation is None:
+            unallocated = True
         if claim is None or cluster_queue is None or node is None or claim.allocation is None:
             continue
         if not charges_claim(claim, pod, generated=generated):
@@ -260,7 +280,7 @@ def pod_usage(
                 continue
             quota_key = (cluster_queue.name, flavor, quota_name)
             amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
-    if cluster_queue is not None and node is not None and pending_demand is not None and not pod.node_name:
+    if cluster_queue is not None and node is not None and pending_demand is not None and unallocated:
         for resource, amount in pending_demand(snapshot, pod, node_name, context).items():
             flavor = admitted.get(resource) or context.node_flavor(cluster_queue, resource, node, pod.tolerations)
             if flavor is None:
