@@ -14,8 +14,10 @@ import orjson
 import yaml
 
 from extender.service import ConfigError, ExtenderConfig, SchedulingService, load_config
+from extender.service.config import JOURNAL_AUTO
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
 
@@ -62,6 +64,17 @@ def _is_live(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False))
 
 
+def _journal(args: argparse.Namespace, config: ExtenderConfig, binder: object) -> ReservationJournal | None:
+    """`serve` with a live source keeps its reservations on disk (reservations.journal), so a restart next to
+    the same kube-scheduler keeps the quota the previous process promised; other commands reserve nothing."""
+    setting = config.reservations.journal
+    if not setting or binder is None or getattr(args, "command", "") != "serve":
+        return None
+    if setting == JOURNAL_AUTO:
+        return ReservationJournal(default_journal_path(getattr(args, "listen", None) or config.listen))
+    return ReservationJournal(setting)
+
+
 def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> SchedulingService:
     source, binder = _source(args, config)
     requeue = None
@@ -73,7 +86,7 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
             config.requeue.device_class_name,
             min_interval_seconds=config.requeue.min_interval_seconds,
         )
-    service = SchedulingService(source, config, binder=binder, requeue=requeue)
+    service = SchedulingService(source, config, binder=binder, requeue=requeue, journal=_journal(args, config, binder))
     if start:
         service.start()
     return service

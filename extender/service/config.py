@@ -85,6 +85,7 @@ def _log_level(value: Any, where: str) -> str:
     return level
 
 
+JOURNAL_AUTO = "auto"
 _WEIGHTS = ScoringWeights()
 _KUEUE_CONFIG = KueueConfigRef()
 
@@ -122,6 +123,9 @@ class QuotaSection:
 @dataclass(frozen=True, slots=True)
 class ReservationsSection:
     ttl_seconds: float = option("ttlSeconds", 60.0, minimum=1)
+    # Where `serve` with a live source keeps the ledger across restarts (state/reservation_journal.py): "auto"
+    # (the temporary directory, one file per listen address), a file path, or "" (memory only).
+    journal: str = option("journal", JOURNAL_AUTO)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from extender.service.reservations import reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue import pod_queue_name
+from extender.state.reservation_journal import ReservationJournal
 from extender.state.reservations import ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
@@ -82,6 +83,7 @@ class SchedulingService:
         store: ClusterStore | None = None,
         binder: Binder | None = None,
         requeue: Callable[[], None] | None = None,
+        journal: ReservationJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
@@ -92,9 +94,13 @@ class SchedulingService:
         self.caches = DecisionCaches()
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
-        self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock)
+        # With a journal (state/reservation_journal.py), the ledger outlives this process: kube-scheduler may
+        # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
+        self.journal = journal
+        self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
+        self.restored_reservations = 0  # taken over from the journal at start
         self._context_lock = threading.Lock()
         self._context_key: tuple[object, ...] | None = None
         self._context: QuotaContext | None = None
@@ -113,11 +119,32 @@ class SchedulingService:
         gates = self.options.features.gates()
         log.info("DRA feature gates: %s", ",".join(f"{name}={str(on).lower()}" for name, on in gates.items()))
         tune_for_large_heap()
+        self._restore_reservations()
         self.source.start(self.store)
         self.store.snapshot()
         freeze_loaded_state()
         if self.requeue is not None:
             threading.Thread(target=self._watch_parked, name="parked-pods", daemon=True).start()
+
+    def _restore_reservations(self) -> None:
+        """What the previous process on this listen address promised and kube-scheduler may still be binding:
+        held again until the cluster view shows it bound, deleted or finished, or its TTL runs out."""
+        if self.journal is None:
+            return
+        restored = self.journal.load()
+        for item in restored:
+            self.reservations.restore(
+                item.pod_uid,
+                item.pod_key,
+                item.cluster_queue,
+                item.charges,
+                item.remaining_seconds,
+                node=item.node,
+                seen=item.seen,
+            )
+        self.restored_reservations = len(restored)
+        if restored:
+            log.info("restored %d reservations of the previous process from %s", len(restored), self.journal.path)
 
     def stop(self) -> None:
         self._stopping.set()
