@@ -158,3 +158,16 @@ def test_pending_charge_when_the_view_shows_the_node_full() -> None:
     objects = [*quota_objects(nominal=8), b.claim_template("four", "team-a", [b.exact_request("gpu", 4)])]
     service = engine_for([*objects, full, old_claim, *nominated("first", NODES[0])])
     assert service.quota_view().usage == {KEY: 6}
+
+
+def test_a_pod_deleted_before_the_next_reconcile_gives_its_quota_back_at_once() -> None:
+    """A reservation is released as deleted only for a pod seen in the view; a pod the verdict's own view held is
+    seen. Filtered, then deleted with no verb call in between: the next view frees its quota (not the TTL)."""
+    service = engine_for(quota_objects(nominal=2))
+    pod = gpu_pod("first", template="two")
+    service.store.apply("Pod", "ADDED", pod)
+    assert service.filter(parse_pod(pod), NODES).passed == NODES
+    service.store.apply("Pod", "DELETED", pod)
+    view = service.quota_view()
+    assert view.reserved == {} and service.released_reservations == {"deleted": 1}
+    assert service.filter(parse_pod(gpu_pod("second", template="two")), NODES).passed == NODES

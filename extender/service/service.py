@@ -123,8 +123,8 @@ class SchedulingService:
         self.source.start(self.store)
         self.store.snapshot()
         freeze_loaded_state()
-        if self.requeue is not None:
-            threading.Thread(target=self._watch_parked, name="parked-pods", daemon=True).start()
+        if self.requeue is not None or self.journal is not None:
+            threading.Thread(target=self._housekeeping, name="reservations", daemon=True).start()
 
     def _restore_reservations(self) -> None:
         """What the previous process on this listen address promised and kube-scheduler may still be binding:
@@ -150,14 +150,19 @@ class SchedulingService:
         self._stopping.set()
         self.source.stop()
 
-    def _watch_parked(self, period: float = 1.0) -> None:
-        """Parked pods are not filtered again by themselves: look at the quota once a second while some are."""
+    def _housekeeping(self, period: float = 1.0) -> None:
+        """Reconcile once a second while reservations are held or pods are parked, not only when a verb asks.
+
+        Parked pods are not filtered again by themselves (the requeue needs someone to look at the quota).
+        And a reservation is let go as "deleted" only once its pod has been seen in the view: a pod filtered,
+        bound and deleted with no verb call in between (a quiet cluster) would otherwise hold its quota until the
+        TTL. The journal then also follows the ledger promptly."""
         while not self._stopping.wait(period):
-            if self._parked_for_quota and not self.sync_problem():
+            if (self._parked_for_quota or len(self.reservations)) and not self.sync_problem():
                 try:
                     self.quota_view()
                 except Exception:
-                    log.exception("checking whether parked pods can be requeued failed")
+                    log.exception("reconciling reservations failed")
 
     def health(self) -> SourceHealth:
         return self.source.health()
@@ -272,7 +277,15 @@ class SchedulingService:
             view = self._quota_view_locked()
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
             if decision.reservation:
-                self.reservations.reserve(identity, pod.key, decision.quota.cluster_queue, decision.reservation)
+                # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
+                held = view.snapshot.pods.get(pod.key)
+                self.reservations.reserve(
+                    identity,
+                    pod.key,
+                    decision.quota.cluster_queue,
+                    decision.reservation,
+                    seen=held is not None and (not pod.uid or held.uid == pod.uid),
+                )
             else:
                 self.reservations.release(identity)
                 if any(v.category in PARKED_FOR_QUOTA for v in decision.verdicts.values()):

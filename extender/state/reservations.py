@@ -102,9 +102,16 @@ class ReservationLedger:
         return self._clock()
 
     def reserve(
-        self, pod_uid: str, pod_key: str, cluster_queue: str, charges: Mapping[QuotaKey, Fraction]
+        self,
+        pod_uid: str,
+        pod_key: str,
+        cluster_queue: str,
+        charges: Mapping[QuotaKey, Fraction],
+        *,
+        seen: bool = False,
     ) -> Reservation:
-        """Hold `charges` for the pod, replacing whatever it held before."""
+        """Hold `charges` for the pod, replacing whatever it held before. `seen`: the view the verdict came from
+        holds the pod (so its disappearance means deletion)."""
         with self.lock:
             previous = self._by_pod.get(pod_uid)
             self._drop(pod_uid)
@@ -116,7 +123,7 @@ class ReservationLedger:
                 dict(charges),
                 now,
                 now + self.ttl_seconds,
-                seen=previous.seen if previous is not None else False,
+                seen=seen or (previous.seen if previous is not None else False),
             )
             self._by_pod[pod_uid] = reservation
             for key, amount in reservation.quota_keys():
