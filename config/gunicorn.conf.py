@@ -3,8 +3,10 @@
 # One worker, many threads: the cluster view, the selector caches and the quota reservation ledger must live
 # in ONE process, or two workers would each admit pods against their own ledger and over-commit quota.
 workers = 1
-worker_class = "gthread"
-threads = 8
+# gthread with bounds against slow and idle clients (read deadline, connections per listener: the extender
+# config's `server` section). TLS comes from the extender config's `tls` section, not from gunicorn's certfile.
+worker_class = "extender.transport.server.ExtenderWorker"
+threads = 16
 # kube-scheduler gives up after httpTimeout (5s by default); a stuck request must not pin a thread longer.
 timeout = 30
 graceful_timeout = 10

@@ -14,8 +14,10 @@ import orjson
 import yaml
 
 from extender.service import ConfigError, ExtenderConfig, SchedulingService, load_config
+from extender.service.config import JOURNAL_AUTO
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
 
@@ -62,9 +64,29 @@ def _is_live(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False))
 
 
+def _journal(args: argparse.Namespace, config: ExtenderConfig, binder: object) -> ReservationJournal | None:
+    """`serve` with a live source keeps its reservations on disk (reservations.journal), so a restart next to
+    the same kube-scheduler keeps the quota the previous process promised; other commands reserve nothing."""
+    setting = config.reservations.journal
+    if not setting or binder is None or getattr(args, "command", "") != "serve":
+        return None
+    if setting == JOURNAL_AUTO:
+        return ReservationJournal(default_journal_path(getattr(args, "listen", None) or config.listen))
+    return ReservationJournal(setting)
+
+
 def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> SchedulingService:
     source, binder = _source(args, config)
-    service = SchedulingService(source, config, binder=binder)
+    requeue = None
+    if config.requeue.device_class_name and binder is not None and args.command == "serve":
+        from extender.state.live.requeue import Requeuer
+
+        requeue = Requeuer(
+            source.config,  # type: ignore[attr-defined]  # a live source (binder is not None)
+            config.requeue.device_class_name,
+            min_interval_seconds=config.requeue.min_interval_seconds,
+        )
+    service = SchedulingService(source, config, binder=binder, requeue=requeue, journal=_journal(args, config, binder))
     if start:
         service.start()
     return service
@@ -89,32 +111,84 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     if not live:
         service.start()
-    from extender.transport.app import create_app
-    from extender.transport.metrics import ExtenderMetrics
-    from extender.transport.server import ExtenderServer, diagnostics_starter, gunicorn_options, tls_options
+    from extender.transport.server import ExtenderServer, ExtenderWorker, ServerLimits, gunicorn_options
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
-    overrides.update(tls_options(config.tls.cert_file, config.tls.key_file, config.tls.client_ca_file))
-    diagnostics_listen = args.diagnostics_listen or config.diagnostics.listen
-    worker_hooks: list[Any] = []
+    listeners = listener_settings(
+        service,
+        config,
+        listen,
+        args.diagnostics_listen or config.diagnostics.listen,
+        args.metrics_listen or config.metrics.listen,
+    )
+    app = listeners[0].app
+    ExtenderWorker.configure(
+        listeners,
+        ServerLimits(
+            read_timeout_seconds=config.server.read_timeout_seconds,
+            request_timeout_seconds=config.server.request_timeout_seconds,
+            max_body_bytes=max(config.limits.max_body_bytes, config.diagnostics.max_body_bytes),
+        ),
+    )
     if live:
-        worker_hooks.append(lambda _worker: service.start())
-    if diagnostics_listen:
-        metrics = ExtenderMetrics(service)
-        app = create_app(service, metrics=metrics, serve_diagnostics=False)
-        diagnostics = create_app(service, metrics=metrics, serve_scheduling=False)
-        worker_hooks.append(diagnostics_starter(diagnostics, diagnostics_listen))
-    else:
-        app = create_app(service)
-    if worker_hooks:
-
-        def post_worker_init(worker: Any) -> None:
-            for hook in worker_hooks:
-                hook(worker)
-
-        overrides["post_worker_init"] = post_worker_init
-    ExtenderServer(app, gunicorn_options(listen, overrides)).run()
+        overrides["post_worker_init"] = lambda _worker: service.start()
+    ExtenderServer(app, gunicorn_options([s.address for s in listeners], overrides)).run()
     return 0
+
+
+def listener_settings(
+    service: SchedulingService, config: ExtenderConfig, listen: str, diagnostics_listen: str, metrics_listen: str
+) -> list[Any]:
+    """The process's listeners (transport.server.ListenerSettings), scheduling first. Without a diagnostics
+    listener the scheduling one serves everything; with one, it serves only kube-scheduler's verbs and health;
+    a metrics listener serves only /metrics and the probes (the one the deployment exposes to the pod network,
+    while diagnostics stay on loopback)."""
+    import threading
+
+    from extender.transport.app import create_app
+    from extender.transport.liveness import InFlight
+    from extender.transport.metrics import ExtenderMetrics
+    from extender.transport.server import ListenerSettings
+
+    tls = config.tls
+    probe = (listen, bool(tls.cert_file))
+    authorizer = _diagnostics_authorizer(service, config)
+    shared: dict[str, Any] = {
+        "metrics": ExtenderMetrics(service),
+        "in_flight": InFlight(),
+        "explain_gate": threading.BoundedSemaphore(config.diagnostics.explain.concurrency),
+    }
+    app = create_app(
+        service,
+        serve_diagnostics=not diagnostics_listen,
+        serve_metrics=not (diagnostics_listen or metrics_listen),
+        authorizer=None if diagnostics_listen else authorizer,
+        **shared,
+    )
+    listeners = [
+        ListenerSettings(listen, app, config.server.max_connections, tls.cert_file, tls.key_file, tls.client_ca_file)
+    ]
+    if diagnostics_listen:
+        diagnostics = create_app(service, serve_scheduling=False, self_probe=probe, authorizer=authorizer, **shared)
+        listeners.append(ListenerSettings(diagnostics_listen, diagnostics, config.diagnostics.max_connections))
+    if metrics_listen:
+        metrics = create_app(
+            service, serve_scheduling=False, serve_diagnostics=False, serve_metrics=True, self_probe=probe, **shared
+        )
+        listeners.append(ListenerSettings(metrics_listen, metrics, config.metrics.max_connections))
+    return listeners
+
+
+def _diagnostics_authorizer(service: SchedulingService, config: ExtenderConfig) -> Any:
+    """diagnostics.auth.mode kubernetes: tokens reviewed by the API server the live source watches."""
+    if config.diagnostics.auth.mode != "kubernetes":
+        return None
+    api_config = getattr(service.source, "config", None)
+    if api_config is None:
+        raise ConfigError("diagnostics.auth.mode: kubernetes needs a live cluster (--kubeconfig or --in-cluster)")
+    from extender.state.live.access_review import AccessReviewer
+
+    return AccessReviewer(api_config, cache_seconds=config.diagnostics.auth.cache_seconds)
 
 
 def _read_gunicorn_config(path: str) -> dict[str, Any]:
@@ -204,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--diagnostics-listen",
         metavar="HOST:PORT",
         help="serve diagnostics, metrics and health on this separate listener (overrides diagnostics.listen)",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve only /metrics and the probes on this listener (overrides metrics.listen)",
     )
     serve.add_argument("--gunicorn-config", metavar="FILE", help="gunicorn settings file (config/gunicorn.conf.py)")
     serve.set_defaults(handler=cmd_serve)

@@ -21,8 +21,10 @@ Where the answer comes from, in this order:
 3. otherwise the cluster of the kubeconfig context: the in-cluster extender, reached through the API server's
    service proxy on its diagnostics Service (``kube-system/dra-quota-scheduler-metrics:9090`` as the manifests
    and the chart install it; ``--service`` to change), so the answer includes its in-flight quota reservations;
-   when that Service is absent or has no ready endpoint, the answer is computed locally from a live read of the
-   cluster (as ``dra-extender explain --kubeconfig`` does), with a note on stderr. ``--local`` skips the Service.
+   when that Service is absent, has no ready endpoint, or reaches a listener without diagnostics (the default
+   deployment keeps them on loopback: its port 9090 answers 404 with reason DIAGNOSTICS_ELSEWHERE), the answer
+   is computed locally from a live read of the cluster (as ``dra-extender explain --kubeconfig`` does), with a
+   note on stderr. ``--local`` skips the Service.
 
 Exit codes follow kubectl: 0 on success, 1 on an error (printed to stderr as ``error: ...``), 2 on bad usage.
 
@@ -49,6 +51,7 @@ from extender import cli
 from extender.service import load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 
 PROG = "kubectl dra-quota"
 DEFAULT_SERVICE = "kube-system/dra-quota-scheduler-metrics:9090"
@@ -264,12 +267,19 @@ def service_sender(cluster: Cluster, service: str) -> Callable[[str, str, Any], 
 
 
 def _from_extender(data: bytes) -> bool:
-    """The extender's own 404s (unknown node) carry {"error": ...}; the API server's carry a metav1.Status."""
+    """The extender's own 404s (unknown node) carry {"error": ...}; the API server's carry a metav1.Status. A
+    listener that does not serve diagnostics (the deployment's metrics listener: diagnostics stay on loopback)
+    says so with reason DIAGNOSTICS_ELSEWHERE: nobody to ask behind this Service either."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(document, Mapping) and document.get("kind") != "Status" and "error" in document
+    return (
+        isinstance(document, Mapping)
+        and document.get("kind") != "Status"
+        and "error" in document
+        and document.get("reason") != DIAGNOSTICS_ELSEWHERE
+    )
 
 
 class LocalExtender(Extender):

@@ -348,3 +348,24 @@ def test_an_unreachable_api_server_is_an_error_not_a_fallback(capsys: pytest.Cap
         code, out, err = plugin(capsys, "--kubeconfig", str(config), "--request-timeout", "5", *argv)
         assert (code, out) == (1, "") and err.startswith("error: cannot reach the API server"), err
     assert time.monotonic() - started < 30  # no 60 s wait for a live view that can never sync
+
+
+def test_the_deployments_metrics_listener_behind_the_service_means_compute_locally() -> None:
+    """The deployment keeps diagnostics on loopback; its Service reaches the metrics listener, which answers
+    /diagnostics and /ui with a 404 naming the reason, and the plugin treats that as "nobody to ask" (it falls
+    back to a live read), while an extender's own 404 (unknown node) and other listeners' 404s stay errors."""
+    from extender.transport.app import create_app
+    from tests.support.scenarios import engine_for
+
+    service = engine_for([])
+    metrics_only = create_app(service, serve_scheduling=False, serve_diagnostics=False, serve_metrics=True)
+    client = metrics_only.test_client()
+    for path in ("/diagnostics/queues", "/diagnostics/nodes/x", "/ui/pods"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.get_json()["reason"] == kubectl_plugin.DIAGNOSTICS_ELSEWHERE
+        assert not kubectl_plugin._from_extender(response.get_data())
+    assert client.get("/metrics").status_code == 200
+    assert client.get("/nothing-here").get_json().get("reason") is None
+    unknown_node = create_app(service).test_client().get("/diagnostics/nodes/no-such-node")
+    assert unknown_node.status_code == 404 and kubectl_plugin._from_extender(unknown_node.get_data())

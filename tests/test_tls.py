@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
+import socket
 import ssl
 import subprocess
 import sys
@@ -175,3 +176,51 @@ def test_diagnostics_on_separate_plain_listener(tls_server):
     secure = http.client.HTTPSConnection("127.0.0.1", port, context=client_context(directory, "client"), timeout=5)
     secure.request("GET", "/diagnostics/queues")
     assert secure.getresponse().status == 404  # and diagnostics are not on the scheduling listener
+
+
+def test_livez_probes_the_tls_listener_from_the_diagnostics_one(tls_server):
+    """The self-probe shows no client certificate: the handshake alert still proves a worker took it."""
+    _, _, diagnostics_port = tls_server
+    connection = http.client.HTTPConnection("127.0.0.1", diagnostics_port, timeout=10)
+    connection.request("GET", "/livez")
+    response = connection.getresponse()
+    assert response.status == 200, response.read()
+
+
+def served_serial(directory: Path, port: int) -> int:
+    context = client_context(directory, "client")
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    return int(
+        subprocess.run(
+            ["openssl", "x509", "-inform", "DER", "-noout", "-serial"], input=der, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+        .split("=")[1],
+        16,
+    )
+
+
+def test_a_certificate_rotated_in_place_is_served_without_a_restart(tls_server):
+    """cert-manager rewrites tls.crt/tls.key in place; the next handshake after the change uses the new pair."""
+    directory, port, _ = tls_server
+    before = served_serial(directory, port)
+    rotated = directory / "rotated"
+    rotated.mkdir()
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=server", cwd=rotated)  # fmt: skip
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "../ca.crt", "-CAkey", "../ca.key", "-CAcreateserial",
+            "-out", "server.crt", "-days", "1", "-extfile", "../server.ext", cwd=rotated)  # fmt: skip
+    for name in ("server.key", "server.crt"):
+        (rotated / name).replace(directory / name)
+    deadline = time.monotonic() + 10
+    after = before
+    while after == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+        after = served_serial(directory, port)
+    assert after != before, "the rotated certificate was not picked up"
+    assert filter_over_tls(port, client_context(directory, "client")) == 200

@@ -8,12 +8,26 @@ feeds with this function.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from fractions import Fraction
 
 from extender.decisions.admission_holds import own_workload
+from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation
 from extender.decisions.device_charges import counts_devices_only, device_charge
-from extender.decisions.extended_resources import EXTENDED_CLAIM_ANNOTATION, class_for_resource, quota_resource
+from extender.decisions.extended_resources import (
+    EXTENDED_CLAIM_ANNOTATION,
+    ExtendedRequests,
+    class_for_resource,
+    extended_charges,
+    quota_resource,
+    resolve_extended,
+)
+from extender.decisions.feasibility import device_feasibility
+from extender.decisions.features import DEFAULT_FEATURES, Features
+from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
+from extender.decisions.quota_decision import UNMAPPED_IGNORE, node_charges
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
 from extender.state.dra import ClaimSpec, Device, ResourceClaim, consumed_by_name
@@ -106,15 +120,95 @@ def _claims_of(snapshot: ClusterSnapshot, pod: Pod) -> list[tuple[ResourceClaim 
     return found
 
 
+# (snapshot, pod, node, context) -> quota resource -> amount the pod's claims without an allocation would take
+# on that node (see pending_charges)
+PendingDemand = Callable[[ClusterSnapshot, Pod, str, QuotaContext], Mapping[str, Fraction]]
+
+
+def nominated_node(pod: Pod) -> str:
+    """The node kube-scheduler nominated an unbound pod for: since 1.35 it writes status.nominatedNodeName before
+    PreBind work (DRA allocation) starts (pkg/scheduler/schedule_one.go bindingCycle, after
+    RunPreBindPreFlights succeeds); preemption nominates too (the pod will be retried there). Either way the pod
+    is about to take devices on that node while its claims may not show an allocation yet."""
+    return pod.nominated_node_name if not pod.node_name else ""
+
+
+def pending_charges(
+    snapshot: ClusterSnapshot,
+    pod: Pod,
+    node_name: str,
+    context: QuotaContext,
+    matcher: DeviceMatcher,
+    *,
+    budget: int = DEFAULT_SEARCH_BUDGET,
+    features: Features = DEFAULT_FEATURES,
+) -> dict[str, Fraction]:
+    """What the pod's claims without an allocation would take on `node_name`, by quota resource: the
+    allocator's answer for that node alone, charged as filter charges it (decide_quota's node_charges). The
+    scheduler's extended-resource claim counts while PreBind has not written it yet (only the resources DRA
+    serves on that node: a device plugin's are charged by pod_usage from the node's allocatable). Nothing when
+    the claims do not fit there."""
+    node = snapshot.nodes.get(node_name)
+    if node is None:
+        return {}
+    claims = resolve_pod_claims(snapshot, pod)
+    extended = resolve_extended(snapshot.device_classes, pod)
+    served = ExtendedRequests()
+    if extended.resources and not extended.problems:
+        written = snapshot.claims.get(f"{pod.namespace}/{pod.extended_claim_name}") if pod.extended_claim_name else None
+        if written is None or written.allocation is None:
+            served = ExtendedRequests(extended.served_by_dra(node))
+    extended_claim = extended.claim_for(served.resources)
+    if extended_claim is not None:
+        claims = PodClaims((*claims.pending, extended_claim), claims.allocated, claims.problems)
+    if not claims.pending:
+        return {}
+    outcome = device_feasibility(snapshot, claims, [node_name], matcher, budget=budget, features=features).get(
+        node_name
+    )
+    if not isinstance(outcome, Allocation):
+        # The view can show the node fuller than it is (an allocation released in the API whose event has not
+        # arrived): kube-scheduler placed the pod there, so charge what the claims take on the node alone.
+        empty = _without_allocations(snapshot)
+        outcome = device_feasibility(empty, claims, [node_name], matcher, budget=budget, features=features).get(
+            node_name
+        )
+    if not isinstance(outcome, Allocation):
+        return {}
+    extra, problem = extended_charges(served, context.mappings)
+    if problem:
+        extra = {}
+    charges, _error = node_charges(outcome, context, UNMAPPED_IGNORE, extra=extra, matcher=matcher)
+    return charges
+
+
+def _without_allocations(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """The snapshot with no device in use. Allocation versions no real snapshot has (shared -1, none per node),
+    so the free-device memos never hand this view's answers to a real one or the other way round."""
+    return replace(snapshot, allocated={}, shared_allocated={}, alloc_versions={}, shared_alloc_version=-1)
+
+
 def pod_usage(
-    snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, *, matcher: DeviceMatcher | None = None
+    snapshot: ClusterSnapshot,
+    pod: Pod,
+    context: QuotaContext,
+    *,
+    matcher: DeviceMatcher | None = None,
+    pending_demand: PendingDemand | None = None,
 ) -> PodUsage | None:
     """What a bound (or being bound) pod holds: its claims' allocations charged as filter charges them
     (devices, or the counters and capacity of the devices actually allocated), in the flavor Kueue admitted
-    its Workload to, else the first flavor of the node the pod may use."""
+    its Workload to, else the first flavor of the node the pod may use.
+
+    Pods in PreBind (claims reserved for them) count on that node; pods kube-scheduler nominated count there
+    too, so a restarted or newly elected extender counts pods another one let through and kube-scheduler is
+    still binding. Claims of a placed pod (bound or nominated) that the view does not show allocated yet are
+    charged by `pending_demand`: pods and claims come on separate watches, which deliver (and, after a reset,
+    resume) independently, so the binding can show before the allocation PreBind wrote ahead of it, and a
+    reservation let go at the nomination must not leave the pod counted as nothing meanwhile."""
     if pod.is_terminal or not (pod.claims or pod.extended_claim_name or pod.extended_requests):
         return None
-    node_name = pod.node_name or in_flight_node(snapshot, pod)
+    node_name = pod.node_name or in_flight_node(snapshot, pod) or nominated_node(pod)
     if not node_name:
         return None
     claim_keys: list[str] = []
@@ -127,9 +221,12 @@ def pod_usage(
     if workload is not None and workload.admission is not None:
         for assignment in workload.admission.pod_set_assignments:
             admitted.update(assignment.flavors)
+    unallocated = bool(pod.extended_requests) and not pod.extended_claim_name  # its claim not written yet
     for claim, key, generated in _claims_of(snapshot, pod):
         if key:
             claim_keys.append(key)  # its arrival or change re-attributes this pod
+        if claim is None or claim.allocation is None:
+            unallocated = True
         if claim is None or cluster_queue is None or node is None or claim.allocation is None:
             continue
         if not charges_claim(claim, pod, generated=generated):
@@ -184,12 +281,20 @@ def pod_usage(
                 continue
             quota_key = (cluster_queue.name, flavor, quota_name)
             amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
+    if cluster_queue is not None and node is not None and pending_demand is not None and unallocated:
+        for resource, amount in pending_demand(snapshot, pod, node_name, context).items():
+            flavor = admitted.get(resource) or context.node_flavor(cluster_queue, resource, node, pod.tolerations)
+            if flavor is None:
+                continue
+            quota_key = (cluster_queue.name, flavor, resource)
+            amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + amount
     if not claim_keys and not amounts:
         return None
     return PodUsage(
         node_name,
         tuple(claim_keys),
         tuple(amounts.items()),
+        bound=bool(pod.node_name),
         workload=workload.key if workload is not None else "",
         owners=tuple(uid for uid in (pod.uid, *pod.owner_uids) if uid),
     )

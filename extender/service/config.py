@@ -85,6 +85,7 @@ def _log_level(value: Any, where: str) -> str:
     return level
 
 
+JOURNAL_AUTO = "auto"
 _WEIGHTS = ScoringWeights()
 _KUEUE_CONFIG = KueueConfigRef()
 
@@ -122,6 +123,9 @@ class QuotaSection:
 @dataclass(frozen=True, slots=True)
 class ReservationsSection:
     ttl_seconds: float = option("ttlSeconds", 60.0, minimum=1)
+    # Where `serve` with a live source keeps the ledger across restarts (state/reservation_journal.py): "auto"
+    # (the temporary directory, one file per listen address), a file path, or "" (memory only).
+    journal: str = option("journal", JOURNAL_AUTO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +135,9 @@ class BindSection:
 
 @dataclass(frozen=True, slots=True)
 class LimitsSection:
-    max_body_bytes: int = option("maxBodyBytes", 8 * 1024 * 1024, minimum=1024)
+    # kube-scheduler's filter body with nodeCacheCapable: the Pod and node names (~40 bytes each): 10,000 nodes
+    # fit in well under 1 MiB. The Nodes form (full Node objects) needs more: raise it for that.
+    max_body_bytes: int = option("maxBodyBytes", 1024 * 1024, minimum=1024)
     max_nodes_per_request: int = option("maxNodesPerRequest", 10_000, minimum=1)
     request_deadline_seconds: float = option("requestDeadlineSeconds", 4.0, minimum=0.1)
 
@@ -142,10 +148,55 @@ class SearchSection:
 
 
 @dataclass(frozen=True, slots=True)
+class ExplainSection:
+    max_nodes: int = option("maxNodes", 1000, minimum=1)
+    deadline_seconds: float = option("deadlineSeconds", 10.0, minimum=0.1)
+    concurrency: int = option("concurrency", 2, minimum=1)
+
+
+def _auth_mode(value: Any, where: str) -> str:
+    if value not in ("none", "kubernetes"):
+        raise ConfigError(f"{where}: must be none or kubernetes, got {value!r}")
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class DiagnosticsAuthSection:
+    mode: str = option("mode", "none", parse=_auth_mode)
+    cache_seconds: float = option("cacheSeconds", 60.0, minimum=0)
+
+
+@dataclass(frozen=True, slots=True)
 class DiagnosticsSection:
     history: int = option("history", 2048, minimum=1)
     history_node_verdicts: int = option("historyNodeVerdicts", 250_000, minimum=1)
     listen: str = option("listen", "", parse=_host_port)
+    max_connections: int = option("maxConnections", 64, minimum=1)
+    max_body_bytes: int = option("maxBodyBytes", 256 * 1024, minimum=1024)
+    yaml_max_bytes: int = option("yamlMaxBytes", 64 * 1024, minimum=0)
+    explain: ExplainSection = option("explain", ExplainSection())
+    auth: DiagnosticsAuthSection = option("auth", DiagnosticsAuthSection())
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueSection:
+    device_class_name: str = option("deviceClassName", "")
+    min_interval_seconds: float = option("minIntervalSeconds", 1.0, minimum=0.1)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSection:
+    listen: str = option("listen", "", parse=_host_port)
+    max_connections: int = option("maxConnections", 32, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSection:
+    read_timeout_seconds: float = option("readTimeoutSeconds", 3.0, minimum=0.1)
+    request_timeout_seconds: float = option("requestTimeoutSeconds", 30.0, minimum=1)
+    max_connections: int = option("maxConnections", 128, minimum=1)
+    liveness_probe_timeout_seconds: float = option("livenessProbeTimeoutSeconds", 2.0, minimum=0.1)
+    stuck_request_seconds: float = option("stuckRequestSeconds", 20.0, minimum=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +209,7 @@ class TlsSection:
 @dataclass(frozen=True, slots=True)
 class SourceSection:
     stale_grace_seconds: float = option("staleGraceSeconds", 60.0, minimum=1)
+    verdict_grace_seconds: float = option("verdictGraceSeconds", 2.0, minimum=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +270,12 @@ class ExtenderConfig:
     quota: QuotaSection = option("quota", QuotaSection())
     reservations: ReservationsSection = option("reservations", ReservationsSection())
     bind: BindSection = option("bind", BindSection())
+    requeue: RequeueSection = option("requeue", RequeueSection())
     limits: LimitsSection = option("limits", LimitsSection())
     search: SearchSection = option("search", SearchSection())
     diagnostics: DiagnosticsSection = option("diagnostics", DiagnosticsSection())
+    metrics: MetricsSection = option("metrics", MetricsSection())
+    server: ServerSection = option("server", ServerSection())
     tls: TlsSection = option("tls", TlsSection())
     source: SourceSection = option("source", SourceSection())
     logging: LoggingSection = option("logging", LoggingSection())

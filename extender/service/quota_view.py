@@ -40,21 +40,25 @@ class QuotaView:
     # total, and per Workload key (its own pods are decided without it).
     admitted_holds: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
     workload_holds: Mapping[str, Mapping[QuotaKey, Fraction]] = field(default_factory=dict)
+    # usage of pods counted before their binding shows (nominated, in PreBind), by pod key
+    unbound_usage: Mapping[str, tuple[tuple[QuotaKey, Fraction], ...]] = field(default_factory=dict)
 
     @property
     def governed(self) -> bool:
         return self.context.enabled and bool(self.context.cluster_queues)
 
-    def ledger_excluding(self, pod_id: str, workload: str = "") -> QuotaLedger:
-        """The ledger without the pod's own reservation (a pod filtered again is not charged against itself)
-        and without the hold of the admitted Workload it belongs to (that hold is kept for its pods)."""
+    def ledger_excluding(self, pod_id: str, pod_key: str = "", workload: str = "") -> QuotaLedger:
+        """The ledger without the pod's own charge: its reservation, the usage counted for it on a node it is
+        nominated for (a pod nominated by preemption is filtered again), and the hold of the admitted Workload
+        it belongs to (that hold is kept for its pods): never charged against itself."""
         own = next((r for r in self.reservations if r.pod_uid == pod_id), None)
+        counted = self.unbound_usage.get(pod_key, ())
         hold = self.workload_holds.get(workload) if workload else None
-        if own is None and not hold:
+        if own is None and not counted and not hold:
             return self.ledger
         # Kueue's removeUsage along the pod's queue's path, O(depth), instead of a rebuild over every quota.
         known = self.context.cluster_queues  # the ledger ignored charges of a ClusterQueue deleted since
-        removed = add_amounts(own.charges if own is not None else {}, hold or {})
+        removed = add_amounts(own.charges if own is not None else {}, dict(counted), hold or {})
         return self.ledger.with_usage_deltas(
             (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in removed.items() if cq in known
         )

@@ -28,9 +28,10 @@ from extender.decisions.admission_holds import (
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import is_dra_backed
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.quota_decision import CATEGORY_QUOTA
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import cluster_queue_of, pod_usage
+from extender.decisions.usage import cluster_queue_of, pending_charges, pod_usage
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -41,6 +42,7 @@ from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue import Workload, pod_queue_name
+from extender.state.reservation_journal import ReservationJournal
 from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
@@ -52,6 +54,22 @@ Binder = Callable[[str, str, str, str], None]  # (namespace, pod name, pod uid, 
 
 class BindError(RuntimeError):
     """Binding the pod through the API failed; nothing stays reserved for it."""
+
+
+class NotSyncedError(RuntimeError):
+    """The cluster view is not complete (initial lists pending, or watches broken past the stale grace).
+
+    A verdict from an incomplete view can over-commit: with no ClusterQueue listed yet quota looks ungoverned,
+    with claims not listed yet devices look free. filter answers kube-scheduler with a non-empty `Error`
+    instead, which pkg/scheduler/schedule_one.go findNodesThatPassExtenders returns as the scheduling error
+    (ignorable: false). The pod then has no unschedulable plugin, so scheduling_queue.go
+    determineSchedulingHintForInFlightPod requeues it with backoff (1 s doubling to 10 s), not into the
+    unschedulable pool: it is retried promptly once the view is synced.
+    """
+
+
+# Refusals that quota freed elsewhere can lift (kube-scheduler sees no event for it): see _quota_view_locked.
+PARKED_FOR_QUOTA = frozenset((CATEGORY_QUOTA,))
 
 
 def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
@@ -78,6 +96,8 @@ class SchedulingService:
         *,
         store: ClusterStore | None = None,
         binder: Binder | None = None,
+        requeue: Callable[[], None] | None = None,
+        journal: ReservationJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
@@ -89,12 +109,23 @@ class SchedulingService:
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
         self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
-        self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock)
+        # With a journal (state/reservation_journal.py), the ledger outlives this process: kube-scheduler may
+        # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
+        self.journal = journal
+        self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
+        self.restored_reservations = 0  # taken over from the journal at start
         self._context_lock = threading.Lock()
         self._context_key: tuple[object, ...] | None = None
         self._context: QuotaContext | None = None
+        # Pods refused for quota since the last requeue, and the quota context they were refused under: when
+        # quota frees up without an event kube-scheduler reacts to, `requeue` (state/live/requeue.py) wakes them.
+        self.requeue = requeue
+        self._parked_for_quota = 0
+        self._parked_context: QuotaContext | None = None
+        self._stopping = threading.Event()
+        self.requeues = 0
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -103,15 +134,73 @@ class SchedulingService:
         gates = self.options.features.gates()
         log.info("DRA feature gates: %s", ",".join(f"{name}={str(on).lower()}" for name, on in gates.items()))
         tune_for_large_heap()
+        self._restore_reservations()
         self.source.start(self.store)
         self.store.snapshot()
         freeze_loaded_state()
+        if self.requeue is not None or self.journal is not None:
+            threading.Thread(target=self._housekeeping, name="reservations", daemon=True).start()
+
+    def _restore_reservations(self) -> None:
+        """What the previous process on this listen address promised and kube-scheduler may still be binding:
+        held again until the cluster view shows it bound, deleted or finished, or its TTL runs out."""
+        if self.journal is None:
+            return
+        restored = self.journal.load()
+        for item in restored:
+            self.reservations.restore(
+                item.pod_uid,
+                item.pod_key,
+                item.cluster_queue,
+                item.charges,
+                item.remaining_seconds,
+                node=item.node,
+                seen=item.seen,
+                workload=item.workload,
+            )
+        self.restored_reservations = len(restored)
+        if restored:
+            log.info("restored %d reservations of the previous process from %s", len(restored), self.journal.path)
 
     def stop(self) -> None:
+        self._stopping.set()
         self.source.stop()
+
+    def _housekeeping(self, period: float = 1.0) -> None:
+        """Reconcile once a second while reservations are held or pods are parked, not only when a verb asks.
+
+        Parked pods are not filtered again by themselves (the requeue needs someone to look at the quota).
+        And a reservation is let go as "deleted" only once its pod has been seen in the view: a pod filtered,
+        bound and deleted with no verb call in between (a quiet cluster) would otherwise hold its quota until the
+        TTL. The journal then also follows the ledger promptly."""
+        while not self._stopping.wait(period):
+            if (self._parked_for_quota or len(self.reservations)) and not self.sync_problem():
+                try:
+                    self.quota_view()
+                except Exception:
+                    log.exception("reconciling reservations failed")
 
     def health(self) -> SourceHealth:
         return self.source.health()
+
+    def sync_problem(self) -> str:
+        """Why verdicts cannot be given now ("" when the view is complete): the same test as /readyz."""
+        health = self.source.health()
+        if not health.ready:
+            return health.message
+        name, seconds = health.disconnected
+        if seconds > self.config.source.verdict_grace_seconds:
+            # Readiness tolerates a broken watch for staleGraceSeconds; verdicts do not: events missed meanwhile
+            # (a binding another extender admitted, an allocation) would be missing from the quota.
+            return f"the watch of {name} has been reconnecting for {seconds:.1f}s"
+        if not self.store.snapshot().synced:
+            return "waiting for the initial lists of the cluster view"
+        return ""
+
+    def require_synced(self) -> None:
+        problem = self.sync_problem()
+        if problem:
+            raise NotSyncedError(f"the extender's cluster view is not synced ({problem}); retry later")
 
     # --- views --------------------------------------------------------------------------------------------------
 
@@ -138,12 +227,27 @@ class SchedulingService:
         # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
         # reconcile has since turned from a reservation into usage, and would then count neither.
         snapshot = self.snapshot()
-        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot)):
-            self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
-            log.debug("released reservation of %s: %s", reservation.pod_key, why)
         context = self.quota_context(snapshot)
         matcher = self.matcher
-        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
+        usage = self.usage_index.totals(
+            snapshot,
+            context,
+            lambda at, pod: pod_usage(at, pod, context, matcher=matcher, pending_demand=self._pending_demand),
+        )
+        # Usage first: a reservation of a pod that usage already counts (nominated, or in PreBind) is let go.
+        unbound = self.usage_index.unbound()
+        expired = False
+        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot, unbound)):
+            self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
+            expired = expired or why == "expired"
+            log.debug("released reservation of %s: %s", reservation.pod_key, why)
+        if self._parked_for_quota and (expired or context is not self._parked_context):
+            # Quota may have freed up through what kube-scheduler does not watch (Kueue's objects, a lapsed
+            # reservation): pod deletions and claim deallocations it sees itself.
+            self._parked_for_quota = 0
+            if self.requeue is not None:
+                self.requeues += 1
+                self.requeue()
         reserved = self.reservations.totals()
         reservations = tuple(self.reservations.all())
         admitted_holds, workload_holds = self._admission_holds(snapshot, context, reservations)
@@ -157,6 +261,7 @@ class SchedulingService:
             at=self.reservations.now(),
             admitted_holds=admitted_holds,
             workload_holds=workload_holds,
+            unbound_usage={key: counted.amounts for key, counted in unbound.items()},
         )
 
     def _admission_holds(
@@ -188,6 +293,19 @@ class SchedulingService:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
         return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
 
+    def _pending_demand(
+        self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext
+    ) -> dict[str, Fraction]:
+        return pending_charges(
+            snapshot,
+            pod,
+            node,
+            context,
+            self.matcher,
+            budget=self.options.search_budget,
+            features=self.options.features,
+        )
+
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")
 
@@ -195,6 +313,7 @@ class SchedulingService:
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
         started = time.perf_counter()
+        self.require_synced()
         snapshot = self.snapshot()
         if not needs_our_decision(pod, snapshot):
             return self._decide(snapshot, pod, node_names, view=None)
@@ -203,15 +322,21 @@ class SchedulingService:
             view = self._quota_view_locked()
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
             if decision.reservation:
+                # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
+                held = view.snapshot.pods.get(pod.key)
                 self.reservations.reserve(
                     identity,
                     pod.key,
                     decision.quota.cluster_queue,
                     decision.reservation,
                     workload=own_workload_key(view, pod),
+                    seen=held is not None and (not pod.uid or held.uid == pod.uid),
                 )
             else:
                 self.reservations.release(identity)
+                if any(v.category in PARKED_FOR_QUOTA for v in decision.verdicts.values()):
+                    self._parked_for_quota += 1
+                    self._parked_context = view.context
         self.history.remember_filter(identity, decision)
         self.history.record("filter", Ranking(decision, {}), started)
         return decision
@@ -219,6 +344,7 @@ class SchedulingService:
     def prioritize(self, pod: Pod, node_names: Iterable[str]) -> Ranking:
         """Scores for the nodes that passed filter; reuses the filter's decision for the same pod when it has one."""
         started = time.perf_counter()
+        self.require_synced()
         names = list(node_names)
         snapshot = self.snapshot()
         decision = self.history.recent_filter(pod_id(pod))
@@ -232,17 +358,29 @@ class SchedulingService:
         return ranking
 
     def explain(self, pod: Pod, node_names: Iterable[str] | None = None) -> Ranking:
-        """A what-if ranking: the same decision as filter, over every node by default, reserving nothing."""
+        """A what-if ranking: the same decision as filter, over every node by default, reserving nothing.
+        Bounded by diagnostics.explain.deadlineSeconds: nodes not reached say so instead of holding a thread."""
+        started = time.perf_counter()
         view = self.quota_view()
         names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
         decision = self._decide(
-            view.snapshot, pod, names, view=view if needs_our_decision(pod, view.snapshot) else None
+            view.snapshot,
+            pod,
+            names,
+            view=view if needs_our_decision(pod, view.snapshot) else None,
+            started=started,
+            deadline_seconds=self.config.diagnostics.explain.deadline_seconds,
         )
         return score_nodes(decision, names, view.snapshot, self.caches, self.options.weights)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind through the API; on success hold exactly the charge of the node chosen, on failure nothing."""
         identity = uid or f"{namespace}/{name}"
+        problem = self.sync_problem()
+        if problem:
+            # The reservation may stand on an incomplete view: let it go, kube-scheduler retries the pod.
+            self.reservations.release(identity)
+            raise BindError(f"not binding {namespace}/{name}: the cluster view is not synced ({problem})")
         if self.binder is None:
             self.reservations.release(identity)
             raise BindError("binding needs a live cluster source (--kubeconfig or --in-cluster)")
@@ -272,9 +410,10 @@ class SchedulingService:
         *,
         view: QuotaView | None,
         started: float | None = None,
+        deadline_seconds: float | None = None,
     ) -> PodDecision:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
-        ledger = view.ledger_excluding(pod_id(pod), own_workload_key(view, pod)) if governed and view else None
+        ledger = view.ledger_excluding(pod_id(pod), pod.key, own_workload_key(view, pod)) if governed and view else None
         return decide_pod(
             snapshot,
             pod,
@@ -283,5 +422,7 @@ class SchedulingService:
             quota_context=view.context if view is not None else None,
             ledger=ledger,
             options=self.options,
-            deadline=(started + self.config.limits.request_deadline_seconds) if started is not None else None,
+            deadline=(started + (deadline_seconds or self.config.limits.request_deadline_seconds))
+            if started is not None
+            else None,
         )

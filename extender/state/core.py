@@ -278,6 +278,9 @@ class Pod:
     # request name -> resource name mappings.
     extended_claim_name: str = ""
     extended_request_resources: Mapping[str, str] = field(default_factory=dict)
+    # status.nominatedNodeName: since 1.35 (NominatedNodeNameForExpectation, beta, on) kube-scheduler writes it
+    # when a pod enters a binding cycle with PreBind work (schedule_one.go bindingCycle), e.g. DRA allocation.
+    nominated_node_name: str = ""
 
     @property
     def key(self) -> str:
@@ -330,6 +333,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
             get_str(item, "requestName", item_path): get_str(item, "resourceName", item_path)
             for item_path, item in map_items(extended_status, "requestMappings", "status.extendedResourceClaimStatus")
         },
+        nominated_node_name=get_str(status, "nominatedNodeName", "status"),
     )
 
 

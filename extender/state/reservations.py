@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Protocol
 
 QuotaKey = tuple[str, str, str]  # (ClusterQueue, flavor, resource)
 
@@ -37,15 +38,68 @@ class Reservation:
         return tuple(sorted({flavor for (_, flavor, _) in self.charges}))
 
 
-class ReservationLedger:
-    """Thread-safe. Totals are maintained incrementally so a quota check never sums all reservations."""
+class ReservationSink(Protocol):
+    """Where every change of the ledger goes (state/reservation_journal.py writes it to disk)."""
 
-    def __init__(self, ttl_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def save(self, reservations: Iterable[Reservation], monotonic_now: float) -> None: ...
+
+
+class ReservationLedger:
+    """Thread-safe. Totals are maintained incrementally so a quota check never sums all reservations.
+
+    With a `sink`, the whole ledger is handed to it after every change, under the lock (so writes are in
+    order); `restore` puts back what a previous process's sink kept."""
+
+    def __init__(
+        self,
+        ttl_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        sink: ReservationSink | None = None,
+    ) -> None:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._by_pod: dict[str, Reservation] = {}
         self._totals: dict[QuotaKey, Fraction] = {}
         self.lock = threading.RLock()  # callers hold it across check-then-reserve
+        self._sink = sink
+
+    def _changed(self) -> None:
+        """Caller holds the lock."""
+        if self._sink is not None:
+            self._sink.save(list(self._by_pod.values()), self._clock())
+
+    def restore(
+        self,
+        pod_uid: str,
+        pod_key: str,
+        cluster_queue: str,
+        charges: Mapping[QuotaKey, Fraction],
+        remaining_seconds: float,
+        *,
+        node: str = "",
+        seen: bool = False,
+        workload: str = "",
+    ) -> Reservation:
+        """A reservation a previous process held, with the TTL it had left (never more than ours)."""
+        with self.lock:
+            self._drop(pod_uid)
+            now = self._clock()
+            reservation = Reservation(
+                pod_uid,
+                pod_key,
+                cluster_queue,
+                dict(charges),
+                now,
+                now + min(remaining_seconds, self.ttl_seconds),
+                node=node,
+                seen=seen,
+                workload=workload,
+            )
+            self._by_pod[pod_uid] = reservation
+            for key, amount in reservation.quota_keys():
+                self._totals[key] = self._totals.get(key, Fraction(0)) + amount
+            self._changed()
+            return reservation
 
     def now(self) -> float:
         return self._clock()
@@ -58,8 +112,10 @@ class ReservationLedger:
         charges: Mapping[QuotaKey, Fraction],
         *,
         workload: str = "",
+        seen: bool = False,
     ) -> Reservation:
-        """Hold `charges` for the pod, replacing whatever it held before."""
+        """Hold `charges` for the pod, replacing whatever it held before. `seen`: the view the verdict came from
+        holds the pod (so its disappearance means deletion)."""
         with self.lock:
             previous = self._by_pod.get(pod_uid)
             self._drop(pod_uid)
@@ -71,12 +127,13 @@ class ReservationLedger:
                 dict(charges),
                 now,
                 now + self.ttl_seconds,
-                seen=previous.seen if previous is not None else False,
+                seen=seen or (previous.seen if previous is not None else False),
                 workload=workload,
             )
             self._by_pod[pod_uid] = reservation
             for key, amount in reservation.quota_keys():
                 self._totals[key] = self._totals.get(key, Fraction(0)) + amount
+            self._changed()
             return reservation
 
     def confirm(self, pod_uid: str, node: str) -> Reservation | None:
@@ -88,11 +145,15 @@ class ReservationLedger:
             now = self._clock()
             confirmed = replace(reservation, node=node, expires=now + self.ttl_seconds)
             self._by_pod[pod_uid] = confirmed
+            self._changed()
             return confirmed
 
     def release(self, pod_uid: str) -> Reservation | None:
         with self.lock:
-            return self._drop(pod_uid)
+            released = self._drop(pod_uid)
+            if released is not None:
+                self._changed()
+            return released
 
     def _drop(self, pod_uid: str) -> Reservation | None:
         reservation = self._by_pod.pop(pod_uid, None)
@@ -111,6 +172,8 @@ class ReservationLedger:
             expired = [r for r in self._by_pod.values() if r.expires <= now]
             for reservation in expired:
                 self._drop(reservation.pod_uid)
+            if expired:
+                self._changed()
             return expired
 
     def reconcile(self, pod_states: Callable[[Reservation], str]) -> list[tuple[Reservation, str]]:
@@ -123,13 +186,18 @@ class ReservationLedger:
         with self.lock:
             for reservation in self.expire():
                 released.append((reservation, "expired"))
+            changed = False
             for reservation in list(self._by_pod.values()):
                 state = pod_states(reservation)
                 if state == "seen" and not reservation.seen:
                     self._by_pod[reservation.pod_uid] = replace(reservation, seen=True)
+                    changed = True
                 elif state not in ("pending", "seen"):
                     self._drop(reservation.pod_uid)
                     released.append((reservation, state))
+                    changed = True
+            if changed:
+                self._changed()
         return released
 
     def get(self, pod_uid: str) -> Reservation | None:

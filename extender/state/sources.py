@@ -22,6 +22,8 @@ class SourceHealth:
     message: str
     # resource (e.g. "resourceslices") -> seconds since the last list, event or bookmark
     freshness_seconds: Mapping[str, float] = field(default_factory=dict)
+    # the longest any listed collection has been without a watch (reconnecting, relisting): events may be missing
+    disconnected: tuple[str, float] = ("", 0.0)
 
 
 class ClusterSource(Protocol):

@@ -10,10 +10,12 @@ one error handler per kind of failure turns it into a clear status and message.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import uuid
 from collections import Counter
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import yaml
@@ -21,14 +23,18 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender.service import BindError, SchedulingService
+from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.transport.diagnostics import decision_json, node_json, queues_json
+from extender.transport.liveness import InFlight, probe_listener
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.views import web
 from extender.transport.wire import (
+    DIAGNOSTICS_ELSEWHERE,
+    DIAGNOSTICS_ELSEWHERE_MESSAGE,
     WireError,
+    filter_error,
     filter_result,
     parse_binding_args,
     parse_extender_args,
@@ -55,6 +61,7 @@ TIMED_ENDPOINTS = {
     "web.node": "web",
     "web.queues": "web",
 }
+SCHEDULING_ENDPOINTS = frozenset(("scheduling.filter_verb", "scheduling.prioritize_verb", "scheduling.bind_verb"))
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -75,13 +82,25 @@ def _metrics() -> ExtenderMetrics:
     return metrics
 
 
-def request_body(*, yaml_allowed: bool = False) -> Any:
-    """The request body as data: JSON, or (where allowed) YAML when labelled so or when it is not JSON."""
+def request_body(*, yaml_allowed: bool = False, max_bytes: int | None = None, yaml_max_bytes: int = 0) -> Any:
+    """The request body as data: JSON, or (where allowed) YAML when labelled so or when it is not JSON.
+
+    YAML only up to `yaml_max_bytes`: PyYAML's pure-Python parser took ~82 s and ~500 MiB for a 7.6 MiB body
+    (issue 15); larger bodies must be JSON, which orjson parses in milliseconds."""
     data = request.get_data(cache=False)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise RequestEntityTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
     if not data:
         raise WireError(
             "request body is empty; " + ("send a Pod as JSON or YAML" if yaml_allowed else "a JSON object is required")
         )
+    if yaml_allowed and len(data) > yaml_max_bytes:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as error:
+            raise WireError(
+                f"request body is not valid JSON ({error}); YAML is accepted only up to {yaml_max_bytes} bytes"
+            ) from None
     if not yaml_allowed:
         try:
             return orjson.loads(data)
@@ -110,8 +129,12 @@ scheduling = Blueprint("scheduling", __name__)
 def filter_verb() -> Response:
     service = _service()
     args = parse_extender_args(request_body(), max_nodes=service.config.limits.max_nodes_per_request)
-    decision = service.filter(args.pod, args.node_names)
     metrics = _metrics()
+    try:
+        decision = service.filter(args.pod, args.node_names)
+    except NotSyncedError as error:
+        metrics.filter_outcomes.labels("not-synced").inc()
+        return _json(filter_error(str(error)))
     metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
     if decision.fast_path:
         metrics.fast_path.labels("filter").inc()
@@ -125,7 +148,11 @@ def filter_verb() -> Response:
 def prioritize_verb() -> Response:
     service = _service()
     args = parse_extender_args(request_body(), max_nodes=service.config.limits.max_nodes_per_request)
-    ranking = service.prioritize(args.pod, args.node_names)
+    try:
+        ranking = service.prioritize(args.pod, args.node_names)
+    except NotSyncedError as error:
+        # HostPriorityList has no Error field; kube-scheduler logs a failed prioritize and scores without us.
+        return _error(str(error), 503)
     metrics = _metrics()
     metrics.nodes_evaluated.labels("prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:
@@ -161,7 +188,21 @@ def pod_diagnostics(namespace: str, name: str) -> Response:
 
 @diagnostics.post("/diagnostics/explain")
 def explain() -> Response:
-    body = request_body(yaml_allowed=True)
+    """A what-if decision: bounded in body size, YAML size, nodes, time and concurrency (it runs the full
+    search over every node asked about, on the threads kube-scheduler's verbs use)."""
+    service = _service()
+    settings = service.config.diagnostics
+    gate: threading.BoundedSemaphore = current_app.extensions["dra_explain_gate"]
+    if not gate.acquire(blocking=False):
+        return _error(f"too many explain requests in progress (at most {settings.explain.concurrency}); retry", 429)
+    try:
+        return _explain(service, settings)
+    finally:
+        gate.release()
+
+
+def _explain(service: SchedulingService, settings: Any) -> Response:
+    body = request_body(yaml_allowed=True, max_bytes=settings.max_body_bytes, yaml_max_bytes=settings.yaml_max_bytes)
     if not isinstance(body, dict):
         raise WireError("request body must be a Pod object")
     if body.get("kind") not in (None, "Pod"):
@@ -171,7 +212,15 @@ def explain() -> Response:
     except ObjectError as error:
         raise WireError(f"Pod: {error.describe()}") from None
     nodes = request.args.getlist("node") or None
-    return _json(decision_json(_service().explain(pod, nodes)))
+    limit = settings.explain.max_nodes
+    if nodes is not None and len(nodes) > limit:
+        raise WireError(f"{len(nodes)} nodes asked about; the limit is {limit} (diagnostics.explain.maxNodes)")
+    if nodes is None and len(known := service.snapshot().nodes) > limit:
+        raise WireError(
+            f"the cluster has {len(known)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
+            "name the nodes to explain with ?node=NAME (repeatable)"
+        )
+    return _json(decision_json(service.explain(pod, nodes)))
 
 
 @diagnostics.get("/diagnostics/nodes/<name>")
@@ -189,7 +238,10 @@ def queue_diagnostics() -> Response:
     return _json(queues_json(view, service.unplaced_workloads(view.snapshot)))
 
 
-@diagnostics.get("/metrics")
+metrics_blueprint = Blueprint("metrics", __name__)
+
+
+@metrics_blueprint.get("/metrics")
 def metrics_endpoint() -> Response:
     return Response(generate_latest(_metrics().registry), mimetype=CONTENT_TYPE_LATEST)
 
@@ -204,15 +256,37 @@ def healthz() -> Response:
     return _json({"status": "ok"})
 
 
+@health.get("/livez")
+def livez() -> Response:
+    """Fails when the request path is wedged (see transport/liveness.py); /healthz only says the process runs."""
+    service = _service()
+    settings = service.config.server
+    problems = []
+    oldest = current_app.extensions["dra_in_flight"].oldest_seconds()
+    if oldest > settings.stuck_request_seconds:
+        problems.append(f"a scheduling request has been in flight for {oldest:.0f}s")
+    probe = current_app.extensions.get("dra_self_probe")
+    if probe is not None:
+        address, tls = probe
+        problem = probe_listener(address, tls=tls, timeout=settings.liveness_probe_timeout_seconds)
+        if problem:
+            problems.append(problem)
+    if problems:
+        log.error("liveness failing: %s", "; ".join(problems))
+        return _json({"status": "wedged", "problems": problems}, 503)
+    return _json({"status": "ok"})
+
+
 @health.get("/readyz")
 def readyz() -> Response:
     service = _service()
     source_health = service.health()
     snapshot = service.snapshot()
-    ready = source_health.ready and snapshot.synced
+    problem = service.sync_problem()  # the same test that gates filter, prioritize and bind
+    ready = not problem
     payload = {
         "ready": ready,
-        "message": source_health.message,
+        "message": problem or source_health.message,
         "source": service.source.description,
         "stateVersion": snapshot.version,
         "freshnessSeconds": source_health.freshness_seconds,
@@ -235,6 +309,46 @@ def openapi_json() -> Response:
 
 def _start_timer() -> None:
     g.started = time.perf_counter()
+    if request.endpoint in SCHEDULING_ENDPOINTS:
+        g.in_flight = current_app.extensions["dra_in_flight"].begin()
+
+
+class AccessDecision(Protocol):
+    allowed: bool
+    status: int
+    reason: str
+
+
+class Authorizer(Protocol):
+    """Decides who may read /diagnostics (state/live/access_review.py: TokenReview + SubjectAccessReview)."""
+
+    def review(self, token: str, path: str, verb: str = "get") -> AccessDecision: ...
+
+
+def _authorize() -> Response | None:
+    """With diagnostics.auth.mode kubernetes: /diagnostics/* only for a bearer token the API server authenticates
+    and authorizes for the path; /metrics and the probes stay open, as on kube-rbac-proxy's
+    --ignore-paths."""
+    authorizer: Authorizer | None = current_app.extensions.get("dra_authorizer")
+    if authorizer is None or request.blueprint != "diagnostics":
+        return None
+    header = request.headers.get("Authorization", "")
+    token = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    # The verb of a non-resource request is its lowercased HTTP method, as the API server's own RequestInfo
+    # makes it: get for the reports, post for /diagnostics/explain.
+    decision = authorizer.review(token, request.path, request.method.lower())
+    if decision.allowed:
+        return None
+    response = _error(decision.reason, decision.status)
+    if decision.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="dra-extender diagnostics"'
+    return response
+
+
+def _end_in_flight(_error: BaseException | None) -> None:
+    token = g.pop("in_flight", None)
+    if token is not None:
+        current_app.extensions["dra_in_flight"].end(token)
 
 
 def _observe(response: Response) -> Response:
@@ -250,10 +364,20 @@ def _bad_request(error: WireError) -> Response:
     return _error(str(error), 400)
 
 
+def _is_diagnostics_path() -> bool:
+    path = request.path
+    return path.startswith("/diagnostics") or path == "/ui" or path.startswith("/ui/")
+
+
 def _http_error(error: HTTPException) -> Response:
     if isinstance(error, RequestEntityTooLarge):
-        limit = _service().config.limits.max_body_bytes
-        return _error(f"request body exceeds the limit of {limit} bytes", 413)
+        limit = current_app.config["MAX_CONTENT_LENGTH"]
+        description = error.description if str(error.description).startswith("request body exceeds") else ""
+        return _error(description or f"request body exceeds the limit of {limit} bytes", 413)
+    if error.code == 404 and not current_app.config.get("DRA_SERVES_DIAGNOSTICS") and _is_diagnostics_path():
+        # A listener without diagnostics (the deployment's metrics listener on the pod IP, reached by the kubectl
+        # plugin through the Service proxy): say where they are, so the plugin computes locally instead.
+        return _json({"error": DIAGNOSTICS_ELSEWHERE_MESSAGE, "reason": DIAGNOSTICS_ELSEWHERE}, 404)
     response = _error(f"{error.name}: {error.description}", error.code or 500)
     # Keep werkzeug's protocol headers (Allow on 405, as RFC 9110 requires); the body is ours.
     response.headers.extend((k, v) for k, v in error.get_headers() if k.lower() != "content-type")
@@ -261,8 +385,19 @@ def _http_error(error: HTTPException) -> Response:
 
 
 def _unexpected(error: Exception) -> Response:
-    log.exception("unexpected error answering %s %s", request.method, request.path)
-    return _error(f"internal error: {type(error).__name__}: {error}", 500)
+    """The exception goes to the log under a request id; the client gets the id, never the exception's text
+    (it can hold object names, paths, or what an API server said)."""
+    request_id = uuid.uuid4().hex[:16]
+    log.exception(
+        "unexpected error answering %s %s (request id %s)",
+        request.method,
+        request.path,
+        request_id,
+        extra={"requestId": request_id},
+    )
+    response = _error(f"internal error; the extender's log has the details under request id {request_id}", 500)
+    response.headers["X-Request-Id"] = request_id
+    return response
 
 
 def create_app(
@@ -271,21 +406,44 @@ def create_app(
     metrics: ExtenderMetrics | None = None,
     serve_scheduling: bool = True,
     serve_diagnostics: bool = True,
+    serve_metrics: bool | None = None,
+    in_flight: InFlight | None = None,
+    explain_gate: threading.BoundedSemaphore | None = None,
+    self_probe: tuple[str, bool] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> Flask:
     """The app for one listener. With a separate diagnostics listener, the scheduling listener serves only
-    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus)."""
+    kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus);
+    a metrics listener (serve_scheduling=False, serve_diagnostics=False, serve_metrics=True) only /metrics and
+    the probes, so it can face the pod network while the diagnostics listener stays on loopback.
+    The two apps of one process share `metrics`, `in_flight` and `explain_gate`; the diagnostics app's /livez
+    probes the scheduling listener at `self_probe` (address, TLS)."""
     app = Flask("dra-extender")
-    app.config["MAX_CONTENT_LENGTH"] = service.config.limits.max_body_bytes
+    limits = service.config.limits.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = limits if serve_scheduling else service.config.diagnostics.max_body_bytes
     app.extensions["dra_service"] = service
     app.extensions["dra_metrics"] = metrics if metrics is not None else ExtenderMetrics(service)
+    app.extensions["dra_in_flight"] = in_flight if in_flight is not None else InFlight()
+    app.extensions["dra_explain_gate"] = explain_gate or threading.BoundedSemaphore(
+        service.config.diagnostics.explain.concurrency
+    )
+    if self_probe is not None:
+        app.extensions["dra_self_probe"] = self_probe
+    if authorizer is not None:
+        app.extensions["dra_authorizer"] = authorizer
     if serve_scheduling:
         app.register_blueprint(scheduling)
+    app.config["DRA_SERVES_DIAGNOSTICS"] = serve_diagnostics
     if serve_diagnostics:
         app.register_blueprint(diagnostics)
         app.register_blueprint(web)  # the read-only web view (transport/views.py): people only, never kube-scheduler
+    if serve_diagnostics if serve_metrics is None else serve_metrics:
+        app.register_blueprint(metrics_blueprint)
     app.register_blueprint(health)
     app.before_request(_start_timer)
+    app.before_request(_authorize)
     app.after_request(_observe)
+    app.teardown_request(_end_in_flight)
     app.register_error_handler(WireError, _bad_request)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)

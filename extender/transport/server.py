@@ -3,21 +3,324 @@
 One worker process with threads: the cluster view, the selector caches and the reservation ledger live in
 one process, so every request sees every reservation. More processes would each hold their own ledger and
 together over-admit quota; throughput comes from threads plus per-request work proportional to nodes.
+
+Both listeners (kube-scheduler's verbs, and the optional diagnostics listener) are gunicorn listeners of that
+one worker, served by `ExtenderWorker`, gunicorn's gthread worker with the bounds a hostile or broken client
+needs (issue 15: eight one-byte-at-a-time clients or fifty idle connections used to block /filter for 12-45 s,
+800 idle connections to the old werkzeug diagnostics server made 812 threads):
+
+- a thread is committed to a connection only once bytes arrive (gthread hands every new connection to a pool
+  thread that waits up to 5 s for them; here it waits in the poller, like a kept-alive one);
+- a request must arrive whole (headers and body) within `readTimeoutSeconds` of its first byte, and a
+  response be written within `requestTimeoutSeconds`: a watchdog shuts the socket of a connection past its
+  deadline, which ends the blocked read or write in its thread;
+- each listener holds at most `maxConnections`; at the bound the oldest idle connection of that listener is
+  closed for the new one (an idle flood cannot lock kube-scheduler out), and when none is idle the new one is
+  refused at once;
+- TLS per listener (the scheduling listener's tls section; diagnostics plain unless given its own), with the
+  certificate files re-read when they change (gunicorn itself rebuilds an SSLContext per connection).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import logging
+import os
+import selectors
+import socket
 import ssl
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from flask import Flask
+from gunicorn import http
 from gunicorn.app.base import BaseApplication
-from werkzeug.serving import make_server
+from gunicorn.workers import gthread
 
 log = logging.getLogger(__name__)
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+# A new connection gets a pool thread only if its first bytes come this soon; otherwise it waits in the poller.
+FIRST_BYTES_WAIT_SECONDS = 0.05
+WATCHDOG_PERIOD_SECONDS = 0.1
+PHASE_READ = "read"
+PHASE_APP = "app"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """One listener: its address, the app it serves, its TLS files and its connection bound."""
+
+    address: str  # HOST:PORT as configured
+    app: WSGIApp
+    max_connections: int
+    cert_file: str = ""
+    key_file: str = ""
+    client_ca_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    read_timeout_seconds: float = 3.0
+    request_timeout_seconds: float = 30.0
+    max_body_bytes: int = 1024 * 1024
+
+
+class ReloadingTLS:
+    """An SSLContext re-created when the certificate, key or CA file changes (cert-manager rotates them in
+    place); checked at most once a second. A broken new pair keeps the previous context and logs why."""
+
+    def __init__(self, cert_file: str, key_file: str, client_ca_file: str = "") -> None:
+        self.files = tuple(f for f in (cert_file, key_file, client_ca_file) if f)
+        self.cert_file, self.key_file, self.client_ca_file = cert_file, key_file, client_ca_file
+        self._lock = threading.Lock()
+        self._stamp: tuple[float, ...] = ()
+        self._checked = 0.0
+        self._context = self._build()
+        self._stamp = self._stamps()
+        self.reloads = 0
+
+    def _stamps(self) -> tuple[float, ...]:
+        return tuple(os.stat(f).st_mtime_ns for f in self.files)
+
+    def _build(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=self.client_ca_file or None)
+        context.load_cert_chain(certfile=self.cert_file, keyfile=self.key_file)
+        context.verify_mode = ssl.CERT_REQUIRED if self.client_ca_file else ssl.CERT_NONE
+        return context
+
+    def context(self) -> ssl.SSLContext:
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return self._context
+        with self._lock:
+            self._checked = now
+            try:
+                stamp = self._stamps()
+                if stamp != self._stamp:
+                    self._context = self._build()
+                    self._stamp = stamp
+                    self.reloads += 1
+                    log.warning("TLS certificate reloaded from %s", self.cert_file)
+            except (OSError, ssl.SSLError) as error:
+                log.error("TLS certificate files changed but cannot be loaded (%s); keeping the previous ones", error)
+            return self._context
+
+
+class _Listener:
+    """Runtime state of one listener inside the worker (main thread only, except `tls`)."""
+
+    def __init__(self, settings: ListenerSettings) -> None:
+        self.settings = settings
+        self.tls = (
+            ReloadingTLS(settings.cert_file, settings.key_file, settings.client_ca_file) if settings.cert_file else None
+        )
+        self.connections: set[BoundedConn] = set()
+
+
+class BoundedConn(gthread.TConn):  # type: ignore[misc]  # gunicorn ships no type information
+    """gthread's connection with per-listener TLS and bookkeeping for the listener's connection bound."""
+
+    initialized: bool
+    sock: Any
+    parser: Any
+
+    def __init__(self, cfg: Any, sock: socket.socket, client: Any, server: Any, listener: _Listener) -> None:
+        super().__init__(cfg, sock, client, server)
+        self.listener = listener
+        listener.connections.add(self)
+
+    def init(self) -> None:
+        if self.initialized:
+            return
+        self.initialized = True
+        self.sock.setblocking(True)
+        if self.parser is None:
+            if self.listener.tls is not None:
+                self.sock = self.listener.tls.context().wrap_socket(self.sock, server_side=True)
+            self.parser = http.get_parser(self.cfg, self.sock, self.client)
+
+    def close(self, graceful: bool = False) -> None:
+        self.listener.connections.discard(self)
+        super().close(graceful)
+
+
+@dataclass(slots=True)
+class _Active:
+    conn: BoundedConn
+    started: float
+    phase: str = PHASE_READ
+    killed: bool = False
+
+
+class _Deadlines:
+    """Which connection each pool thread serves, since when, and whether its request has fully arrived."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_thread: dict[int, _Active] = {}
+        self.killed = 0
+
+    def begin(self, conn: BoundedConn) -> None:
+        with self.lock:
+            self.by_thread[threading.get_ident()] = _Active(conn, time.monotonic())
+
+    def request_read(self) -> None:
+        with self.lock:
+            active = self.by_thread.get(threading.get_ident())
+            if active is not None:
+                active.phase = PHASE_APP
+
+    def end(self) -> None:
+        with self.lock:
+            self.by_thread.pop(threading.get_ident(), None)
+
+    def overdue(self, limits: ServerLimits, now: float) -> list[_Active]:
+        with self.lock:
+            late = [
+                active
+                for active in self.by_thread.values()
+                if not active.killed
+                and now - active.started
+                > (limits.read_timeout_seconds if active.phase == PHASE_READ else limits.request_timeout_seconds)
+            ]
+            for active in late:
+                active.killed = True
+            self.killed += len(late)
+            return late
+
+
+DEADLINES = _Deadlines()
+
+
+class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn ships no type information
+    """gthread with the bounds of the module docstring. Configured through `configure()` before gunicorn runs
+    (gunicorn has no place for settings of a custom worker; the worker is forked from the configured master)."""
+
+    listeners: Mapping[str, ListenerSettings] = {}
+    limits = ServerLimits()
+    wsgi: Any
+
+    @classmethod
+    def configure(cls, listeners: Iterable[ListenerSettings], limits: ServerLimits) -> None:
+        cls.listeners = {settings.address: settings for settings in listeners}
+        cls.limits = limits
+
+    def init_process(self) -> None:
+        self._by_socket: dict[Any, _Listener] = {}
+        self._watchdog_stop = threading.Event()
+        super().init_process()
+
+    def _listener_for(self, listener_socket: Any) -> _Listener:
+        known = self._by_socket.get(listener_socket)
+        if known is None:
+            host, port = listener_socket.getsockname()[:2]
+            settings = next(
+                (s for s in self.listeners.values() if int(s.address.rpartition(":")[2]) == port),
+                None,
+            )
+            if settings is None:  # an address bound by a gunicorn config file: serve it like the first listener
+                first = next(iter(self.listeners.values()))
+                settings = ListenerSettings(f"{host}:{port}", first.app, first.max_connections)
+            known = self._by_socket[listener_socket] = _Listener(settings)
+        return known
+
+    def run(self) -> None:
+        watchdog = threading.Thread(target=self._watch_deadlines, name="request-deadlines", daemon=True)
+        watchdog.start()
+        try:
+            super().run()
+        finally:
+            self._watchdog_stop.set()
+
+    def _watch_deadlines(self) -> None:
+        while not self._watchdog_stop.wait(WATCHDOG_PERIOD_SECONDS):
+            for active in DEADLINES.overdue(self.limits, time.monotonic()):
+                # The plain socket's shutdown, also under TLS: it wakes the thread blocked in recv or send.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(active.conn.sock, socket.SHUT_RDWR)
+
+    # --- accepting within the listener's bound (main thread) ----------------------------------------------------
+
+    def accept(self, listener_socket: Any) -> None:
+        try:
+            client_sock, client_addr = listener_socket.accept()
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        listener = self._listener_for(listener_socket)
+        if len(listener.connections) >= listener.settings.max_connections and not self._evict_idle(listener):
+            client_sock.close()  # every connection of this listener is busy: refuse rather than queue
+            return
+        self.nr_conns += 1
+        conn = BoundedConn(self.cfg, client_sock, client_addr, listener_socket.getsockname(), listener)
+        # No thread until the first bytes arrive (gthread would hand it to a pool thread that waits up to 5 s):
+        # the connection waits in the poller with those that never sent anything, and is the first to give way.
+        conn.timeout = time.monotonic() + self.cfg.keepalive
+        self.pending_conns.append(conn)
+        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_pending_socket_readable, conn))
+
+    def _evict_idle(self, listener: _Listener) -> bool:
+        """Close the oldest connection of this listener that has no request in progress: first those that never
+        sent a byte, then kept-alive ones (Go's HTTP client retries a request on a closed idle connection)."""
+        for idle in (self.pending_conns, self.keepalived_conns):
+            victim = next((conn for conn in idle if getattr(conn, "listener", None) is listener), None)
+            if victim is None:
+                continue
+            idle.remove(victim)
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(victim.sock)
+            self.nr_conns -= 1
+            victim.close()
+            return True
+        return False
+
+    # --- one request (pool threads) -----------------------------------------------------------------------------
+
+    def handle(self, conn: BoundedConn) -> Any:
+        if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTES_WAIT_SECONDS):
+            return gthread._DEFER  # (not reached from accept(), which defers itself) wait in the poller
+        DEADLINES.begin(conn)
+        try:
+            return super().handle(conn)
+        finally:
+            DEADLINES.end()
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        apps = {s.address.rpartition(":")[2]: s.app for s in self.listeners.values()}
+        self.wsgi = _Dispatch(apps, self.wsgi, self.limits.max_body_bytes)
+
+
+class _Dispatch:
+    """The WSGI app of the request's listener (gunicorn puts the listening socket's port in SERVER_PORT), called
+    with the request body already read (bounded, under the read deadline), so that the deadline watchdog can
+    tell a slow client from a slow answer."""
+
+    def __init__(self, apps: Mapping[str, WSGIApp], default: WSGIApp, max_body_bytes: int) -> None:
+        self.apps = dict(apps)
+        self.default = default
+        self.max_body_bytes = max_body_bytes
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        length_header = environ.get("CONTENT_LENGTH") or ""
+        length = int(length_header) if length_header.isdigit() else None
+        if length is None or length <= self.max_body_bytes:
+            stream = environ["wsgi.input"]
+            body = stream.read(length) if length is not None else stream.read(self.max_body_bytes + 1)
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["CONTENT_LENGTH"] = str(len(body))
+        # Larger declared bodies are not read: the app answers 413 from the header alone.
+        DEADLINES.request_read()
+        return self.apps.get(str(environ.get("SERVER_PORT", "")), self.default)(environ, start_response)
 
 
 class ExtenderServer(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type information
@@ -36,37 +339,13 @@ class ExtenderServer(BaseApplication):  # type: ignore[misc]  # gunicorn ships n
         return self._app
 
 
-def tls_options(cert_file: str, key_file: str, client_ca_file: str) -> dict[str, Any]:
-    """gunicorn's TLS settings; with a client CA, a client without a certificate from it is refused in the
-    handshake, as kube-scheduler's extender tlsConfig (certFile/keyFile/caFile) expects."""
-    if not cert_file:
-        return {}
-    options: dict[str, Any] = {"certfile": cert_file, "keyfile": key_file}
-    if client_ca_file:
-        options.update({"ca_certs": client_ca_file, "cert_reqs": ssl.CERT_REQUIRED})
-    return options
-
-
-def diagnostics_starter(app: Flask, listen: str) -> Callable[[Any], None]:
-    """A gunicorn post_worker_init hook serving `app` on its own plain-HTTP listener inside the worker, so
-    diagnostics and metrics see the same service while the scheduling listener stays private (and TLS)."""
-
-    def start(_worker: Any) -> None:
-        host, _, port = listen.rpartition(":")
-        server = make_server(host or "127.0.0.1", int(port), app, threaded=True)
-        thread = threading.Thread(target=server.serve_forever, name="diagnostics-listener", daemon=True)
-        thread.start()
-        log.info("diagnostics and metrics on http://%s", listen)
-
-    return start
-
-
 # The one source of the server's settings: config/gunicorn.conf.py documents the same values (a test keeps them
-# equal) and `--gunicorn-config` overrides them.
+# equal) and `--gunicorn-config` overrides them. The bounds against slow and idle clients are the extender
+# config's `server` section (service/config.py), applied by ExtenderWorker.
 GUNICORN_DEFAULTS: dict[str, Any] = {
     "workers": 1,  # never more: see the module docstring
-    "worker_class": "gthread",
-    "threads": 8,
+    "worker_class": "extender.transport.server.ExtenderWorker",
+    "threads": 16,
     "timeout": 30,  # kube-scheduler gives up after httpTimeout (5 s by default); a stuck request must not pin a thread
     "graceful_timeout": 10,
     "keepalive": 30,
@@ -81,7 +360,7 @@ GUNICORN_DEFAULTS: dict[str, Any] = {
 }
 
 
-def gunicorn_options(listen: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def gunicorn_options(listen: str | list[str], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     options: dict[str, Any] = {"bind": listen, **GUNICORN_DEFAULTS}
     if overrides:
         options.update({k: v for k, v in overrides.items() if v is not None})

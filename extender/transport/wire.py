@@ -16,6 +16,14 @@ from extender.state.core import Pod, parse_pod
 from extender.state.errors import ObjectError
 from extender.state.fields import type_name
 
+# The reason of a 404 for /diagnostics or /ui on a listener that does not serve them (the deployment's metrics
+# listener on the pod IP): the kubectl plugin, reaching it through the Service proxy, computes locally instead.
+DIAGNOSTICS_ELSEWHERE = "DiagnosticsNotServedHere"
+DIAGNOSTICS_ELSEWHERE_MESSAGE = (
+    "this listener does not serve /diagnostics (they are on the diagnostics listener, loopback in the deployment: "
+    "kubectl port-forward)"
+)
+
 
 class WireError(ValueError):
     """The request does not follow the extender protocol; answered with 400 and this message."""
@@ -112,6 +120,12 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
             "items": [item for item, name in zip(args.node_objects, args.node_names, strict=True) if name in keep],
         }
     return result
+
+
+def filter_error(message: str) -> dict[str, Any]:
+    """ExtenderFilterResult carrying only an Error: kube-scheduler (pkg/scheduler/extender.go HTTPExtender.Filter)
+    turns a non-empty Error into a failed scheduling attempt and ignores the rest of the result."""
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": message}
 
 
 def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, Any]]:

@@ -149,9 +149,13 @@ def check_extender_sidecar(docs: list[Doc]) -> None:
     assert command[:5] == ["dra-extender", "serve", "--in-cluster", "--config", "/etc/dra-extender/extender.yaml"]
     port = next(p for p in extender["ports"] if p["name"] == "http")
     assert port["containerPort"] == 9090
-    assert extender["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    # startup and readiness: the view is synced (filter answers only then); liveness: the verbs are not wedged
+    assert extender["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert extender["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
     assert extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert extender["image"].split(":")[0].endswith("dra-quota-extender")
+    name, _, tag = extender["image"].rpartition(":")
+    assert name.endswith("dra-quota-extender") or "@sha256:" in extender["image"]
+    assert tag and tag != "latest", "the image is pinned"
     mounts = {m["mountPath"]: m["name"] for m in extender["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes[mounts["/etc/dra-extender"]]["configMap"]["name"].startswith("dra-extender-config")
@@ -173,7 +177,42 @@ def check_metrics_service(docs: list[Doc]) -> None:
     assert service["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
 
 
+def _flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1] if name in command else ""
+
+
+def check_only_metrics_face_the_pod_network(docs: list[Doc]) -> None:
+    """Diagnostics (every tenant's quota, pod names, what-if queries) are not reachable from another pod's
+    address: the listeners the deployment binds outside loopback serve /metrics and the probes, nothing else."""
+    from extender.cli import listener_settings
+    from extender.service import ExtenderConfig
+    from tests.support.scenarios import engine_for
+
+    extender = container(pod_spec(docs), "extender")
+    command = [*extender["command"], *extender["args"]]
+    addresses = {
+        "scheduling": _flag(command, "--listen"),
+        "diagnostics": _flag(command, "--diagnostics-listen"),
+        "metrics": _flag(command, "--metrics-listen"),
+    }
+    assert addresses["scheduling"].startswith("127.0.0.1:")
+    assert addresses["diagnostics"].startswith("127.0.0.1:"), "diagnostics on loopback"
+    listeners = listener_settings(
+        engine_for([]), ExtenderConfig(), addresses["scheduling"], addresses["diagnostics"], addresses["metrics"]
+    )
+    exposed = [listener for listener in listeners if not listener.address.startswith("127.0.0.1:")]
+    assert [listener.address for listener in exposed] == [addresses["metrics"]]
+    (metrics,) = exposed
+    routes = {rule.rule for rule in metrics.app.url_map.iter_rules() if rule.endpoint != "static"}  # type: ignore[attr-defined]
+    assert "/metrics" in routes and {"/healthz", "/livez", "/readyz"} <= routes
+    assert not [route for route in routes if route.startswith("/diagnostics") or route in ("/filter", "/bind")]
+    port = next(p for p in extender["ports"] if p["name"] == "http")
+    assert addresses["metrics"].endswith(f":{port['containerPort']}"), "the exposed port is the metrics listener"
+    assert len(extender["ports"]) == 1, "no other container port"
+
+
 ALL_CHECKS = (
+    check_only_metrics_face_the_pod_network,
     check_extender_role,
     check_least_privilege,
     check_scheduler_roles,

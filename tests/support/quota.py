@@ -42,3 +42,20 @@ def all_nodes(engine):
 def filter_pod(engine, pod_obj, nodes=None):
     pod = parse_pod(pod_obj)
     return engine.filter(pod, nodes or all_nodes(engine))
+
+
+# One ClusterQueue team-a with one flavor of two 4-GPU nodes (the service tests' setup), for the issue 15 tests.
+ONE_QUEUE_KEY = ("team-a", "on-demand", "example.com/gpu")
+
+
+def one_queue_objects(nominal: int = 4) -> list[dict]:
+    return [
+        b.namespace("team-a"),
+        b.device_class(),
+        kueue_config(),
+        flavor("on-demand"),
+        *nodes_in_flavor("on-demand", 2, 4),
+        cluster_queue("team-a", {"on-demand": {"nominal": nominal}}, cohort=None),
+        local_queue("team-a", "team-a"),
+        b.claim_template("two", "team-a", [b.exact_request("gpu", 2)]),
+    ]

@@ -33,6 +33,7 @@ class PodUsage:
     amounts: tuple[tuple[QuotaKey, Fraction], ...]
     workload: str = ""  # key of the admitted Workload whose quota hold these amounts replace ("" for none)
     owners: tuple[str, ...] = ()  # the pod's uid and owner uids: a Workload event re-attributes the pods it owns
+    bound: bool = True  # False: counted on its nominated or in-flight node before the binding shows
 
 
 Attribute = Callable[[ClusterSnapshot, Pod], PodUsage | None]
@@ -55,6 +56,7 @@ class UsageIndex:
         self._pods_by_workload: dict[str, set[str]] = defaultdict(set)
         self._pods_by_owner: dict[str, set[str]] = defaultdict(set)
         self._changed_workloads: set[str] | None = None
+        self._unbound: dict[str, PodUsage] = {}  # pods counted before their binding shows, by pod key
         self.full_recomputes = 0
 
     def totals(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> Mapping[QuotaKey, Fraction]:
@@ -69,6 +71,12 @@ class UsageIndex:
                     self._apply(snapshot, changes, attribute)
             return dict(self._totals)
 
+    def unbound(self) -> dict[str, PodUsage]:
+        """Pods counted on a node they are not bound to yet (nominated, or claims reserved in PreBind), as of
+        the last `totals`: a reservation of such a pod is already usage, and its own filter must not count it."""
+        with self._lock:
+            return dict(self._unbound)
+
     def _recompute(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> None:
         self.full_recomputes += 1
         self._by_pod.clear()
@@ -77,6 +85,7 @@ class UsageIndex:
         self._by_workload.clear()
         self._pods_by_workload.clear()
         self._pods_by_owner.clear()
+        self._unbound.clear()
         self._totals = {}
         for key, pod in snapshot.pods.items():
             self._set_pod(key, attribute(snapshot, pod))
@@ -110,6 +119,7 @@ class UsageIndex:
 
     def _set_pod(self, key: str, usage: PodUsage | None) -> None:
         old = self._by_pod.pop(key, None)
+        self._unbound.pop(key, None)
         if old is not None:
             for claim_key in old.claims:
                 self._pods_by_claim[claim_key].discard(key)
@@ -126,6 +136,8 @@ class UsageIndex:
         if usage is None:
             return
         self._by_pod[key] = usage
+        if not usage.bound and usage.amounts:
+            self._unbound[key] = usage
         for claim_key in usage.claims:
             self._pods_by_claim[claim_key].add(key)
         self._pods_by_node[usage.node].add(key)

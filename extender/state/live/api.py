@@ -143,11 +143,14 @@ class KubeApi:
         query: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
         read_timeout: float | None = 60.0,
+        raw_body: bytes | None = None,
+        content_type: str = "application/json",
     ) -> urllib3.BaseHTTPResponse:
-        """The open response (body not read yet); an error status is raised as ApiError with its message."""
+        """The open response (body not read yet); an error status is raised as ApiError with its message.
+        `raw_body` with `content_type` sends a body as is (a merge patch)."""
         url = self.host + path + (f"?{urlencode(query)}" if query else "")
-        payload = orjson.dumps(body) if body is not None else None
-        extra = {"Content-Type": "application/json"} if payload is not None else None
+        payload = orjson.dumps(body) if body is not None else raw_body
+        extra = {"Content-Type": content_type} if payload is not None else None
         response = self._pool.request(
             method,
             url,

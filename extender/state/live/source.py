@@ -120,9 +120,11 @@ class LiveSource:
                 return SourceHealth(False, f"discovering API resources at {self.config.host}: {detail}")
             watchers = list(self._watchers.values())
             kueue_enabled = self._kueue_enabled
+            kueue_pending = sorted(self._kueue_pending)
         freshness: dict[str, float] = {}
         waiting: list[str] = []
         stale: list[str] = []
+        longest = ("", 0.0)
         for watcher in watchers:
             age = watcher.freshness(now)
             if age is None:
@@ -131,20 +133,25 @@ class LiveSource:
             else:
                 freshness[watcher.name] = round(age, 3)
             disconnected = watcher.disconnected_for(now)
+            if watcher.listed and disconnected > longest[1]:
+                longest = (watcher.name, disconnected)
             if watcher.listed and disconnected > self.stale_grace_seconds:
                 error = watcher.last_error
                 stale.append(f"{watcher.name} for {disconnected:.0f}s" + (f" ({error})" if error else ""))
         problems = []
+        if kueue_pending and not waiting:
+            # Listed, but quota not switched on yet (the store learns it in _listed): not a verdict's moment.
+            problems.append("Kueue CRDs found: enabling quota for " + ", ".join(kueue_pending))
         if waiting:
             problems.append("waiting for the initial list of " + ", ".join(sorted(waiting)))
         if stale:
             problems.append(f"disconnected longer than {self.stale_grace_seconds:g}s: " + ", ".join(sorted(stale)))
         if problems:
-            return SourceHealth(False, "; ".join(problems), freshness)
+            return SourceHealth(False, "; ".join(problems), freshness, longest)
         message = f"watching {len(watchers)} resources at {self.config.host}"
         if not kueue_enabled:
             message += f"; {KUEUE_ABSENT_MESSAGE}"
-        return SourceHealth(True, message, freshness)
+        return SourceHealth(True, message, freshness, longest)
 
     # --- extras for the CLI, metrics and tests ------------------------------------------------------------------
 
@@ -281,11 +288,12 @@ class LiveSource:
             if not self._synced.is_set() and self._initial_kinds <= listed:
                 announce_synced = True
             if self._kueue_pending and self._kueue_pending <= listed:
+                # Under the lock, so health() never reports ready between the lists and quota being on.
+                store.set_kueue_enabled(True)
                 self._kueue_pending = frozenset()
                 self._kueue_enabled = True
                 enable_kueue = True
         if enable_kueue:
-            store.set_kueue_enabled(True)
             log.warning("Kueue quota watchers synced: quota features on")
         if announce_synced:
             store.set_synced(True)

@@ -1,0 +1,235 @@
+"""The restart window (issue 15, point 2): the extender SIGKILLed between its filter verdict and the claim's
+allocation, many times, against the real kube-scheduler; no over-commit.
+
+What the API server shows while kube-scheduler binds a DRA pod (pkg/scheduler/schedule_one.go bindingCycle,
+plugins/dynamicresources): nothing at first (the pod is assumed and its allocation sits in the plugin's assume
+cache, in kube-scheduler's memory), then status.nominatedNodeName, then PreBind's claim status (allocation and
+reservedFor in one write), then the binding. Those writes go through kube-scheduler's rate-limited client and
+can lag the verdict by seconds under load. Each round here makes that lag certain: when the extender lets pod
+`a` through, the tap between kube-scheduler and the extender holds kube-scheduler's connection to the API server
+(a TCP proxy that stops forwarding) and SIGKILLs the extender before the verdict reaches kube-scheduler. A new
+extender starts on the same address, lists a cluster in which `a` is nowhere, and is asked about pod `b`
+(kube-scheduler retries it after the dead extender's errors) while `a` waits in kube-scheduler's binding
+cycle. Only then does the connection flow again. The quota holds one pod: `b` must be refused until `a` is gone.
+
+Invariant, sampled at >= 5 Hz from one consistent read (claims listed, then pods at exactly that
+resourceVersion): devices allocated to live pods of the ClusterQueue never exceed its nominal quota.
+RESTART_WINDOW_ROUNDS (default 4) rounds; RESTART_WINDOW_JOURNAL=off runs the extender without its
+reservation journal, which shows the window (the rounds over-commit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import (
+    LOOPBACK,
+    Component,
+    free_port,
+    scheduler_config,
+    spawn,
+    start_extender,
+    wait_until,
+    write_kubeconfig,
+)
+from tests.e2e.conftest import ExtenderControlPlane
+from tests.e2e.proxies import FilterTap, TcpProxy
+from tests.e2e.scenarios import FlavorQuota, Scenario, exactly
+
+pytestmark = pytest.mark.e2e
+
+PROFILE = "dra-restart-window"
+ROUNDS = int(os.environ.get("RESTART_WINDOW_ROUNDS", "4"))
+JOURNAL = os.environ.get("RESTART_WINDOW_JOURNAL", "on") != "off"
+NOMINAL = 1
+SAMPLE_PERIOD = 0.1
+ANSWER_TIMEOUT = 30.0  # for the new extender's answer about `b` (kube-scheduler backs off up to 10 s)
+
+
+class Window:
+    """kube-scheduler -> TcpProxy -> API server; kube-scheduler -> FilterTap -> the extender (respawned)."""
+
+    def __init__(self, plane: ExtenderControlPlane, workdir: Path) -> None:
+        control = plane.plane
+        self.control = control
+        self.workdir = workdir
+        self.port = free_port()
+        config: dict[str, Any] = {"reservations": {"journal": str(workdir / "journal.json") if JOURNAL else ""}}
+        self.config_file = workdir / "extender.yaml"
+        self.config_file.write_text(yaml.safe_dump(config))
+        self.extender = self._start_extender()
+        self.api = TcpProxy(int(control.server.rsplit(":", 1)[1]))
+        self.tap = FilterTap(lambda: f"http://{LOOPBACK}:{self.port}")
+        kubeconfig = write_kubeconfig(
+            workdir / "scheduler-via-proxy.kubeconfig",
+            f"https://{LOOPBACK}:{self.api.port}",
+            control.token,
+            control.workdir / "apiserver-certs" / "apiserver.crt",
+        )
+        scheduler = scheduler_config(kubeconfig, self.tap.url, PROFILE)
+        config_path = workdir / "restart-window-scheduler.yaml"
+        config_path.write_text(yaml.safe_dump(scheduler, sort_keys=False))
+        self.scheduler = spawn(
+            "kube-scheduler-restart-window",
+            [
+                str(control.binaries["kube-scheduler"]),
+                f"--config={config_path}",
+                f"--authentication-kubeconfig={control.kubeconfig}",
+                f"--authorization-kubeconfig={control.kubeconfig}",
+                "--authentication-skip-lookup",
+                f"--bind-address={LOOPBACK}",
+                f"--secure-port={free_port()}",
+                f"--cert-dir={workdir / 'restart-window-certs'}",
+                "--v=2",
+            ],
+            control.log_dir,
+        )
+
+    def _start_extender(self) -> Component:
+        return start_extender(
+            self.control.kubeconfig, self.port, config_file=self.config_file, log_dir=self.control.log_dir
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def close(self) -> None:
+        self.api.resume()
+        self.scheduler.stop()
+        self.extender.stop()
+        self.tap.close()
+        self.api.close()
+
+
+@pytest.fixture
+def window(kueue_plane: ExtenderControlPlane, tmp_path: Path) -> Iterator[Window]:
+    setup = Window(kueue_plane, tmp_path)
+    try:
+        yield setup
+    finally:
+        setup.close()
+
+
+def consistent_allocated(scenario: Scenario) -> int:
+    """Devices allocated to live pods, from claims and pods read at one resourceVersion."""
+    claims = scenario.plane.resource.list_namespaced_resource_claim(scenario.namespace, _request_timeout=2)
+    pods = scenario.plane.core.list_namespaced_pod(
+        scenario.namespace,
+        resource_version=claims.metadata.resource_version,
+        resource_version_match="Exact",
+        _request_timeout=2,
+    ).items
+    live = {p.metadata.name for p in pods if not p.metadata.deletion_timestamp}
+    return sum(
+        len(c.status.allocation.devices.results)
+        for c in claims.items
+        if c.status and c.status.allocation and {r.name for r in c.status.reserved_for or []} & live
+    )
+
+
+def run_round(window: Window, scenario: Scenario, queue: str, index: int) -> dict[str, Any]:
+    pods = [f"a{index}", f"b{index}"]
+    passed_first: list[str] = []
+
+    def on_pass(pod: str) -> None:
+        if not passed_first:
+            window.api.pause()  # kube-scheduler's binding cycle for this pod cannot write anything from now on
+            window.extender.kill()
+            passed_first.append(pod)
+
+    window.tap.on_pass = on_pass
+    window.tap.hold.set()  # both pods queued (and marked unschedulable) before any verdict
+    for pod in pods:
+        scenario.create_pod(pod, "one-gpu", queue)
+    time.sleep(1.5)
+    asked_before = len(window.tap.filters)
+    window.tap.hold.clear()
+    wait_until(lambda: passed_first, timeout=ANSWER_TIMEOUT, message="the extender to let a pod through")
+    (first,) = passed_first
+    (second,) = [pod for pod in pods if pod != first]
+    began = time.monotonic()
+    window.extender = window._start_extender()  # lists a cluster in which `first` is nowhere (writes are held)
+    restarted_in = time.monotonic() - began
+
+    def answered() -> tuple[str, bool, int] | None:
+        return next((f for f in window.tap.filters[asked_before:] if f[0] == second), None)
+
+    verdict = wait_until(answered, timeout=ANSWER_TIMEOUT, message=f"the new extender to answer for {second}")
+    window.api.resume()
+    wait_until(lambda: first in scenario.bound(), timeout=60, message=f"{first} to bind once the API answers")
+    time.sleep(2.0)  # `second`, had it been let through, binds within this
+    report = {
+        "round": index,
+        "extender restarted (s)": round(restarted_in, 1),
+        "second let through by the new extender": verdict[1],
+        "bound": sorted(scenario.bound()),
+        "first": first,
+    }
+    for pod in pods:
+        scenario.plane.core.delete_namespaced_pod(pod, scenario.namespace, grace_period_seconds=0)
+    wait_until(
+        lambda: not scenario.pods() and consistent_allocated(scenario) == 0,
+        timeout=60,
+        message="the round's pods to be gone",
+    )
+    return report
+
+
+def test_killing_the_extender_between_filter_and_allocation_never_over_commits(
+    kueue_plane: ExtenderControlPlane, window: Window
+) -> None:
+    name = f"window-{uuid.uuid4().hex[:4]}"
+    scenario = Scenario(kueue_plane.plane, window.url, name, kueue_plane.plane.create_namespace(name))
+    scenario.scheduler_name = PROFILE
+    samples: list[int] = []
+    stop = threading.Event()
+    try:
+        scenario.add_nodes("n", 2, gpus=2)
+        flavor = scenario.add_flavor(f"{name}-gpus")
+        queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
+        scenario.add_template("one-gpu", [exactly(1)])
+        scenario.wait_extender_sees("one-gpu", queue, name)
+
+        def sample() -> None:
+            while not stop.is_set():
+                began = time.monotonic()
+                samples.append(consistent_allocated(scenario))
+                stop.wait(max(0.0, SAMPLE_PERIOD - (time.monotonic() - began)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        started = time.monotonic()
+        sampler.start()
+        reports = [run_round(window, scenario, queue, index) for index in range(ROUNDS)]
+        stop.set()
+        sampler.join(5)
+        elapsed = time.monotonic() - started
+        summary = {
+            "rounds": ROUNDS,
+            "journal": JOURNAL,
+            "seconds": round(elapsed, 1),
+            "samples": len(samples),
+            "sample Hz": round(len(samples) / elapsed, 1),
+            "max allocated": max(samples, default=0),
+            "nominal": NOMINAL,
+            "over-commit instants": sum(1 for value in samples if value > NOMINAL),
+            "round reports": reports,
+        }
+        print("\nrestart window:", json.dumps(summary))
+        assert summary["sample Hz"] >= 5, summary
+        assert summary["over-commit instants"] == 0, summary
+        assert all(not r["second let through by the new extender"] for r in reports), summary
+        assert all(r["bound"] == [r["first"]] for r in reports), summary
+    finally:
+        stop.set()
+        scenario.cleanup()
