@@ -353,7 +353,7 @@ def test_drift_report_names_an_admitted_workload_whose_pods_cannot_be_placed():
     (unplaced,) = report["admittedNotPlaced"]
     assert unplaced["workload"] == "team-a/job-train" and unplaced["pendingPods"] == ["team-a/train-0"]
     assert unplaced["flavors"] == {"example.com/gpu": "on-demand"} and unplaced["nodesPassing"] == 0
-    assert "not enough free devices" in unplaced["reason"] and "(2 of 2 nodes)" in unplaced["reason"]
+    assert "not enough free devices" in unplaced["reason"] and "(2 of 2 nodes of its flavors)" in unplaced["reason"]
     labels = (("cluster_queue", "team-a"), ("flavor", "on-demand"), ("resource", "example.com/gpu"))
     samples = metric_samples(client)
     assert samples[("dra_extender_quota_drift", labels)] == 4.0

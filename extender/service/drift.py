@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from extender.decisions.quota_decision import CATEGORY_FLAVOR
 from extender.decisions.scheduling import Ranking
 from extender.state.core import Pod
 from extender.state.store import ClusterSnapshot
@@ -57,12 +58,16 @@ def unplaced_workloads(snapshot: ClusterSnapshot, explain: Callable[[Pod], Ranki
             ranking = explain(pending[0])
             verdicts = ranking.decision.verdicts.values()
             passing = sum(1 for verdict in verdicts if verdict.passed)
-            failures = Counter(verdict.reason for verdict in verdicts if not verdict.passed and verdict.reason)
+            # The nodes of the Workload's flavors say why; the rest of the cluster only says it is elsewhere.
+            in_flavor = [verdict for verdict in verdicts if verdict.category != CATEGORY_FLAVOR]
+            judged = in_flavor or list(verdicts)
+            failures = Counter(verdict.reason for verdict in judged if not verdict.passed and verdict.reason)
             if passing:
                 reason = f"fits on {passing} node(s) now; waiting for kube-scheduler to try it again"
             elif failures:
                 top, count = failures.most_common(1)[0]
-                reason = f"{top} ({count} of {len(ranking.decision.verdicts)} nodes)"
+                where = "nodes of its flavors" if in_flavor else "nodes"
+                reason = f"{top} ({count} of {len(judged)} {where})"
             else:
                 reason = "no node is known to the extender"
         report.append(
