@@ -860,7 +860,13 @@ class _Search:
         )
 
     def explain_failure(self) -> NotAllocatable:
-        """After a failed search: the first request that cannot be met even on its own, else a joint reason."""
+        """After a failed search: the first request that cannot be met even on its own, else a joint reason;
+        with the node's unusable devices that some request would have matched."""
+        reason = self._explain_failure()
+        every = [alternative for per_claim in self.alternatives for request in per_claim for alternative in request]
+        return self._note_unusable(every, reason)
+
+    def _explain_failure(self) -> NotAllocatable:
         for pool in self.question.devices.pools:
             if pool.invalid_reason:
                 # Upstream's reason whenever the node has an invalid pool (whose devices it never uses).
@@ -939,6 +945,23 @@ class _Search:
                             return None  # one shared device can serve several requests
                         selectable.add(device.key)
         return (len(selectable), needed) if len(selectable) < needed else None
+
+    def _note_unusable(self, alternatives: Sequence[_Alternative], reason: NotAllocatable) -> NotAllocatable:
+        """The reason with the node's unusable devices that the request would have matched (a malformed
+        requestPolicy: Device.unusable_reason names slice, device and field), so that the person fixing the
+        slice learns why a matching device was not counted. Other nodes' reasons are untouched."""
+        notes: list[str] = []
+        for device in self.question.devices.devices:
+            if device.unusable_reason and any(
+                alternative.device_class is not None and self._selectable(alternative, device) is True
+                for alternative in alternatives
+            ):
+                notes.append(device.unusable_reason)
+        if not notes:
+            return reason
+        shown = "; ".join(notes[:3]) + (f"; and {len(notes) - 3} more" if len(notes) > 3 else "")
+        suffix = f" ({len(notes)} matching device(s) unusable: {shown})"
+        return reason._replace(summary=reason.summary + suffix, detail=reason.detail + suffix)
 
     def _shortfall(self, claim: PendingClaim, alternative: _Alternative) -> NotAllocatable | None:
         """Why this subrequest alone cannot be met on this node, or None if it could be."""
@@ -1450,8 +1473,8 @@ class PodAllocator:
                 )
             found.derived[self._memo_key] = chosen_devices
         if len(chosen_devices) < step.sub.count:
-            if chosen_devices is _UNFIT:
-                return None
+            if chosen_devices is _UNFIT or devices.has_unusable:
+                return None  # the full search says it, with the unusable devices named
             claim = self.pending[0]
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
@@ -1492,7 +1515,7 @@ class PodAllocator:
                 )[:needed]
                 taken.update(chosen.device.key for chosen in chosen_devices)
             if len(chosen_devices) < needed:
-                if single:
+                if single and not question.devices.has_unusable:
                     claim = self.pending[step.claim_index]
                     return count_shortfall(
                         node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)

@@ -150,7 +150,7 @@ def gated_devices(devices: NodeDevices, features: Features) -> NodeDevices:
         for d in map(view, devices.usable)
         if d is not None and (features.device_binding_conditions or not d.binding_conditions)
     )
-    return NodeDevices(shown, devices.pools, usable)
+    return NodeDevices(shown, devices.pools, usable, devices.has_unusable)
 
 
 assert {f.name for f in fields(Features)} == {field_name for field_name, _ in GATES.values()}
