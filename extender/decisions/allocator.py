@@ -275,7 +275,9 @@ class _Search:
         self.features = features
         self.fractional = features.fractional_capacity_range
         self.allocated = question.allocated
-        self.shared = question.shared
+        # With DRAConsumableCapacity off a share held by another claim blocks the whole device (the plugin's
+        # foreachAllocatedDevice calls the dedicated-device callback for it).
+        self.shared: Mapping[DeviceKey, SharedUse] = question.shared if features.consumable_capacity else {}
         # Shares this search is adding (devices that allow multiple allocations are never in `taking`): how many
         # per device and the capacity they consume (upstream's allocatingCapacity).
         self.allocating_shares: dict[DeviceKey, int] = {}
@@ -332,9 +334,10 @@ class _Search:
                 fewest: int | None = None
                 for sub in request.alternatives:
                     name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-                    alternative = _Alternative(
-                        sub, name, classes[sub.device_class_name], capacity_requests=dict(sub.capacity_requests)
-                    )
+                    # With DRAConsumableCapacity off only the stable allocator gets here (gate_failure): it does
+                    # not read capacity requests.
+                    requests = dict(sub.capacity_requests) if self.features.consumable_capacity else {}
+                    alternative = _Alternative(sub, name, classes[sub.device_class_name], capacity_requests=requests)
                     if sub.allocation_mode not in (ALLOCATION_MODE_ALL, ALLOCATION_MODE_EXACT):
                         return self._fail(
                             CATEGORY_CLAIM_SPEC,
@@ -1292,7 +1295,8 @@ def gate_failure(
     As upstream, in its order: the plugin's PreFilter (dynamicresources.go) walks the requests and refuses a
     firstAvailable request while DRAPrioritizedList is off (unschedulable; a missing DeviceClass met first wins,
     reported by the search); then the allocator (allocator_experimental.go Allocate, validateDeviceRequest)
-    errors on capacity requests while DRAConsumableCapacity is off and on adminAccess while DRAAdminAccess is.
+    errors on capacity requests while DRAConsumableCapacity is off (not the stable allocator, which ignores
+    them: Features.stable_allocator) and on adminAccess while DRAAdminAccess is.
     """
     if not features.prioritized_list:
         for claim in pending:
@@ -1308,7 +1312,7 @@ def gate_failure(
                 return NotAllocatable("", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name)
     for claim in pending:
         for request in claim.spec.requests:
-            if features.consumable_capacity:
+            if features.consumable_capacity or features.stable_allocator:
                 break
             for sub in request.alternatives:
                 if sub.capacity_requests:
