@@ -288,3 +288,80 @@ def test_a_capacity_shortfall_names_the_device_what_is_left_and_who_holds_it():
         in too_much.detail
     ), too_much.detail
     assert "example.com/n1/gpu-1: memory 5Gi of 80Gi left, held by claim other/second" in too_much.detail
+
+
+# --- a malformed requestPolicy (issue 12: bad input is a per-node reason, never a refused slice or a 500) ------
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [
+        ({"default": "10Gi", "validRange": {"min": "10Gi", "step": "0"}}, "requestPolicy.validRange.step"),
+        ({"default": "10Gi", "validRange": {"min": "10Gi", "step": "-10Gi"}}, "requestPolicy.validRange.step"),
+        ({"default": "10Gi", "validRange": {"step": "10Gi"}}, "requestPolicy.validRange.min"),
+        ({"default": "ten", "validValues": ["10Gi"]}, "requestPolicy.default"),
+        ({"validValues": "10Gi"}, "requestPolicy.validValues"),
+        ("10Gi", "requestPolicy"),
+    ],
+)
+def test_a_malformed_request_policy_makes_only_that_device_unusable_with_a_reason(policy: Any, field: str) -> None:
+    """Upstream's API validation refuses these policies (validateRequestPolicyRange: step must be greater than
+    zero, min is required), but only on create and on a changed capacity; its allocator divides by the step and
+    reads min, so it cannot serve such a device. The slice still parses: the broken device is never allocated and
+    the node's reason names slice, device and field; the slice's other device is used."""
+    broken = shared_gpu("gpu-0")
+    broken["capacity"]["memory"]["requestPolicy"] = policy
+    fine = shared_gpu("gpu-1", policy={"default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}})
+    outcome = outcome_for([broken, fine], [memory_request("gpu", "20Gi")])
+    assert taken(outcome) == [("gpu", "gpu-1", True, (("memory", 20 * Gi),))]
+    # two shares of 50Gi: the fine device holds one, the broken one cannot take the other; the reason says why
+    two = outcome_for([broken, fine], [memory_request("a", "50Gi"), memory_request("b", "50Gi")])
+    assert isinstance(two, NotAllocatable), two
+    expected = "ResourceSlice n1-gpu.example.com, device gpu-0: malformed requestPolicy, field spec.devices[0]"
+    assert expected in two.summary and field in two.summary, two.summary
+    assert expected in two.detail
+    alone = outcome_for([broken], [b.exact_request("gpu")])
+    assert isinstance(alone, NotAllocatable) and alone.category == CATEGORY_NO_DEVICES and alone.unresolvable
+    assert "1 matching device(s) unusable" in alone.summary and field in alone.summary, alone.summary
+
+
+def test_a_valid_but_refused_policy_is_computed_with_as_upstream_allocator_does() -> None:
+    """Validation also refuses an unsorted validValues list or a default outside it; upstream's allocator
+    computes with them as they are (roundUpValidValues walks the list in order), so the device stays usable."""
+    device = shared_gpu("gpu-0", policy={"default": "5Gi", "validValues": ["40Gi", "20Gi"]})
+    outcome = outcome_for([device], [memory_request("gpu", "10Gi")])
+    assert taken(outcome) == [("gpu", "gpu-0", True, (("memory", 40 * Gi),))]
+
+
+def test_filter_over_http_with_a_malformed_request_policy_fails_that_node_only() -> None:
+    """Through /filter and /diagnostics/explain: the node whose slice carries the malformed policy fails with the
+    reason naming slice, device and field; the other node passes; every answer is a 200."""
+    broken = shared_gpu("gpu-0", policy={"default": "10Gi", "validRange": {"min": "10Gi", "step": "0"}})
+    objects = [
+        b.namespace("team-a"),
+        b.device_class(),
+        b.node("bad"),
+        b.node("good"),
+        b.gpu_slice("bad", 0, devices=[broken]),
+        b.gpu_slice("good", 0, devices=[shared_gpu(policy={"default": "10Gi"})]),
+        b.claim_template("share", "team-a", [memory_request("gpu", "10Gi")]),
+    ]
+    client = create_app(engine_for(objects)).test_client()
+    pod = b.pod("p", "team-a", templates={"gpu": "share"})
+    response = client.post(
+        "/filter", data=orjson.dumps({"Pod": pod, "NodeNames": ["bad", "good"]}), content_type="application/json"
+    )
+    assert response.status_code == 200
+    answer = response.get_json()
+    assert answer["NodeNames"] == ["good"]
+    failed = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert set(failed) == {"bad"}
+    assert "ResourceSlice bad-gpu.example.com, device gpu-0" in failed["bad"], failed
+    assert "requestPolicy.validRange.step: must be greater than zero" in failed["bad"], failed
+    report = client.post("/diagnostics/explain", data=orjson.dumps(pod), content_type="application/json")
+    assert report.status_code == 200
+    bad = next(node for node in report.get_json()["nodes"] if node["node"] == "bad")
+    assert "requestPolicy.validRange.step" in bad["detail"], bad
+    node = client.get("/diagnostics/nodes/bad")
+    assert node.status_code == 200
+    assert [device["state"] for device in node.get_json()["devices"]] == ["unusable"]

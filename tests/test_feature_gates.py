@@ -82,6 +82,34 @@ def test_consumable_capacity_off_refuses_capacity_requests():
     assert "has capacity requests, but the DRAConsumableCapacity feature is disabled" in outcome.summary
 
 
+def test_with_every_incubating_gate_off_the_stable_allocator_ignores_capacity_requests():
+    """structured.NewAllocator picks the stable allocator when DRAConsumableCapacity, DRADeviceBindingConditions
+    and DRAFractionalCapacityRange are all off; it does not read capacity requests (nor shares: one held by
+    another claim blocks the whole device, as the plugin's foreachAllocatedDevice reports it)."""
+    request = b.exact_request()
+    request["exactly"]["capacity"] = {"requests": {"memory": "500Gi"}}  # more than any device has
+    device = b.gpu_device(0, node_name="n1")
+    device["allowMultipleAllocations"] = True
+    store = _store([device, b.gpu_device(1, node_name="n1")], [request])
+    stable = replace(
+        DEFAULT_FEATURES, consumable_capacity=False, device_binding_conditions=False, fractional_capacity_range=False
+    )
+    assert stable.stable_allocator and not DEFAULT_FEATURES.stable_allocator
+    assert _devices(decide(store, _pod([request]), features=stable)["n1"]) == ["gpu-0"]
+    held = b.claim("held", "other", [b.exact_request("gpu")], allocated=[("gpu", "n1", "gpu-0")])
+    held["status"]["allocation"]["devices"]["results"][0]["shareID"] = "6bd28448-0000-4000-8000-998124f761d4"
+    store = cluster(
+        b.node("n1"),
+        b.gpu_slice("n1", devices=[device, b.gpu_device(1, node_name="n1")]),
+        b.device_class(),
+        held,
+        *template_pod([request]),
+    )
+    assert _devices(decide(store, _pod([request]), features=stable)["n1"]) == ["gpu-1"]
+    # with the gate on the share leaves room; the capacity request (500Gi) is what no device can serve then
+    assert isinstance(decide(store, _pod([request]))["n1"], NotAllocatable)
+
+
 @pytest.mark.parametrize("count", [1, 2])  # 1: the one-request shortcut; 2 with two requests: the search
 def test_device_taints_off_ignores_taints_and_memos_keep_gate_sets_apart(count):
     requests = [b.exact_request(f"r{i}") for i in range(count)]

@@ -759,3 +759,53 @@ def test_a_class_feeding_two_counter_mappings_is_charged_in_both():
         ("team-a", "default", "gpu-memory"): Fraction(10 * GI),
         ("team-a", "default", "gpu-sm"): Fraction(14),
     }
+
+
+# --- a share of a multi-allocatable device, count source (issue 12) ---------------------------------------------
+
+
+def test_a_share_of_a_multi_allocatable_device_is_charged_its_request_count_as_kueue_does():
+    """Kueue v0.19.2 with no counter or capacity source (or KueueDRAIntegrationConsumableCapacity, alpha, off)
+    charges a claim by count (pkg/dra/claims.go countDevicesPerClass: the sum of each ExactCount request's
+    count), blind to capacity requests and to sharing. So a pod whose two requests of 10Gi share one GPU is
+    charged 2, and another claim's share on the same device counts 1 in usage: ours, one per allocation result,
+    is the same number."""
+    shared_gpu = b.gpu_device(0)
+    del shared_gpu["capacity"]["compute"]
+    shared_gpu["allowMultipleAllocations"] = True
+
+    def share(name: str) -> dict[str, Any]:
+        request = b.exact_request(name)
+        request["exactly"]["capacity"] = {"requests": {"memory": "10Gi"}}
+        return request
+
+    held = b.claim(
+        "held",
+        "team-a",
+        [share("gpu")],
+        allocated=[("gpu", "n1", "gpu-0")],
+        reserved_for=[("holder", "uid-team-a-holder")],
+    )
+    result = held["status"]["allocation"]["devices"]["results"][0]
+    result["shareID"] = "6bd28448-0000-4000-8000-998124f761d4"
+    result["consumedCapacity"] = {"memory": "10Gi"}
+    holder = b.pod("holder", "team-a", claims={"gpu": "held"}, queue="q", node_name="n1")
+    engine = engine_for(
+        base(
+            b.device_class(),
+            rflavor("default"),
+            b.node("n1"),
+            b.gpu_slice("n1", devices=[shared_gpu]),
+            cq("team-a", [([CLASS], [("default", {CLASS: 3})])]),
+            b.claim_template("two-shares", "team-a", [share("a"), share("b")]),
+            held,
+            holder,
+        )
+    )
+    assert engine.quota_view().usage == {("team-a", "default", CLASS): Fraction(1)}
+    outcome = run(engine, b.pod("p", "team-a", templates={"gpu": "two-shares"}, queue="q"))
+    assert outcome.passed == ["n1"], outcome.verdicts
+    assert outcome.reservation == {("team-a", "default", CLASS): Fraction(2)}
+    # a third share would pass the device (80Gi) but not the quota: 1 held + 2 reserved + 1 > 3
+    third = run(engine, b.pod("p2", "team-a", templates={"gpu": "two-shares"}, queue="q"))
+    assert third.passed == [] and third.verdicts["n1"].category == "quota-exhausted", third.verdicts

@@ -275,7 +275,9 @@ class _Search:
         self.features = features
         self.fractional = features.fractional_capacity_range
         self.allocated = question.allocated
-        self.shared = question.shared
+        # With DRAConsumableCapacity off a share held by another claim blocks the whole device (the plugin's
+        # foreachAllocatedDevice calls the dedicated-device callback for it).
+        self.shared: Mapping[DeviceKey, SharedUse] = question.shared if features.consumable_capacity else {}
         # Shares this search is adding (devices that allow multiple allocations are never in `taking`): how many
         # per device and the capacity they consume (upstream's allocatingCapacity).
         self.allocating_shares: dict[DeviceKey, int] = {}
@@ -332,9 +334,10 @@ class _Search:
                 fewest: int | None = None
                 for sub in request.alternatives:
                     name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
-                    alternative = _Alternative(
-                        sub, name, classes[sub.device_class_name], capacity_requests=dict(sub.capacity_requests)
-                    )
+                    # With DRAConsumableCapacity off only the stable allocator gets here (gate_failure): it does
+                    # not read capacity requests.
+                    requests = dict(sub.capacity_requests) if self.features.consumable_capacity else {}
+                    alternative = _Alternative(sub, name, classes[sub.device_class_name], capacity_requests=requests)
                     if sub.allocation_mode not in (ALLOCATION_MODE_ALL, ALLOCATION_MODE_EXACT):
                         return self._fail(
                             CATEGORY_CLAIM_SPEC,
@@ -860,7 +863,13 @@ class _Search:
         )
 
     def explain_failure(self) -> NotAllocatable:
-        """After a failed search: the first request that cannot be met even on its own, else a joint reason."""
+        """After a failed search: the first request that cannot be met even on its own, else a joint reason;
+        with the node's unusable devices that some request would have matched."""
+        reason = self._explain_failure()
+        every = [alternative for per_claim in self.alternatives for request in per_claim for alternative in request]
+        return self._note_unusable(every, reason)
+
+    def _explain_failure(self) -> NotAllocatable:
         for pool in self.question.devices.pools:
             if pool.invalid_reason:
                 # Upstream's reason whenever the node has an invalid pool (whose devices it never uses).
@@ -939,6 +948,23 @@ class _Search:
                             return None  # one shared device can serve several requests
                         selectable.add(device.key)
         return (len(selectable), needed) if len(selectable) < needed else None
+
+    def _note_unusable(self, alternatives: Sequence[_Alternative], reason: NotAllocatable) -> NotAllocatable:
+        """The reason with the node's unusable devices that the request would have matched (a malformed
+        requestPolicy: Device.unusable_reason names slice, device and field), so that the person fixing the
+        slice learns why a matching device was not counted. Other nodes' reasons are untouched."""
+        notes: list[str] = []
+        for device in self.question.devices.devices:
+            if device.unusable_reason and any(
+                alternative.device_class is not None and self._selectable(alternative, device) is True
+                for alternative in alternatives
+            ):
+                notes.append(device.unusable_reason)
+        if not notes:
+            return reason
+        shown = "; ".join(notes[:3]) + (f"; and {len(notes) - 3} more" if len(notes) > 3 else "")
+        suffix = f" ({len(notes)} matching device(s) unusable: {shown})"
+        return reason._replace(summary=reason.summary + suffix, detail=reason.detail + suffix)
 
     def _shortfall(self, claim: PendingClaim, alternative: _Alternative) -> NotAllocatable | None:
         """Why this subrequest alone cannot be met on this node, or None if it could be."""
@@ -1269,7 +1295,8 @@ def gate_failure(
     As upstream, in its order: the plugin's PreFilter (dynamicresources.go) walks the requests and refuses a
     firstAvailable request while DRAPrioritizedList is off (unschedulable; a missing DeviceClass met first wins,
     reported by the search); then the allocator (allocator_experimental.go Allocate, validateDeviceRequest)
-    errors on capacity requests while DRAConsumableCapacity is off and on adminAccess while DRAAdminAccess is.
+    errors on capacity requests while DRAConsumableCapacity is off (not the stable allocator, which ignores
+    them: Features.stable_allocator) and on adminAccess while DRAAdminAccess is.
     """
     if not features.prioritized_list:
         for claim in pending:
@@ -1285,7 +1312,7 @@ def gate_failure(
                 return NotAllocatable("", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name)
     for claim in pending:
         for request in claim.spec.requests:
-            if features.consumable_capacity:
+            if features.consumable_capacity or features.stable_allocator:
                 break
             for sub in request.alternatives:
                 if sub.capacity_requests:
@@ -1450,8 +1477,8 @@ class PodAllocator:
                 )
             found.derived[self._memo_key] = chosen_devices
         if len(chosen_devices) < step.sub.count:
-            if chosen_devices is _UNFIT:
-                return None
+            if chosen_devices is _UNFIT or devices.has_unusable:
+                return None  # the full search says it, with the unusable devices named
             claim = self.pending[0]
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
@@ -1492,7 +1519,7 @@ class PodAllocator:
                 )[:needed]
                 taken.update(chosen.device.key for chosen in chosen_devices)
             if len(chosen_devices) < needed:
-                if single:
+                if single and not question.devices.has_unusable:
                     claim = self.pending[step.claim_index]
                     return count_shortfall(
                         node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)

@@ -11,8 +11,10 @@ What each gate turned off does, as upstream:
 - DRAPrioritizedList: a request with firstAvailable fails the pod (the plugin's PreFilter, unschedulable).
 - DRAAdminAccess: a request with adminAccess is an allocator error. (GA and locked on in 1.37: the config
   refuses turning it off, as kube-scheduler does; the value itself supports it, for upstream's table.)
-- DRAConsumableCapacity: a request with capacity requests is an allocator error; allowMultipleAllocations is
-  ignored (every device is exclusive) and no capacity is checked or consumed.
+- DRAConsumableCapacity: allowMultipleAllocations is ignored (every device is exclusive) and no capacity is
+  checked or consumed; a request with capacity requests is an allocator error, except where upstream runs its
+  stable allocator (DRADeviceBindingConditions and DRAFractionalCapacityRange off too: `stable_allocator`),
+  which ignores the capacity requests.
 - DRADeviceTaints: taints are ignored.
 - DRADeviceBindingConditions (with DRAResourceClaimDeviceStatus, upstream's DeviceBindingAndStatus): a device
   with bindingConditions is not selectable.
@@ -91,6 +93,15 @@ class Features:
             and self.partitionable_devices
         )
 
+    @property
+    def stable_allocator(self) -> bool:
+        """Whether upstream runs its stable allocator with these gates: structured.NewAllocator picks the first
+        implementation whose SupportedFeatures cover the enabled ones, and stable/allocator_stable.go supports
+        neither DeviceBindingAndStatus, ConsumableCapacity nor FractionalCapacityRange. The stable allocator does
+        not know capacity requests at all: it ignores them (the incubating one, chosen as soon as one of those
+        gates is on, refuses them while DRAConsumableCapacity is off)."""
+        return not (self.consumable_capacity or self.device_binding_conditions or self.fractional_capacity_range)
+
     def gates(self) -> dict[str, bool]:
         """Gate name -> enabled, in name order (for the start-up log and diagnostics)."""
         return {name: getattr(self, field_name) for name, (field_name, _) in sorted(GATES.items())}
@@ -150,7 +161,7 @@ def gated_devices(devices: NodeDevices, features: Features) -> NodeDevices:
         for d in map(view, devices.usable)
         if d is not None and (features.device_binding_conditions or not d.binding_conditions)
     )
-    return NodeDevices(shown, devices.pools, usable)
+    return NodeDevices(shown, devices.pools, usable, devices.has_unusable)
 
 
 assert {f.name for f in fields(Features)} == {field_name for field_name, _ in GATES.values()}

@@ -96,6 +96,9 @@ class Device:
     node_name: str = ""
     node_selector: NodeSelector | None = None
     all_nodes: bool = False
+    # Why the allocator must never use this device ("" when it may): a capacity requestPolicy that upstream's
+    # API validation refuses and its allocator cannot compute with. Names the slice, the device and the field.
+    unusable_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +297,13 @@ def _optional_quantity(raw: Mapping[str, Any], key: str, path: str) -> Fraction 
 
 
 def _parse_capacity_policy(raw: Mapping[str, Any], path: str) -> CapacityPolicy | None:
+    """A capacity's requestPolicy, or ObjectError when it is malformed in a way upstream's allocator cannot
+    compute with: a field that is not an object, list or quantity (the API server cannot even decode it), a
+    validRange step that is not positive (upstream's roundUpRange / violateValidRange divide by it) or a step
+    without min (violateValidRange reads min). kube-apiserver refuses all of these (pkg/apis/resource/validation,
+    validateRequestPolicyRange), but only on create and on a changed capacity, so a stored slice can still carry
+    one. Other policies that validation refuses (unsorted validValues, a default outside them, min above max)
+    are kept: upstream's allocator computes with them as they are, and so does capacity.py."""
     policy = get_map(raw, "requestPolicy", path)
     if not policy:
         return None
@@ -316,7 +326,9 @@ def _parse_capacity_policy(raw: Mapping[str, Any], path: str) -> CapacityPolicy 
             _optional_quantity(range_raw, "step", range_path),
         )
         if valid_range.step is not None and valid_range.step <= 0:
-            raise ObjectError(child_path(range_path, "step"), "must be positive")
+            raise ObjectError(child_path(range_path, "step"), "must be greater than zero")
+        if valid_range.step is not None and valid_range.min is None:
+            raise ObjectError(child_path(range_path, "min"), "required when validRange is defined")
     return CapacityPolicy(_optional_quantity(policy, "default", policy_path), valid_values, valid_range)
 
 
@@ -344,13 +356,22 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
     }
     capacity: dict[str, Fraction] = {}
     consumable: dict[str, DeviceCapacity] = {}
+    unusable_reason = ""
     for cap_name, value in get_map(body, "capacity", body_path).items():
         cap_path = child_path(child_path(body_path, "capacity"), cap_name)
         if not isinstance(value, Mapping):
             raise ObjectError(cap_path, f"must be an object, got {type_name(value)}")
         amount = _parse_quantity_field(value.get("value"), child_path(cap_path, "value"))
         capacity[qualify(cap_name, driver)] = amount
-        consumable[cap_name] = DeviceCapacity(amount, _parse_capacity_policy(value, cap_path))
+        try:
+            policy = _parse_capacity_policy(value, cap_path)
+        except ObjectError as error:
+            # One device's malformed requestPolicy makes that device unusable, not its whole slice.
+            unusable_reason = unusable_reason or (
+                f"ResourceSlice {slice_name}, device {name}: malformed requestPolicy, {error.describe()}"
+            )
+            policy = None
+        consumable[cap_name] = DeviceCapacity(amount, policy)
     consumes = tuple(
         CounterConsumption(get_str(item, "counterSet", item_path, required=True), _parse_counters(item, item_path))
         for item_path, item in map_items(body, "consumesCounters", body_path)
@@ -377,6 +398,7 @@ def _parse_device(raw: Mapping[str, Any], path: str, slice_name: str, driver: st
         if node_selector_raw
         else None,
         all_nodes=get_bool(body, "allNodes", body_path),
+        unusable_reason=unusable_reason,
     )
 
 

@@ -164,7 +164,7 @@ class NodeDevices:
 
     `devices` are every device reaching the node in the generation the node sees (for people: diagnostics show
     them, incomplete pool or not); `usable` are those of complete, valid pools, the only ones upstream allocates
-    from; `pools` are the node's views of its pools (see `node_view`).
+    from, less devices with an `unusable_reason`; `pools` are the node's views of its pools (see `node_view`).
 
     Hashed by identity: it is rebuilt whenever the node's pools or labels change, so caches keyed on it
     (which devices a class selects here) retire exactly when they should."""
@@ -172,6 +172,9 @@ class NodeDevices:
     devices: tuple[Device, ...]
     pools: tuple[Pool, ...]
     usable: tuple[Device, ...] = ()
+    # Some device of a ready pool is unusable on its own (Device.unusable_reason): the allocator's shortcuts
+    # then leave the reason to the full search, which names those devices.
+    has_unusable: bool = False
 
 
 EMPTY_NODE_DEVICES = NodeDevices((), ())
@@ -198,7 +201,8 @@ def devices_for_node(node: Node, pools: Iterable[Pool]) -> NodeDevices:
             for device in pool_slice.devices
             if device_reaches_node(pool_slice, device, node)
         ]
-        pool_usable = pool_devices if ready else []
+        # A device with a malformed requestPolicy is shown but never allocated (Device.unusable_reason).
+        pool_usable = [device for device in pool_devices if not device.unusable_reason] if ready else []
         if ready and any(device.binding_conditions is not None for device in pool_devices):
             later.append((view, pool_devices, pool_usable))
             continue
@@ -211,7 +215,8 @@ def devices_for_node(node: Node, pools: Iterable[Pool]) -> NodeDevices:
         usable.extend(pool_usable)
     if not devices and not used_pools:
         return EMPTY_NODE_DEVICES
-    return NodeDevices(tuple(devices), tuple(used_pools), tuple(usable))
+    has_unusable = any(device.unusable_reason for device in devices)
+    return NodeDevices(tuple(devices), tuple(used_pools), tuple(usable), has_unusable)
 
 
 def consumed_counters(pool: Pool, allocated: Mapping[DeviceKey, int]) -> dict[str, dict[str, Fraction]]:

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,13 @@ from extender.decisions.feasibility import device_feasibility
 from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
+from extender.state.capacity import CapacityError, request_fits
 from extender.state.core import parse_pod
 from extender.state.dra import BLOCKING_TAINT_EFFECTS, MAX_DEVICES_PER_ALLOCATION, ClaimSpec, Device
 from extender.state.errors import ObjectError
+from extender.state.quantity import parse_quantity
 from extender.state.store import ClusterSnapshot, ClusterStore
-from tests.differential.strategies import PROFILES
+from tests.differential.strategies import OUR_FEATURE_FIELDS, PROFILES
 from tests.oracle.oracle import ensure_oracle_binary, run_scenarios
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -61,6 +63,7 @@ class OurRun:
     snapshot: ClusterSnapshot
     pod_claims: Any
     outcomes: dict[str, AllocationOutcome]
+    features: Features = DEFAULT_FEATURES
 
 
 def pod_object(case: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,20 +130,48 @@ def build_store(case: Mapping[str, Any], *, drop_malformed: bool = False) -> Clu
 
 def run_ours(case: Mapping[str, Any], *, drop_malformed: bool = False, features: Features = DEFAULT_FEATURES) -> OurRun:
     snapshot = build_store(case, drop_malformed=drop_malformed).snapshot()
+    return _run_on(snapshot, case, features)
+
+
+def _run_on(snapshot: ClusterSnapshot, case: Mapping[str, Any], features: Features) -> OurRun:
     pod = parse_pod(pod_object(case))
     pod_claims = resolve_pod_claims(snapshot, pod)
     matcher = DeviceMatcher()
     outcomes = device_feasibility(snapshot, pod_claims, case["scenario"]["nodeNames"], matcher, features=features)
-    return OurRun(snapshot, pod_claims, outcomes)
+    return OurRun(snapshot, pod_claims, outcomes, features)
+
+
+def features_for(oracle_features: Mapping[str, bool]) -> Features:
+    """Our gates for an oracle feature set: the same switches upstream's allocator is given. A fixture stored
+    before a switch existed leaves it at our default."""
+    return replace(DEFAULT_FEATURES, **{OUR_FEATURE_FIELDS[name]: on for name, on in oracle_features.items()})
+
+
+def our_features(profile: str) -> Features:
+    return features_for(PROFILES[profile])
+
+
+def run_profiles(case: Mapping[str, Any], profiles: Iterable[str]) -> dict[str, OurRun]:
+    """Our verdicts under each profile's gates, from one snapshot of the case."""
+    snapshot = build_store(case).snapshot()
+    return {profile: _run_on(snapshot, case, our_features(profile)) for profile in profiles}
+
+
+def _share(consumed: Iterable[tuple[str, Fraction]]) -> list[list[str]]:
+    """A share's consumed capacity, comparable across both sides: sorted [name, exact amount] pairs."""
+    return sorted([name, str(amount)] for name, amount in consumed)
 
 
 def our_verdict(outcome: AllocationOutcome) -> Verdict:
+    """Results are [request, driver, pool, device, adminAccess], and for a share of a device that allows
+    multiple allocations also what it consumes (upstream's result has a shareID then)."""
     if isinstance(outcome, Allocation):
         return {
             "kind": "feasible",
             "allocation": [
                 [
                     [chosen.request, chosen.device.driver, chosen.device.pool, chosen.device.name, chosen.admin_access]
+                    + ([_share(chosen.consumed_capacity)] if chosen.shared else [])
                     for chosen in claim.devices
                 ]
                 for claim in outcome.claims
@@ -171,7 +202,15 @@ def upstream_verdict(node_result: Mapping[str, Any]) -> Verdict:
     return {
         "kind": "feasible",
         "allocation": [
-            [[r["request"], r["driver"], r["pool"], r["device"], bool(r.get("adminAccess"))] for r in claim["results"]]
+            [
+                [r["request"], r["driver"], r["pool"], r["device"], bool(r.get("adminAccess"))]
+                + (
+                    [_share((name, parse_quantity(value)) for name, value in r.get("consumedCapacity", {}).items())]
+                    if r.get("shared")
+                    else []
+                )
+                for r in claim["results"]
+            ]
             for claim in node_result["allocation"]
         ],
     }
@@ -294,23 +333,30 @@ def stable_kinds(case: Mapping[str, Any], run: OurRun, rerun: Rerun) -> dict[str
 
 def compare_case(
     case: Mapping[str, Any],
-    run: OurRun,
+    runs: Mapping[str, OurRun],
     upstream: Mapping[str, Mapping[str, Verdict]],
     order_kinds: Callable[[], Mapping[str, Iterable[str]]],
+    stable_reference: Callable[[], Mapping[str, Verdict]] | None = None,
 ) -> list[Finding]:
-    """All findings of one case. `upstream`: profile -> node -> verdict. `order_kinds()` (called only when
-    needed): per node drawing from several pools, every kind the stable allocator gives in some pool order."""
+    """All findings of one case. `runs`: profile -> our run with that profile's gates; `upstream`: profile ->
+    node -> verdict. `order_kinds()` (called only when needed): per node drawing from several pools, every kind
+    the stable allocator gives in some pool order. `stable_reference()` (called only when needed): the
+    incubating allocator's verdicts on `strategies.stable_reference(case)`, what a stable-profile verdict of
+    ours is compared with to tell an upstream difference from ours (default: the incubating verdicts, which is
+    the same for a case without capacity, shares or binding conditions)."""
     findings: list[Finding] = []
     known: Mapping[str, Iterable[str]] | None = None
+    reference: Mapping[str, Verdict] | None = None
     for node in case["scenario"]["nodeNames"]:
-        outcome = run.outcomes[node]
-        ours = our_verdict(outcome)
-        label = f"{ours['kind']}/{ours['category']}" if "category" in ours else ours["kind"]
-        if isinstance(outcome, Allocation):
-            problems = validate_allocation(run, node, outcome)
-            if problems:
-                findings.append(Finding("invalid", "-", node, "feasible", "-", "; ".join(problems)))
         for profile, verdicts in upstream.items():
+            run = runs[profile]
+            outcome = run.outcomes[node]
+            ours = our_verdict(outcome)
+            label = f"{ours['kind']}/{ours['category']}" if "category" in ours else ours["kind"]
+            if isinstance(outcome, Allocation):
+                problems = validate_allocation(run, node, outcome)
+                if problems:
+                    findings.append(Finding("invalid", profile, node, "feasible", "-", "; ".join(problems)))
             theirs = verdicts[node]
             message = disagreement(ours, theirs, exact=profile == "incubating")
             if not message:
@@ -320,8 +366,11 @@ def compare_case(
                     known = order_kinds()
                 if ours["kind"] in set(known.get(node, ())):
                     continue
-                incubating = upstream.get("incubating", {}).get(node)
-                if incubating is not None and not disagreement(ours, incubating, exact=True):
+                if reference is None:
+                    reference = stable_reference() if stable_reference is not None else upstream.get("incubating", {})
+                # By kind, as the stable profile is compared: pool order is not the stable allocator's to keep.
+                incubating = reference.get(node)
+                if incubating is not None and not disagreement(ours, incubating, exact=False):
                     findings.append(Finding("upstream-differs", profile, node, label, theirs["kind"], message))
                     continue
             findings.append(Finding("disagree", profile, node, label, theirs["kind"], message))
@@ -341,14 +390,27 @@ def _selectable(device: Device, expressions: Iterable[str]) -> bool:
     return True
 
 
+def _serves_statically(device: Device, sub: Any) -> bool:
+    """Whether the device could serve the subrequest's capacity request with nothing else on it."""
+    try:
+        return request_fits(dict(sub.capacity_requests), device.consumable, {}) is not None
+    except CapacityError:
+        return False
+
+
 def validate_allocation(run: OurRun, node_name: str, outcome: Allocation) -> list[str]:
     """Independent checks of a feasible answer; returns the problems found (none for a valid allocation)."""
     problems: list[str] = []
     snapshot = run.snapshot
     node_devices = {device.key: device for device in snapshot.node_devices(node_name).usable}
     classes = snapshot.device_classes
-    taken_by_pod: dict[tuple[str, str, str], list[tuple[int, bool]]] = {}
+    taken_by_pod: dict[tuple[str, str, str], list[tuple[int, bool, bool]]] = {}
     counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
+    # Shares of multi-allocatable devices (DRAConsumableCapacity on): what other claims' shares hold plus what
+    # this pod's shares take must fit each capacity.
+    share_use: dict[tuple[str, str, str], dict[str, Fraction]] = {}
+    counted_shares: set[tuple[str, str, str]] = set()
+    sharing = run.features.consumable_capacity
     pending = run.pod_claims.pending
     if len(outcome.claims) != len(pending):
         return [f"{len(outcome.claims)} claim results for {len(pending)} pending claims"]
@@ -357,8 +419,10 @@ def validate_allocation(run: OurRun, node_name: str, outcome: Allocation) -> lis
         if len(result.devices) > MAX_DEVICES_PER_ALLOCATION:
             problems.append(f"{claim.label}: {len(result.devices)} devices")
         by_request: dict[str, list[Device]] = {}
+        chosen_by_request: dict[str, list[Any]] = {}
         for chosen in result.devices:
             by_request.setdefault(chosen.request, []).append(chosen.device)
+            chosen_by_request.setdefault(chosen.request, []).append(chosen)
         for request in spec.requests:
             names = [n for n in by_request if n == request.name or n.startswith(request.name + "/")]
             if len(names) != 1:
@@ -382,14 +446,25 @@ def validate_allocation(run: OurRun, node_name: str, outcome: Allocation) -> lis
             if sub.allocation_mode == "ExactCount" and len(devices) != sub.count:
                 problems.append(f"{claim.label} {name}: {len(devices)} devices for count {sub.count}")
             if sub.allocation_mode == "All":
+                # All: every selectable device; not one with bindingConditions while the gate is off (not
+                # selectable then), nor, with consumable capacity, one that could never serve the capacity request
+                # (upstream validateDeviceRequest; one whose capacity others use up stays, so All fails).
                 everything = [
                     d
                     for d in node_devices.values()
-                    if _selectable(d, device_class.selectors) and _selectable(d, sub.selectors)
+                    if _selectable(d, device_class.selectors)
+                    and _selectable(d, sub.selectors)
+                    and (
+                        run.features.device_binding_conditions
+                        or d.binding_conditions is None
+                        or not d.binding_conditions
+                    )
+                    and (not sharing or _serves_statically(d, sub))
                 ]
                 if {d.key for d in everything} != {d.key for d in devices}:
                     problems.append(f"{claim.label} {name}: All took {len(devices)} of {len(everything)} devices")
-            for device in devices:
+            for device, chosen in zip(devices, chosen_by_request[name], strict=True):
+                share = chosen if chosen.shared else None
                 where = f"{claim.label} {name} device {'/'.join(device.key)}"
                 if device.key not in node_devices:
                     problems.append(f"{where}: not reachable from the node")
@@ -398,12 +473,32 @@ def validate_allocation(run: OurRun, node_name: str, outcome: Allocation) -> lis
                 for taint in device.taints:
                     if taint.effect in BLOCKING_TAINT_EFFECTS and not any(t.tolerates(taint) for t in sub.tolerations):
                         problems.append(f"{where}: taint {taint.key}={taint.value}:{taint.effect} not tolerated")
-                if not sub.admin_access and snapshot.allocated.get(device.key):
+                if share is not None and not (sharing and device.allow_multiple_allocations):
+                    problems.append(f"{where}: shared, but the device cannot be shared here")
+                # Held whole by another claim: results without a shareID, and with DRAConsumableCapacity off
+                # shares too (upstream's foreachAllocatedDevice); shares alone never block a device then.
+                held = snapshot.allocated.get(device.key, 0)
+                other_shares = snapshot.shared_allocated.get(device.key) if sharing else None
+                if not sub.admin_access and held > (other_shares.shares if other_shares else 0):
                     problems.append(f"{where}: already allocated")
-                for other_claim, other_admin in taken_by_pod.get(device.key, []):
-                    if not (sub.admin_access or other_admin) or other_claim == claim_index:
+                for other_claim, other_admin, other_shared in taken_by_pod.get(device.key, []):
+                    both_shares = share is not None and other_shared
+                    if not (sub.admin_access or other_admin or both_shares) or (
+                        other_claim == claim_index and not both_shares
+                    ):
                         problems.append(f"{where}: taken twice")
-                taken_by_pod.setdefault(device.key, []).append((claim_index, sub.admin_access))
+                taken_by_pod.setdefault(device.key, []).append((claim_index, sub.admin_access, share is not None))
+                if share is not None:
+                    use = share_use.setdefault(device.key, dict(other_shares.consumed) if other_shares else {})
+                    for capacity_name, amount in share.consumed_capacity:
+                        qualified = capacity_name if "/" in capacity_name else f"{device.driver}/{capacity_name}"
+                        use[qualified] = use.get(qualified, Fraction(0)) + amount
+                        if use[qualified] > device.capacity.get(qualified, Fraction(0)):
+                            problems.append(f"{where}: shares consume {use[qualified]} of {qualified}")
+                if share is not None and (device.key in snapshot.allocated or device.key in counted_shares):
+                    continue  # a shared device's counters are charged once, by its first allocation
+                if share is not None:
+                    counted_shares.add(device.key)
                 for consumption in device.consumes_counters:
                     bucket = counters.setdefault((device.driver, device.pool), {}).setdefault(
                         consumption.counter_set, {}
@@ -488,9 +583,14 @@ def save_fixture(
 def fixture_findings(fixture: Mapping[str, Any]) -> list[Finding]:
     """Our verdicts on a fixture's case, compared with the upstream verdicts stored in it."""
     case = fixture["case"]
-    run = run_ours(case)
+    snapshot = build_store(case).snapshot()
+    stored_features = fixture.get("features", {})
+    runs = {
+        profile: _run_on(snapshot, case, features_for(stored_features.get(profile, PROFILES[profile])))
+        for profile in fixture["expected"]
+    }
     stored = {node: set(found) for node, found in fixture.get("stableKinds", {}).items()}
-    return compare_case(case, run, fixture["expected"], lambda: stored)
+    return compare_case(case, runs, fixture["expected"], lambda: stored)
 
 
 def prune_unused_classes(case: Mapping[str, Any]) -> dict[str, Any]:

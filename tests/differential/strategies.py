@@ -18,6 +18,7 @@ ResourceClaimTemplate with the same spec, which our side resolves itself and ups
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -90,20 +91,37 @@ PROJECT_FEATURES: dict[str, bool] = {
     "deviceTaints": True,
     "consumableCapacity": False,
     "deviceBindingAndStatus": False,
+    "fractionalCapacityRange": False,
 }
-"""The extender's documented feature set: upstream picks its `stable` allocator (pools in map order,
-permutation search). distinctAttribute does not exist there (the API server drops the field with
-DRAConsumableCapacity off), so cases with it are not run under this profile."""
+"""DRAConsumableCapacity and DRADeviceBindingConditions off (a cluster that turned them off, or 1.35):
+upstream picks its `stable` allocator (pools in map order, permutation search), and our side runs with the
+same gates off (`our_features`). distinctAttribute does not exist there (the API server drops the field with
+DRAConsumableCapacity off), so cases with it are not run under this profile. Capacity requests,
+allowMultipleAllocations and binding conditions are in the objects all the same, as in a stored object: the
+stable allocator ignores the device fields and refuses a device with bindingConditions as we do."""
 
 KUBERNETES_DEFAULT_FEATURES: dict[str, bool] = {
     **PROJECT_FEATURES,
     "consumableCapacity": True,
     "deviceBindingAndStatus": True,
+    "fractionalCapacityRange": True,
 }
-"""Kubernetes 1.37's default gates: upstream picks its `incubating` allocator, which sorts pools and slices
-by name and searches combinations, the same order as ours, so its first solution must equal ours exactly.
-distinctAttribute is supported. No generated device allows multiple allocations and no request asks for
-capacity, so consumable capacity changes nothing else."""
+"""Kubernetes 1.37's default gates (DRAFractionalCapacityRange on, as at compatibility version 1.37):
+upstream picks its `incubating` allocator, which sorts pools and slices by name and searches combinations,
+the same order as ours, so its first solution must equal ours exactly, the capacity each share consumes
+included. distinctAttribute is supported."""
+
+# Oracle feature name -> our Features field (extender/decisions/features.py GATES): each profile runs our
+# allocator with the gates upstream's allocator gets, not with the 1.37 defaults for both.
+OUR_FEATURE_FIELDS: dict[str, str] = {
+    "adminAccess": "admin_access",
+    "prioritizedList": "prioritized_list",
+    "partitionableDevices": "partitionable_devices",
+    "deviceTaints": "device_taints",
+    "consumableCapacity": "consumable_capacity",
+    "deviceBindingAndStatus": "device_binding_conditions",
+    "fractionalCapacityRange": "fractional_capacity_range",
+}
 
 PROFILES: dict[str, dict[str, bool]] = {"incubating": KUBERNETES_DEFAULT_FEATURES, "stable": PROJECT_FEATURES}
 
@@ -164,7 +182,7 @@ def _subset(c: Chooser, options: Sequence[T], most: int) -> list[T]:
 
 
 def _taints(c: Chooser) -> list[dict[str, Any]]:
-    if not c.chance(0.15):
+    if not c.chance(0.12):
         return []
     taint: dict[str, Any] = {"key": c.pick(TAINT_KEYS), "effect": c.pick(TAINT_EFFECTS)}
     if c.chance(0.5):
@@ -172,7 +190,62 @@ def _taints(c: Chooser) -> list[dict[str, Any]]:
     return [taint]
 
 
-def _gpu_device(c: Chooser, name: str, index: int, counter_sets: Sequence[str]) -> dict[str, Any]:
+# requestPolicy of a shared GPU's memory (capacity 24Gi, 40Gi or 80Gi): every one passes API validation for
+# each of those values (default valid, validValues sorted and within the capacity, validRange min+step within
+# it, max and default on a step from min).
+MEMORY_POLICIES: tuple[dict[str, Any] | None, ...] = (
+    None,
+    {"default": "8Gi"},
+    {"default": "8Gi", "validValues": ["8Gi", "12Gi", "24Gi"]},
+    {"default": "8Gi", "validRange": {"min": "8Gi", "step": "8Gi"}},
+    {"default": "8Gi", "validRange": {"min": "4Gi", "max": "24Gi", "step": "4Gi"}},
+    {"default": "4Gi", "validRange": {"min": "4Gi"}},
+)
+# requestPolicy of a shared GPU's `compute` (value 100): without a policy a share that does not ask for compute
+# consumes all of it; the fractional range uses milli-units (DRAFractionalCapacityRange).
+COMPUTE_POLICIES: tuple[dict[str, Any] | None, ...] = (
+    {"default": "10"},
+    None,
+    {"default": "0.5", "validRange": {"min": "0.5", "max": "10", "step": "0.5"}},
+    {"default": "25", "validValues": ["25", "50", "100"]},
+)
+MEMORY_REQUESTS = ("4Gi", "8Gi", "10Gi", "16Gi", "20Gi", "30Gi", "50Gi")
+COMPUTE_REQUESTS = ("0.7", "10", "30", "60")
+BINDING_CONDITIONS = ("attached", "fabric-ready")
+BINDING_FAILURE_CONDITIONS = ("attach-failed",)
+
+
+def _share_id(c: Chooser) -> str:
+    """A shareID as the API server requires it (an RFC 4122 UUID in normalized form)."""
+    return f"{c.integer(0, 0xFFFFFFFF):08x}-0000-4000-8000-{c.integer(0, 0xFFFFFFFFFFFF):012x}"
+
+
+def _consumable(c: Chooser, device: dict[str, Any]) -> None:
+    """Make a GPU allow multiple allocations, maybe with requestPolicies (DRAConsumableCapacity)."""
+    device["allowMultipleAllocations"] = True
+    capacity = device.get("capacity")
+    if capacity is None:
+        return
+    memory_policy = c.pick(MEMORY_POLICIES)
+    if memory_policy is not None:
+        capacity["memory"]["requestPolicy"] = memory_policy
+    compute_policy = c.pick(COMPUTE_POLICIES)
+    if compute_policy is not None:
+        capacity["compute"]["requestPolicy"] = compute_policy
+
+
+def _binding(c: Chooser, device: dict[str, Any]) -> None:
+    """Binding conditions (DRADeviceBindingConditions): the scheduler waits in PreBind for them."""
+    device["bindingConditions"] = [c.pick(BINDING_CONDITIONS)]
+    if c.chance(0.7):
+        device["bindingFailureConditions"] = list(BINDING_FAILURE_CONDITIONS)
+    if c.chance(0.4):
+        device["bindsToNode"] = True
+
+
+def _gpu_device(
+    c: Chooser, name: str, index: int, counter_sets: Sequence[str], profile: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     attributes: dict[str, Any] = {"index": {"int": index}}
     if c.chance(0.95):
         attributes["model"] = {"string": c.pick(MODELS)}
@@ -190,6 +263,10 @@ def _gpu_device(c: Chooser, name: str, index: int, counter_sets: Sequence[str]) 
     taints = _taints(c)
     if taints:
         device["taints"] = taints
+    if "consumable" in profile and c.chance(0.6):
+        _consumable(c, device)
+    if "binding" in profile and c.chance(0.35):
+        _binding(c, device)
     if counter_sets:
         counter_set = c.pick(counter_sets)
         device["consumesCounters"] = [
@@ -243,6 +320,7 @@ def _pool(
     other_placements: Sequence[dict[str, Any]],
     *,
     partitionable: bool,
+    profile: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """The slices of one pool: current generation (1-2 device slices, maybe a counters slice), maybe an older
     generation, maybe fewer slices than resourceSliceCount, maybe a duplicate device name."""
@@ -255,9 +333,12 @@ def _pool(
             {"name": name, "counters": {"memory": {"value": "80Gi"}, "slots": {"value": c.pick(("2", "4"))}}}
             for name in counter_sets
         ]
-    count = c.pick((1, 2, 3, 4, 4, 5, 6, 0)) if max_devices > 2 else c.integer(0, max_devices)
+    if max_devices > 2:
+        count = 0 if c.chance(0.03) else c.pick((4, 2, 3, 4, 5, 6, 6, 8, 8, 1))
+    else:
+        count = c.pick((1, 2, 2, 0))
     devices = [
-        _gpu_device(c, f"{short}-{i}", i, counter_sets) if driver == GPU else _nic_device(c, f"{short}-{i}")
+        _gpu_device(c, f"{short}-{i}", i, counter_sets, profile) if driver == GPU else _nic_device(c, f"{short}-{i}")
         for i in range(count)
     ]
     if count >= 2 and c.chance(0.02):
@@ -319,24 +400,24 @@ def _tolerations(c: Chooser) -> list[dict[str, Any]]:
 
 
 def _class_name(c: Chooser) -> str:
-    roll = c.integer(0, 199)
-    if roll < 130:
+    roll = c.integer(0, 399)
+    if roll < 290:
         return "gpu.example.com"
-    if roll < 146:
+    if roll < 320:
         return "nic.example.com"
-    if roll < 162:
+    if roll < 346:
         return "big-gpu"
-    if roll < 176:
+    if roll < 368:
         return "numa0"
-    if roll < 188:
+    if roll < 390:
         return "any"
-    if roll < 198:
+    if roll < 398:
         return "fragile"
     return MISSING_CLASS
 
 
 def _selectors(c: Chooser, class_name: str) -> list[dict[str, Any]]:
-    if not c.chance(0.3):
+    if not c.chance(0.2):
         return []
     pool = NIC_SELECTORS if class_name == "nic.example.com" else REQUEST_SELECTORS
     chosen = [c.pick(pool)]
@@ -345,14 +426,14 @@ def _selectors(c: Chooser, class_name: str) -> list[dict[str, Any]]:
     return [{"cel": {"expression": expression}} for expression in chosen]
 
 
-def _device_choice(c: Chooser, *, allow_admin: bool) -> dict[str, Any]:
+def _device_choice(c: Chooser, *, allow_admin: bool, profile: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The body of `exactly` or of one firstAvailable entry."""
     class_name = _class_name(c)
     body: dict[str, Any] = {"deviceClassName": class_name}
-    if c.chance(0.1):
+    if c.chance(0.08):
         body["allocationMode"] = "All"
     else:
-        count = c.pick((1, 1, 1, 2, 2, 3, 4))
+        count = c.pick((1, 1, 1, 1, 1, 2, 2, 3, 4))
         if count != 1 or c.chance(0.5):
             body["count"] = count
         if c.chance(0.5):
@@ -365,25 +446,33 @@ def _device_choice(c: Chooser, *, allow_admin: bool) -> dict[str, Any]:
         body["tolerations"] = tolerations
     if allow_admin and c.chance(0.08):
         body["adminAccess"] = True
+    if "consumable" in profile and c.chance(0.45):
+        # capacity.requests: a share of a multi-allocatable device, rounded by its requestPolicy
+        requests = {"memory": c.pick(MEMORY_REQUESTS)}
+        if c.chance(0.3):
+            requests["compute"] = c.pick(COMPUTE_REQUESTS)
+        if c.chance(0.1):
+            requests = {"compute": c.pick(COMPUTE_REQUESTS)}
+        body["capacity"] = {"requests": requests}
     return body
 
 
-def _claim_spec(c: Chooser) -> dict[str, Any]:
+def _claim_spec(c: Chooser, profile: frozenset[str] = frozenset()) -> dict[str, Any]:
     requests: list[dict[str, Any]] = []
     constraint_targets: list[str] = []
-    for r in range(c.pick((1, 1, 1, 2, 2, 3))):
+    for r in range(c.pick((1, 1, 1, 1, 1, 2, 2, 3))):
         name = f"r{r}"
         constraint_targets.append(name)
         if c.chance(0.25):
             subs = []
             for s in range(c.integer(2, 3)):
-                subs.append({"name": f"s{s}", **_device_choice(c, allow_admin=False)})
+                subs.append({"name": f"s{s}", **_device_choice(c, allow_admin=False, profile=profile)})
                 constraint_targets.append(f"{name}/s{s}")
             requests.append({"name": name, "firstAvailable": subs})
         else:
-            requests.append({"name": name, "exactly": _device_choice(c, allow_admin=True)})
+            requests.append({"name": name, "exactly": _device_choice(c, allow_admin=True, profile=profile)})
     devices: dict[str, Any] = {"requests": requests}
-    if c.chance(0.3):
+    if c.chance(0.2):
         constraints = []
         for _ in range(c.integer(1, 2)):
             constraint: dict[str, Any] = {}
@@ -438,17 +527,19 @@ def _simple_spec(count: int) -> dict[str, Any]:
 
 
 def generate_case(c: Chooser, name: str = "") -> dict[str, Any]:
-    """One cluster (1-4 nodes, 0-8 devices per node) and one pod with 1-3 claims; see the module docstring."""
+    """One cluster (1-4 nodes, 0-10 devices per node) and one pod with 1-3 claims; see the module docstring."""
     node_names = [f"n{i + 1}" for i in range(c.integer(1, 4))]
     racks = {node: c.pick(("a", "b")) for node in node_names}
     nodes = [_node(node, racks[node]) for node in node_names]
     by_node = [{"nodeName": node} for node in node_names]
+    # The issue 12 profiles: shared GPUs by capacity (DRAConsumableCapacity) and binding conditions.
+    profile = frozenset(name for name, chance in (("consumable", 0.3), ("binding", 0.15)) if c.chance(chance))
 
     slices: list[dict[str, Any]] = []
     for node, placement in zip(node_names, by_node, strict=True):
         others = [p for p in by_node if p is not placement]
-        slices += _pool(c, GPU, node, placement, 6, others, partitionable=c.chance(0.15))
-        if c.chance(0.3):
+        slices += _pool(c, GPU, node, placement, 8, others, partitionable=c.chance(0.15), profile=profile)
+        if c.chance(0.4):
             slices += _pool(c, NIC, node, placement, 2, others, partitionable=False)
     if c.chance(0.25):  # a pool reaching the nodes of one rack through a slice node selector
         rack = c.pick(("a", "b"))
@@ -464,6 +555,12 @@ def generate_case(c: Chooser, name: str = "") -> dict[str, Any]:
             for d in s["spec"].get("devices", [])
         }
     )
+    shareable = {
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])
+        for s in slices
+        for d in s["spec"].get("devices", [])
+        if d.get("allowMultipleAllocations")
+    }
     classes = [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -475,7 +572,7 @@ def generate_case(c: Chooser, name: str = "") -> dict[str, Any]:
     ]
 
     allocated_claims = []
-    for i in range(c.pick((0, 0, 1, 1, 2, 3))):
+    for i in range(c.pick((0, 0, 0, 1, 1, 2, 3))):
         if not known_devices:
             break
         taken = [c.pick(known_devices) for _ in range(c.integer(1, 3))]
@@ -484,16 +581,24 @@ def generate_case(c: Chooser, name: str = "") -> dict[str, Any]:
             "allocation": _allocation(taken, None, admin),
             "reservedFor": [{"resource": "pods", "name": f"holder-{i}", "uid": f"uid-holder-{i}"}],
         }
+        for result in status["allocation"]["devices"]["results"]:
+            if (result["driver"], result["pool"], result["device"]) in shareable and c.chance(0.75):
+                # a share (shareID) and what it consumes; without a shareID the device is held whole
+                result["shareID"] = _share_id(c)
+                consumed = {"memory": c.pick(("8Gi", "12Gi", "16Gi", "24Gi"))}
+                if c.chance(0.5):
+                    consumed["compute"] = c.pick(("10", "25", "0.5"))
+                result["consumedCapacity"] = consumed
         allocated_claims.append(_claim(OTHER_NAMESPACE, f"held-{i}", _simple_spec(len(taken)), status))
 
     claims: list[dict[str, Any]] = []
     pod_claims: list[dict[str, Any]] = []
-    for i in range(c.pick((1, 1, 1, 2, 2, 3))):
+    for i in range(c.pick((1, 1, 1, 1, 1, 2, 2, 3))):
         claim_name = f"c{i}"
         template = c.chance(0.4)
-        claims.append(_claim(POD_NAMESPACE, f"pod-{claim_name}" if template else claim_name, _claim_spec(c)))
+        claims.append(_claim(POD_NAMESPACE, f"pod-{claim_name}" if template else claim_name, _claim_spec(c, profile)))
         pod_claims.append({"name": claim_name, "claim": claims[-1]["metadata"]["name"], "template": template})
-    if known_devices and c.chance(0.2):
+    if known_devices and c.chance(0.12):
         # An already allocated claim of the pod (shared with another pod half of the time): it takes nothing new
         # but pins the pod to the nodes its allocation.nodeSelector reaches.
         node = c.pick(node_names)
@@ -547,6 +652,36 @@ def diff_cases(draw: Callable[[st.SearchStrategy[Any]], Any]) -> dict[str, Any]:
     return generate_case(HypothesisChooser(draw), name="hypothesis")
 
 
+def stable_reference(case: dict[str, Any]) -> dict[str, Any]:
+    """The case as the stable allocator reads it, for the incubating allocator: no capacity requests, no
+    allowMultipleAllocations (or requestPolicy), no shareIDs (a share then blocks the whole device), and no
+    device with bindingConditions (not selectable with the gate off: never chosen, never part of All, its
+    selectors never evaluated). Upstream's two allocators then differ only where the stable one is known to
+    differ (see PROFILES), which is how a stable-profile difference is told apart from one of ours."""
+    reference = copy.deepcopy(case)
+    scenario = reference["scenario"]
+    for resource_slice in scenario["resourceSlices"]:
+        spec = resource_slice["spec"]
+        if "devices" not in spec:
+            continue
+        spec["devices"] = [device for device in spec["devices"] if not device.get("bindingConditions")]
+        for device in spec["devices"]:
+            device.pop("allowMultipleAllocations", None)
+            device.pop("bindingFailureConditions", None)
+            device.pop("bindsToNode", None)
+            for capacity in device.get("capacity", {}).values():
+                capacity.pop("requestPolicy", None)
+    for claim in (*scenario["claims"], *scenario["allocatedClaims"]):
+        for request in claim["spec"]["devices"]["requests"]:
+            for body in [request["exactly"]] if "exactly" in request else request["firstAvailable"]:
+                body.pop("capacity", None)
+        allocation = claim.get("status", {}).get("allocation")
+        for result in allocation["devices"]["results"] if allocation else ():
+            result.pop("shareID", None)
+            result.pop("consumedCapacity", None)
+    return reference
+
+
 def uses_distinct_attribute(case: dict[str, Any]) -> bool:
     return any(
         "distinctAttribute" in constraint
@@ -592,6 +727,17 @@ FEATURES = (
     "invalid pool",
     "missing class",
     "several nodes",
+    "allowMultipleAllocations",
+    "capacity requests",
+    "requestPolicy default",
+    "requestPolicy validValues",
+    "requestPolicy validRange step",
+    "fractional validRange",
+    "shares held by others",
+    "device held whole by another claim",
+    "bindingConditions",
+    "bindingFailureConditions",
+    "bindsToNode",
 )
 
 
@@ -624,6 +770,8 @@ def coverage(case: dict[str, Any]) -> set[str]:
         expressions += list(CLASSES.get(body["deviceClassName"], ()))
         if body.get("selectors"):
             found.add("request selectors")
+        if body.get("capacity"):
+            found.add("capacity requests")
         text = " ".join(expressions)
         if "quantity(" in text:
             found.add("quantity compareTo")
@@ -644,6 +792,16 @@ def coverage(case: dict[str, Any]) -> set[str]:
         found.add("claim from template")
     if scenario["allocatedClaims"]:
         found.add("other pods' allocations")
+    shareable = {
+        (s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])
+        for s in scenario["resourceSlices"]
+        for d in s["spec"].get("devices", [])
+        if d.get("allowMultipleAllocations")
+    }
+    for claim in scenario["allocatedClaims"]:
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            if (result["driver"], result["pool"], result["device"]) in shareable:
+                found.add("shares held by others" if "shareID" in result else "device held whole by another claim")
     generations: dict[tuple[str, str], set[int]] = {}
     present: dict[tuple[str, str, int], int] = {}
     declared: dict[tuple[str, str, int], int] = {}
@@ -661,6 +819,21 @@ def coverage(case: dict[str, Any]) -> set[str]:
         for device in spec.get("devices", []):
             for taint in device.get("taints", []):
                 found.add(f"taint {taint['effect']}")
+            if device.get("allowMultipleAllocations"):
+                found.add("allowMultipleAllocations")
+            for capacity in device.get("capacity", {}).values():
+                policy = capacity.get("requestPolicy") or {}
+                if "default" in policy:
+                    found.add("requestPolicy default")
+                if "validValues" in policy:
+                    found.add("requestPolicy validValues")
+                if policy.get("validRange", {}).get("step"):
+                    found.add("requestPolicy validRange step")
+                    if "." in policy["validRange"]["step"]:
+                        found.add("fractional validRange")
+            for key in ("bindingConditions", "bindingFailureConditions", "bindsToNode"):
+                if device.get(key):
+                    found.add(key)
         pool = (spec["driver"], spec["pool"]["name"])
         generation = spec["pool"]["generation"]
         generations.setdefault(pool, set()).add(generation)

@@ -1,7 +1,7 @@
 """Differential tests: our allocator against the upstream structured allocator (k8s.io/dynamic-resource-allocation
 v0.37.2, Kubernetes 1.37.2) built by tests/oracle.
 
-Every generated case is a small cluster (1-4 nodes, 0-8 devices per node) and one pod; per node, our verdict
+Every generated case is a small cluster (1-4 nodes, 0-10 devices per node) and one pod; per node, our verdict
 (feasible with these devices / infeasible / error) must equal upstream's, and every allocation we make must be
 valid on its own (`harness.validate_allocation`: selectable, free, reachable, tolerated, constraints and
 shared counters respected, no device twice, counts and `All` complete, at most 32 devices per claim).
@@ -19,18 +19,29 @@ Features covered (`strategies.FEATURES`; `test_generator_covers_every_feature` c
   already allocated claim of the pod (allocation.nodeSelector by node name, by label, or none), shared with
   another pod; other pods' allocations (some with adminAccess);
 - slices by nodeName, nodeSelector and allNodes; pool generations (a stale older slice, sometimes on another
-  node); incomplete pools (resourceSliceCount above the slices present); invalid pools (duplicate names).
+  node); incomplete pools (resourceSliceCount above the slices present); invalid pools (duplicate names);
+- consumable capacity (a third of the cases): GPUs with allowMultipleAllocations, requestPolicy default /
+  validValues / validRange with step (one fractional, milli-unit arithmetic), requests with capacity.requests,
+  other claims' shares (shareID, consumedCapacity) and whole-device holds of shareable devices, counters of a
+  shared partitionable device; binding conditions (a sixth): bindingConditions, bindingFailureConditions,
+  bindsToNode (pools with them come last).
 
-Feature profiles (`strategies.PROFILES`), each case runs under both unless it uses distinctAttribute:
-- "incubating": Kubernetes 1.37 defaults (consumableCapacity and deviceBindingAndStatus on). Upstream sorts
-  pools and slices by name and searches combinations, our order: verdicts and the devices chosen must be equal.
-- "stable": the extender's documented set (consumableCapacity, deviceBindingAndStatus off). Upstream visits a
+The generator is balanced so that over a third of node verdicts are feasible (device choices can only differ
+where there is an allocation); the summary line gives the split per profile.
+
+Feature profiles (`strategies.PROFILES`), each case runs under both unless it uses distinctAttribute, and our
+allocator runs with the same gates as upstream's under each (`harness.our_features`):
+- "incubating": Kubernetes 1.37 defaults (consumableCapacity, deviceBindingAndStatus and
+  fractionalCapacityRange on). Upstream sorts pools and slices by name and searches combinations, our order:
+  verdicts and the devices chosen (with the capacity each share consumes) must be equal.
+- "stable": consumableCapacity, deviceBindingAndStatus, fractionalCapacityRange off. Upstream visits a
   node's pools in Go map order, so on nodes with devices from several pools the stable allocator may meet a
   failing selector (error) or a violated All-mode constraint before or after a solution: there ours must be
   one of the kinds upstream gives over 40-200 reruns. distinctAttribute does not exist under this profile (the
   API server drops the field), so such cases only run under "incubating". Where ours equals the incubating
-  verdict but stable differs (its allocator adds every pool's sharedCounters slices to every node), the
-  difference is reported as "upstream-differs", not as ours.
+  allocator's verdict on the case as the stable one reads it (`strategies.stable_reference`: no capacity
+  requests, shares or devices with bindingConditions) but stable differs (its allocator adds every pool's
+  sharedCounters slices to every node), the difference is reported as "upstream-differs", not as ours.
 
 Running (the oracle needs Go; these tests skip without it, except with CI=true, where they fail):
     .venv/bin/pytest -m oracle tests/differential                        # 2000 seeded cases + Hypothesis
@@ -57,7 +68,14 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis.control import current_build_context
 
 from tests.differential import harness as h
-from tests.differential.strategies import FEATURES, coverage, diff_cases, profiles_for, random_cases
+from tests.differential.strategies import (
+    FEATURES,
+    coverage,
+    diff_cases,
+    profiles_for,
+    random_cases,
+    stable_reference,
+)
 from tests.oracle.oracle import OracleBuildError, OracleUnavailableError, ensure_oracle_binary, run_scenarios
 
 # Differential against the upstream allocator; also the replay of its stored verdicts and the generator checks.
@@ -97,9 +115,14 @@ def _stream_rerun(stream: h.OracleStream) -> h.Rerun:
 
 
 def _stream_findings(stream: h.OracleStream, case: dict[str, Any], profiles: list[str]) -> list[h.Finding]:
-    run = h.run_ours(case)
+    runs = h.run_profiles(case, profiles)
     upstream = {profile: h.upstream_verdicts(stream.run(h.scenario_for(case, profile))) for profile in profiles}
-    return h.compare_case(case, run, upstream, lambda: h.stable_kinds(case, run, _stream_rerun(stream)))
+    run = next(iter(runs.values()))
+
+    def reference() -> dict[str, h.Verdict]:
+        return h.upstream_verdicts(stream.run(h.scenario_for(stable_reference(case), "incubating")))
+
+    return h.compare_case(case, runs, upstream, lambda: h.stable_kinds(case, run, _stream_rerun(stream)), reference)
 
 
 def _save(stream: h.OracleStream, case: dict[str, Any], finding: h.Finding) -> Path:
@@ -128,15 +151,23 @@ def test_bulk_random_scenarios(oracle_binary: Path, oracle_stream: h.OracleStrea
         upstream[index][profile] = h.upstream_verdicts(result)
 
     verdicts: collections.Counter[str] = collections.Counter()
+    per_profile: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     problems: list[tuple[dict[str, Any], h.Finding]] = []
     upstream_differs: list[tuple[str, h.Finding]] = []
     ours_started = time.monotonic()
     for index, case in enumerate(cases):
-        run = h.run_ours(case)
-        for outcome in run.outcomes.values():
-            verdicts[h.our_verdict(outcome)["kind"]] += 1
-        kinds = lambda case=case, run=run: h.stable_kinds(case, run, _batch_rerun)  # noqa: E731
-        for finding in h.compare_case(case, run, upstream[index], kinds):
+        runs = h.run_profiles(case, upstream[index])
+        for profile, run in runs.items():
+            for outcome in run.outcomes.values():
+                kind = h.our_verdict(outcome)["kind"]
+                verdicts[kind] += 1
+                per_profile[profile][kind] += 1
+        first = next(iter(runs.values()))
+        kinds = lambda case=case, run=first: h.stable_kinds(case, run, _batch_rerun)  # noqa: E731
+        reference = lambda case=case: h.upstream_verdicts(  # noqa: E731
+            run_scenarios([h.scenario_for(stable_reference(case), "incubating")])[0]
+        )
+        for finding in h.compare_case(case, runs, upstream[index], kinds, reference):
             if finding.kind == "upstream-differs":
                 upstream_differs.append((case["name"], finding))
             else:
@@ -159,9 +190,11 @@ def test_bulk_random_scenarios(oracle_binary: Path, oracle_stream: h.OracleStrea
         saved.append(f"{path.name} (from {case['name']}): {finding.kind} {finding.profile} {finding.message[:300]}")
 
     elapsed = time.monotonic() - started
+    total = sum(verdicts.values())
     summary = (
         f"differential: {len(cases)} cases (seed {SEED}), {len(jobs)} upstream evaluations, "
-        f"{sum(verdicts.values())} node verdicts of ours {dict(verdicts)}; oracle {oracle_seconds:.1f}s, "
+        f"{total} node verdicts of ours {dict(verdicts)} ({verdicts['feasible'] / max(total, 1):.1%} feasible; "
+        f"per profile { ({p: dict(c) for p, c in sorted(per_profile.items())}) }); oracle {oracle_seconds:.1f}s, "
         f"ours {ours_seconds:.1f}s, total {elapsed:.1f}s; {len(problems)} problems, "
         f"{len(upstream_differs)} stable-vs-incubating differences"
     )

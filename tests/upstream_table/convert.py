@@ -191,6 +191,9 @@ def node_result(
                         "pool": r["pool"],
                         "device": r["device"],
                         "adminAccess": bool(r.get("adminAccess")),
+                        # a share (the oracle's `shared`) and what it consumes, compared as the differential does
+                        "shared": bool(r.get("shareID")),
+                        "consumedCapacity": r.get("consumedCapacity") or {},
                     }
                     for r in result["devices"].get("results") or []
                 ],

@@ -47,6 +47,16 @@ def out_of_scope(case: Mapping[str, Any]) -> str:
     return OUT_OF_SCOPE_CASES.get(case["name"], "")
 
 
+# Cases whose exported JSON cannot carry a quantity exactly: what a share consumes is not compared there (the
+# verdict and the devices still are). The table's Go values are right; json.Marshal of those Quantities is
+# lossy, so both sides would compare numbers the case does not hold.
+CONSUMED_CAPACITY_NOT_COMPARED: Mapping[str, str] = {
+    "consumable-capacity-requests-are-not-modified": (
+        'its 10^21 request and default are exported as "1" by json.Marshal of the Quantity, so the capacity '
+        "a share consumes in the export is not the case's"
+    ),
+}
+
 # --- known disagreements -------------------------------------------------------------------------------------
 
 
