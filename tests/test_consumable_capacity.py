@@ -365,3 +365,5 @@ def test_filter_over_http_with_a_malformed_request_policy_fails_that_node_only()
     node = client.get("/diagnostics/nodes/bad")
     assert node.status_code == 200
     assert [device["state"] for device in node.get_json()["devices"]] == ["unusable"]
+    (device,) = node.get_json()["devices"]
+    assert "malformed requestPolicy" in device["why"] and "validRange.step" in device["why"], device

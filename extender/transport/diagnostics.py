@@ -193,7 +193,8 @@ class DeviceStates:
     allocator); in-flight: held for a pod not yet bound; tainted: free but a NoSchedule/NoExecute taint keeps
     pods without a toleration away; partial: a device that can be shared (allowMultipleAllocations) with holders,
     or a free partitionable device whose pool's shared counters are partly consumed by its siblings (upstream
-    allocator_experimental.go, checkAvailableCounters); unusable: its pool is incomplete or invalid.
+    allocator_experimental.go, checkAvailableCounters); unusable: its pool is incomplete or invalid, or the
+    device itself cannot be allocated (e.g. a malformed capacity requestPolicy).
     """
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
@@ -233,7 +234,7 @@ class DeviceStates:
         held = self._allocated.get(device.key)
         if held and not device.allow_multiple_allocations:
             return IN_FLIGHT if device.key in self._in_flight else ALLOCATED
-        if not usable:
+        if not usable or device.unusable_reason:
             return UNUSABLE
         if device.taints and any(t.effect in BLOCKING_TAINT_EFFECTS for t in device.taints):
             return TAINTED
@@ -248,7 +249,7 @@ class DeviceStates:
             claims = ", ".join(h.claim for h in held)
             return f"held by {claims}" + (", pod not bound yet" if state == IN_FLIGHT else "")
         if state == UNUSABLE:
-            return "its pool is incomplete or invalid"
+            return device.unusable_reason or "its pool is incomplete or invalid"
         if state == TAINTED:
             blocking = [t for t in device.taints if t.effect in BLOCKING_TAINT_EFFECTS]
             return "taint " + ", ".join(f"{t.key}={t.value}:{t.effect}" for t in blocking)
