@@ -283,6 +283,16 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             return True
         return False
 
+    def on_pending_socket_readable(self, conn: Any, client: Any) -> None:
+        if client.fileno() < 0:  # evicted by accept() earlier in the same batch of poller events: already closed
+            return
+        super().on_pending_socket_readable(conn, client)
+
+    def on_client_socket_readable(self, conn: Any, client: Any) -> None:
+        if client.fileno() < 0:  # as above, for a kept-alive connection
+            return
+        super().on_client_socket_readable(conn, client)
+
     # --- one request (pool threads) -----------------------------------------------------------------------------
 
     def handle(self, conn: BoundedConn) -> Any:
