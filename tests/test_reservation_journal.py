@@ -16,6 +16,7 @@ from extender.state.core import parse_pod
 from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.reservations import ReservationLedger
 from extender.state.sources import SnapshotSource
+from extender.transport.app import create_app
 from testkit import builders as b
 from tests.support.quota import ONE_QUEUE_KEY as KEY
 from tests.support.quota import one_queue_objects
@@ -76,6 +77,8 @@ def test_a_restarted_service_holds_what_the_previous_one_promised(tmp_path: Path
     new = service_with(path, [*objects, first])  # the same API objects: nothing shows the binding
     assert new.restored_reservations == 1
     assert new.quota_view().reserved == {KEY: 2}
+    metrics = create_app(new).test_client().get("/metrics").get_data(as_text=True)
+    assert "dra_extender_reservations_restored 1.0" in metrics
     second = new.filter(parse_pod(gpu_pod("second", template="two")), NODES)
     assert not second.passed and {v.category for v in second.verdicts.values()} == {"quota-exhausted"}
 
