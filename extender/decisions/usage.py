@@ -145,8 +145,8 @@ def pending_charges(
     """What the pod's claims without an allocation would take on `node_name`, by quota resource: the
     allocator's answer for that node alone, charged as filter charges it (decide_quota's node_charges). The
     scheduler's extended-resource claim counts while PreBind has not written it yet (only the resources DRA
-    serves on that node: a device plugin's are charged by pod_usage from the node's allocatable). Nothing when
-    the claims do not fit there."""
+    serves on that node: a device plugin's are charged by pod_usage from the node's allocatable). When the view
+    shows the node too full, what they take on the node alone; nothing when they could not fit even there."""
     node = snapshot.nodes.get(node_name)
     if node is None:
         return {}
