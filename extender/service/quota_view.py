@@ -36,8 +36,10 @@ class QuotaView:
     reservations: tuple[Reservation, ...]
     ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved
     at: float  # the reservation clock when the view was taken (for "expires in")
-    # usage of pods counted before their binding shows (nominated, in PreBind), by pod key
+    # placed pods' charges usage does not show yet (nominated, or claims not seen allocated), by pod key: only
+    # of pods without a reservation; in the ledger, not in `usage`
     unbound_usage: Mapping[str, tuple[tuple[QuotaKey, Fraction], ...]] = field(default_factory=dict)
+    provisional: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # their sum
 
     @property
     def governed(self) -> bool:
