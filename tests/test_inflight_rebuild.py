@@ -31,8 +31,8 @@ def nominated(name: str, node: str, *, claim_name: str = "") -> list[dict[str, A
 def test_restarted_service_counts_a_nominated_pod_on_its_node() -> None:
     service = engine_for([*quota_objects(nominal=2), *nominated("first", NODES[0])])
     view = service.quota_view()
-    assert view.usage == {KEY: 2}, "the nominated pod's two GPUs are charged on its node"
-    assert service.usage_index.unbound()["team-a/first"].node == NODES[0]
+    assert view.provisional == {KEY: 2} and view.usage == {}, "the nominated pod's two GPUs are charged on its node"
+    assert service.provisional_index.unbound()["team-a/first"].node == NODES[0]
     second = service.filter(parse_pod(gpu_pod("second", template="two")), NODES)
     assert not second.passed, "quota 2 is taken by the pod being bound"
     assert {v.category for v in second.verdicts.values()} == {"quota-exhausted"}
@@ -49,7 +49,18 @@ def test_pod_without_nomination_is_not_counted() -> None:
     pod, claim = nominated("first", NODES[0])
     del pod["status"]["nominatedNodeName"]
     service = engine_for([*quota_objects(nominal=2), pod, claim])
-    assert service.quota_view().usage == {}
+    view = service.quota_view()
+    assert view.usage == {} and view.provisional == {}
+
+
+def counted(service) -> dict:
+    """Everything the quota ledger charges: usage, reservations, and placed pods' charges usage does not show."""
+    view = service.quota_view()
+    total: dict = {}
+    for part in (view.usage, view.reserved, view.provisional):
+        for key, amount in part.items():
+            total[key] = total.get(key, 0) + amount
+    return total
 
 
 def test_reservation_turns_into_usage_once_nominated_and_is_never_counted_twice() -> None:
@@ -63,8 +74,8 @@ def test_reservation_turns_into_usage_once_nominated_and_is_never_counted_twice(
     assert view.reserved == {KEY: 2} and view.usage == {}
     service.store.apply("Pod", "MODIFIED", pod)  # kube-scheduler wrote nominatedNodeName
     view = service.quota_view()
-    assert view.usage == {KEY: 2} and view.reserved == {}
-    assert service.released_reservations.get("nominated") == 1
+    assert view.reserved == {KEY: 2} and view.provisional == {}, "the reservation covers it: not twice"
+    assert counted(service) == {KEY: 2}
     # PreBind allocates and reserves the claim, then the binding shows: still two, never four.
     allocated = b.claim(
         "first-gpu",
@@ -76,11 +87,12 @@ def test_reservation_turns_into_usage_once_nominated_and_is_never_counted_twice(
         reserved_for=[("first", pod["metadata"]["uid"])],
     )
     service.store.apply("ResourceClaim", "MODIFIED", allocated)
-    assert service.quota_view().usage == {KEY: 2}
+    assert counted(service) == {KEY: 2}
     bound = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"}, node_name=NODES[0])
     service.store.apply("Pod", "MODIFIED", bound)
     view = service.quota_view()
-    assert view.usage == {KEY: 2} and view.reserved == {} and service.usage_index.unbound() == {}
+    assert view.usage == {KEY: 2} and view.reserved == {} and view.provisional == {}
+    assert service.released_reservations == {"bound": 1}
 
 
 def test_claims_reserved_for_an_unbound_pod_are_counted_after_a_restart() -> None:
@@ -102,20 +114,20 @@ def test_claims_reserved_for_an_unbound_pod_are_counted_after_a_restart() -> Non
 
 def test_a_nominated_pod_seen_bound_before_its_allocation_still_counts() -> None:
     """Pods and claims arrive on separate watches (and reconnect separately after a reset): the binding can show
-    before the allocation PreBind wrote earlier. The reservation was let go at the nomination, so usage must keep
-    charging the pod on its node until the allocation shows; the chaos test over-committed here (7 of 6)."""
+    before the allocation PreBind wrote earlier. The pod must stay charged until the allocation shows; on the
+    issue 15 branch the reservation was let go at the nomination and the pod then counted as nothing (the chaos
+    test over-committed here, 7 of 6)."""
     service = engine_for(quota_objects(nominal=2))
     pod, claim = nominated("first", NODES[0])
     plain = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"})
     service.store.apply("ResourceClaim", "ADDED", claim)
     service.store.apply("Pod", "ADDED", plain)
     assert service.filter(parse_pod(plain), NODES).passed == NODES
-    service.store.apply("Pod", "MODIFIED", pod)  # nominated: the reservation turns into usage
-    assert service.quota_view().reserved == {}
+    service.store.apply("Pod", "MODIFIED", pod)  # nominated
+    assert counted(service) == {KEY: 2}
     bound = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"}, node_name=NODES[0])
     service.store.apply("Pod", "MODIFIED", bound)  # the claims watch has not delivered the allocation yet
-    view = service.quota_view()
-    assert view.usage == {KEY: 2}, "bound on its node: still charged while the allocation is not seen"
+    assert counted(service) == {KEY: 2}, "bound on its node: still charged while the allocation is not seen"
     second = service.filter(parse_pod(gpu_pod("second", template="two")), NODES)
     assert not second.passed
     allocated = b.claim(
@@ -128,7 +140,8 @@ def test_a_nominated_pod_seen_bound_before_its_allocation_still_counts() -> None
         reserved_for=[("first", pod["metadata"]["uid"])],
     )
     service.store.apply("ResourceClaim", "MODIFIED", allocated)
-    assert service.quota_view().usage == {KEY: 2}, "never twice"
+    assert counted(service) == {KEY: 2}, "never twice"
+    assert service.quota_view().usage == {KEY: 2}
 
 
 def test_a_restarted_service_counts_a_bound_pod_whose_claim_is_not_listed_allocated_yet() -> None:
@@ -137,7 +150,7 @@ def test_a_restarted_service_counts_a_bound_pod_whose_claim_is_not_listed_alloca
     bound = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"}, node_name=NODES[1])
     claim = b.claim("first-gpu", "team-a", [b.exact_request("gpu", 2)], owner_uid=bound["metadata"]["uid"])
     service = engine_for([*quota_objects(nominal=2), bound, claim])
-    assert service.quota_view().usage == {KEY: 2}
+    assert service.quota_view().provisional == {KEY: 2}
     assert not service.filter(parse_pod(gpu_pod("second", template="two")), NODES).passed
 
 
@@ -157,7 +170,8 @@ def test_pending_charge_when_the_view_shows_the_node_full() -> None:
     )
     objects = [*quota_objects(nominal=8), b.claim_template("four", "team-a", [b.exact_request("gpu", 4)])]
     service = engine_for([*objects, full, old_claim, *nominated("first", NODES[0])])
-    assert service.quota_view().usage == {KEY: 6}
+    view = service.quota_view()
+    assert view.usage == {KEY: 4} and view.provisional == {KEY: 2}
 
 
 def test_a_pod_deleted_before_the_next_reconcile_gives_its_quota_back_at_once() -> None:

@@ -7,7 +7,6 @@ import argparse
 from fractions import Fraction
 from pathlib import Path
 
-import orjson
 import yaml
 
 from extender import cli
@@ -16,6 +15,7 @@ from extender.state.core import parse_pod
 from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.reservations import ReservationLedger
 from extender.state.sources import SnapshotSource
+from extender.transport.app import create_app
 from testkit import builders as b
 from tests.support.quota import ONE_QUEUE_KEY as KEY
 from tests.support.quota import one_queue_objects
@@ -78,6 +78,8 @@ def test_a_restarted_service_holds_what_the_previous_one_promised(tmp_path: Path
     new = service_with(path, [*objects, first])  # the same API objects: nothing shows the binding
     assert new.restored_reservations == 1
     assert new.quota_view().reserved == {KEY: 2}
+    metrics = create_app(new).test_client().get("/metrics").get_data(as_text=True)
+    assert "dra_extender_reservations_restored 1.0" in metrics
     second = new.filter(parse_pod(gpu_pod("second", template="two")), NODES)
     assert not second.passed and {v.category for v in second.verdicts.values()} == {"quota-exhausted"}
 
@@ -98,7 +100,7 @@ def test_a_restarted_service_holds_what_the_previous_one_promised(tmp_path: Path
     new.store.apply("Pod", "MODIFIED", bound)
     view = new.quota_view()
     assert view.usage == {KEY: 2} and view.reserved == {}
-    assert orjson.loads(path.read_bytes())["reservations"] == []
+    assert ReservationJournal(path).load() == []
 
 
 def test_an_unreadable_journal_is_ignored(tmp_path: Path) -> None:
@@ -131,3 +133,25 @@ def test_serve_with_a_live_source_journals_per_listen_address() -> None:
     assert cli._journal(argparse.Namespace(command="explain", listen=""), config, binder=object()) is None
     off = ExtenderConfig(reservations=type(config.reservations)(journal=""))
     assert cli._journal(serve, off, binder=object()) is None
+
+
+def test_a_torn_last_line_is_skipped_and_the_file_stays_small(tmp_path: Path) -> None:
+    """One line per change, appended; a process killed mid-write leaves a torn last line, skipped on replay. The
+    file is rewritten as the live records once the lines outnumber them (twice, plus COMPACT_SLACK)."""
+    path = tmp_path / "journal.json"
+    journal = ReservationJournal(path)
+    ledger = ReservationLedger(60, sink=journal)
+    for i in range(600):
+        ledger.reserve(f"uid-{i % 3}", f"team-a/p{i % 3}", "team-a", {KEY: Fraction(1)})
+    assert len(path.read_bytes().splitlines()) < 600, "compacted"
+    with path.open("ab") as file:
+        file.write(b'{"op": "put", "podUID": "uid-torn", "po')
+    restarted = ReservationJournal(path)  # the next process
+    loaded = restarted.load()
+    assert sorted(r.pod_uid for r in loaded) == ["uid-0", "uid-1", "uid-2"]
+    fresh = ReservationLedger(60, sink=restarted)
+    for item in loaded:
+        fresh.restore(item.pod_uid, item.pod_key, item.cluster_queue, item.charges, item.remaining_seconds)
+    fresh.release("uid-1")
+    assert path.read_bytes().count(b"uid-torn") == 0, "its first write rewrote the file whole"
+    assert sorted(r.pod_uid for r in ReservationJournal(path).load()) == ["uid-0", "uid-2"]

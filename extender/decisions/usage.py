@@ -146,8 +146,8 @@ def pending_charges(
     """What the pod's claims without an allocation would take on `node_name`, by quota resource: the
     allocator's answer for that node alone, charged as filter charges it (decide_quota's node_charges). The
     scheduler's extended-resource claim counts while PreBind has not written it yet (only the resources DRA
-    serves on that node: a device plugin's are charged by pod_usage from the node's allocatable). Nothing when
-    the claims do not fit there."""
+    serves on that node: a device plugin's are charged by pod_usage from the node's allocatable). When the view
+    shows the node too full, what they take on the node alone; nothing when they could not fit even there."""
     node = snapshot.nodes.get(node_name)
     if node is None:
         return {}
@@ -189,38 +189,91 @@ def _without_allocations(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 
 
 def pod_usage(
-    snapshot: ClusterSnapshot,
-    pod: Pod,
-    context: QuotaContext,
-    *,
-    matcher: DeviceMatcher | None = None,
-    pending_demand: PendingDemand | None = None,
+    snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, *, matcher: DeviceMatcher | None = None
 ) -> PodUsage | None:
     """What a bound (or being bound) pod holds: its claims' allocations charged as filter charges them
     (devices, or the counters and capacity of the devices actually allocated), in the flavor Kueue admitted
-    its Workload to, else the first flavor of the node the pod may use.
-
-    Pods in PreBind (claims reserved for them) count on that node; pods kube-scheduler nominated count there
-    too, so a restarted or newly elected extender counts pods another one let through and kube-scheduler is
-    still binding. Claims of a placed pod (bound or nominated) that the view does not show allocated yet are
-    charged by `pending_demand`: pods and claims come on separate watches, which deliver (and, after a reset,
-    resume) independently, so the binding can show before the allocation PreBind wrote ahead of it, and a
-    reservation let go at the nomination must not leave the pod counted as nothing meanwhile."""
+    its Workload to, else the first flavor of the node the pod may use."""
     if pod.is_terminal or not (pod.claims or pod.extended_claim_name or pod.extended_requests):
         return None
-    node_name = pod.node_name or in_flight_node(snapshot, pod) or nominated_node(pod)
+    node_name = pod.node_name or in_flight_node(snapshot, pod)
     if not node_name:
         return None
-    claim_keys: list[str] = []
-    amounts: dict[QuotaKey, Fraction] = {}
+    claim_keys, amounts, _unallocated = _allocated_charges(snapshot, pod, context, node_name, matcher)
+    if not claim_keys and not amounts:
+        return None
+    workload = own_workload(snapshot, pod, cluster_queue_of(pod, context))
+    return PodUsage(
+        node_name,
+        tuple(claim_keys),
+        tuple(amounts.items()),
+        workload=workload.key if workload is not None else "",
+        owners=tuple(uid for uid in (pod.uid, *pod.owner_uids) if uid),
+    )
+
+
+def provisional_usage(
+    snapshot: ClusterSnapshot,
+    pod: Pod,
+    context: QuotaContext,
+    pending_demand: PendingDemand,
+    *,
+    matcher: DeviceMatcher | None = None,
+) -> PodUsage | None:
+    """What a placed pod is about to hold that `pod_usage` does not count yet, on the node it is placed on.
+
+    Placed: bound, in PreBind (claims reserved for it), or nominated (status.nominatedNodeName, written by
+    kube-scheduler before PreBind since 1.35). Not counted yet: a nominated pod's claims, allocated or not, and
+    any placed pod's claims the view does not show allocated (charged by `pending_demand`, what the allocator
+    gives them on that node). Pods and claims come on separate watches, which deliver (and, after a reset or a
+    relist, resume) independently, so the binding can show before the allocation PreBind wrote ahead of it; and
+    a restarted or newly elected extender sees what kube-scheduler is binding for another one only this way.
+    The service counts it for pods it holds no reservation of (the reservation already covers them), and never
+    against the pod itself. Always returned for a placed pod (amounts may be empty), so its claim events
+    re-attribute it. PodUsage.bound is False: these are the "unbound" charges of UsageIndex."""
+    if pod.is_terminal or not (pod.claims or pod.extended_claim_name or pod.extended_requests):
+        return None
+    counted = pod.node_name or in_flight_node(snapshot, pod)
+    node_name = counted or nominated_node(pod)
+    if not node_name:
+        return None
+    claim_keys, allocated, unallocated = _allocated_charges(snapshot, pod, context, node_name, matcher)
+    amounts: dict[QuotaKey, Fraction] = {} if counted else allocated
     cq_name = cluster_queue_of(pod, context)
     cluster_queue = context.cluster_queues.get(cq_name) if cq_name else None
     node = snapshot.nodes.get(node_name)
+    if cluster_queue is not None and node is not None and unallocated:
+        admitted = _admitted_flavors(snapshot, pod, cq_name)
+        for resource, amount in pending_demand(snapshot, pod, node_name, context).items():
+            flavor = admitted.get(resource) or context.node_flavor(cluster_queue, resource, node, pod.tolerations)
+            if flavor is None:
+                continue
+            quota_key = (cluster_queue.name, flavor, resource)
+            amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + amount
+    return PodUsage(node_name, tuple(claim_keys), tuple(amounts.items()), bound=False)
+
+
+def _admitted_flavors(snapshot: ClusterSnapshot, pod: Pod, cq_name: str | None) -> dict[str, str]:
+    """The flavors Kueue admitted the pod's Workload to, by resource (when it was admitted to the pod's queue)."""
     admitted: dict[str, str] = {}
     workload = own_workload(snapshot, pod, cq_name)
     if workload is not None and workload.admission is not None:
         for assignment in workload.admission.pod_set_assignments:
             admitted.update(assignment.flavors)
+    return admitted
+
+
+def _allocated_charges(
+    snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, node_name: str, matcher: DeviceMatcher | None
+) -> tuple[list[str], dict[QuotaKey, Fraction], bool]:
+    """(claim keys read, charges of what is allocated on `node_name`, whether a claim is missing or not allocated
+    yet, the scheduler's extended-resource claim included)."""
+    claim_keys: list[str] = []
+    amounts: dict[QuotaKey, Fraction] = {}
+    cq_name = cluster_queue_of(pod, context)
+    cluster_queue = context.cluster_queues.get(cq_name) if cq_name else None
+    node = snapshot.nodes.get(node_name)
+    admitted = _admitted_flavors(snapshot, pod, cq_name)
     unallocated = bool(pod.extended_requests) and not pod.extended_claim_name  # its claim not written yet
     for claim, key, generated in _claims_of(snapshot, pod):
         if key:
@@ -281,20 +334,4 @@ def pod_usage(
                 continue
             quota_key = (cluster_queue.name, flavor, quota_name)
             amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
-    if cluster_queue is not None and node is not None and pending_demand is not None and unallocated:
-        for resource, amount in pending_demand(snapshot, pod, node_name, context).items():
-            flavor = admitted.get(resource) or context.node_flavor(cluster_queue, resource, node, pod.tolerations)
-            if flavor is None:
-                continue
-            quota_key = (cluster_queue.name, flavor, resource)
-            amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + amount
-    if not claim_keys and not amounts:
-        return None
-    return PodUsage(
-        node_name,
-        tuple(claim_keys),
-        tuple(amounts.items()),
-        bound=bool(pod.node_name),
-        workload=workload.key if workload is not None else "",
-        owners=tuple(uid for uid in (pod.uid, *pod.owner_uids) if uid),
-    )
+    return claim_keys, amounts, unallocated

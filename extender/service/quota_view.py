@@ -40,8 +40,10 @@ class QuotaView:
     # total, and per Workload key (its own pods are decided without it).
     admitted_holds: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
     workload_holds: Mapping[str, Mapping[QuotaKey, Fraction]] = field(default_factory=dict)
-    # usage of pods counted before their binding shows (nominated, in PreBind), by pod key
+    # placed pods' charges usage does not show yet (nominated, or claims not seen allocated), by pod key: only
+    # of pods without a reservation; in the ledger, not in `usage`
     unbound_usage: Mapping[str, tuple[tuple[QuotaKey, Fraction], ...]] = field(default_factory=dict)
+    provisional: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # their sum
 
     @property
     def governed(self) -> bool:

@@ -8,8 +8,6 @@ quota view.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from extender.decisions.usage import in_flight_node
 from extender.state.core import Pod
 from extender.state.reservations import Reservation
@@ -19,16 +17,11 @@ KEEP = "pending"  # not seen in the view yet
 SEEN = "seen"  # in the view, not bound: keep, and remember it was seen (its disappearance means deletion)
 
 
-def reservation_state(snapshot: ClusterSnapshot, unbound: Mapping[str, object], reservation: Reservation) -> str:
-    """KEEP, SEEN, or the reason to release it: "bound", "nominated", "finished", "deleted".
-
-    `unbound`: pods usage counts on a node before their binding shows (keyed by pod key)."""
+def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation) -> str:
+    """KEEP, SEEN, or the reason to release it: "bound", "finished", "deleted"."""
     pod = snapshot.pods.get(reservation.pod_key)
     if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
         return "deleted" if reservation.seen else KEEP
-    if pod.nominated_node_name and not pod.node_name and pod.key in unbound:
-        # kube-scheduler nominated it (binding cycle started): usage charges it on that node from now on.
-        return "nominated"
     if (
         (pod.node_name or in_flight_node(snapshot, pod))
         and all(

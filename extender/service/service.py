@@ -31,7 +31,7 @@ from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_qu
 from extender.decisions.quota_decision import CATEGORY_QUOTA
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import cluster_queue_of, pending_charges, pod_usage
+from extender.decisions.usage import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -109,6 +109,8 @@ class SchedulingService:
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
         self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
+        # Placed pods' charges usage does not show yet (decisions/usage.py provisional_usage), kept the same way.
+        self.provisional_index = UsageIndex()
         # With a journal (state/reservation_journal.py), the ledger outlives this process: kube-scheduler may
         # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
         self.journal = journal
@@ -229,15 +231,13 @@ class SchedulingService:
         snapshot = self.snapshot()
         context = self.quota_context(snapshot)
         matcher = self.matcher
-        usage = self.usage_index.totals(
-            snapshot,
-            context,
-            lambda at, pod: pod_usage(at, pod, context, matcher=matcher, pending_demand=self._pending_demand),
+        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
+        pending = self._pending_demand
+        self.provisional_index.totals(
+            snapshot, context, lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher)
         )
-        # Usage first: a reservation of a pod that usage already counts (nominated, or in PreBind) is let go.
-        unbound = self.usage_index.unbound()
         expired = False
-        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot, unbound)):
+        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot)):
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
@@ -251,17 +251,26 @@ class SchedulingService:
         reserved = self.reservations.totals()
         reservations = tuple(self.reservations.all())
         admitted_holds, workload_holds = self._admission_holds(snapshot, context, reservations)
+        # What placed pods are about to hold that usage does not show yet, for pods this process holds no
+        # reservation of (a reservation covers its pod until the allocation shows: never counted twice).
+        held = {reservation.pod_key for reservation in reservations}
+        unbound = {key: counted.amounts for key, counted in self.provisional_index.unbound().items() if key not in held}
+        provisional: dict[QuotaKey, Fraction] = {}
+        for amounts in unbound.values():
+            for quota_key, amount in amounts:
+                provisional[quota_key] = provisional.get(quota_key, Fraction(0)) + amount
         return QuotaView(
             snapshot=snapshot,
             context=context,
             usage=usage,
             reserved=reserved,
             reservations=reservations,
-            ledger=context.tree.ledger(add_amounts(usage, reserved, admitted_holds)),
+            ledger=context.tree.ledger(add_amounts(usage, reserved, provisional, admitted_holds)),
             at=self.reservations.now(),
             admitted_holds=admitted_holds,
             workload_holds=workload_holds,
-            unbound_usage={key: counted.amounts for key, counted in unbound.items()},
+            unbound_usage=unbound,
+            provisional=provisional,
         )
 
     def _admission_holds(

@@ -7,21 +7,26 @@ pkg/scheduler/schedule_one.go bindingCycle, plugins/dynamicresources bindClaim).
 scheduler's rate-limited client and can lag the verdict by seconds. An extender killed in that window and
 restarted next to the same kube-scheduler (the sidecar restarting in its pod) would rebuild its view from the
 API server, find none of it, and give the same quota again. The journal closes that window: every change of
-the ledger is written (whole, to a temporary file renamed over the old one, so a reader never sees half of
-it), and a process starting on the same listen address loads what is still within its TTL. A SIGKILL cannot
-lose a completed write (the page cache outlives the process); a machine crash can, but takes kube-scheduler's
-memory with it. Expiry instants are stored as wall-clock time: the ledger's monotonic clock does not survive
-a restart.
+the ledger is appended as one JSON line (a reservation held or replaced, or let go) with one write() on an
+O_APPEND descriptor before the verb answers, and a process starting on the same listen address replays it and
+takes over what is still within its TTL. Appending keeps a change O(1) whatever the ledger holds (rewriting
+the whole ledger took 5 ms per filter with 1000 reservations held); the file is compacted (the live
+reservations written to a temporary file renamed over it) at start and whenever it holds more than twice the
+live records plus COMPACT_SLACK lines. A SIGKILL cannot lose a completed write (the page cache outlives the
+process); a torn last line is skipped on replay. A machine crash can lose writes, but takes kube-scheduler's
+memory with it. Expiry instants are stored as wall-clock time: the ledger's monotonic clock does not survive a
+restart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -33,7 +38,8 @@ from extender.state.reservations import QuotaKey, Reservation
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+COMPACT_SLACK = 512  # appended lines beyond twice the live records before the file is rewritten
 
 
 def default_journal_path(listen: str) -> Path:
@@ -59,11 +65,18 @@ class JournaledReservation:
 
 
 class ReservationJournal:
+    """Implements state/reservations.py's ReservationSink. Writes happen under the ledger's lock (in order)."""
+
     def __init__(self, path: Path | str, *, wall_clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self._wall_clock = wall_clock
         self._failing = False
+        self._fd: int | None = None
+        self._live: dict[str, dict[str, Any]] = {}  # pod uid -> its last record, for compaction
+        self._lines = 0
         self.writes = 0
+
+    # --- the previous process's records -------------------------------------------------------------------
 
     def load(self) -> list[JournaledReservation]:
         """What the previous process held and has not expired; nothing (with a log line) for an absent,
@@ -75,68 +88,130 @@ class ReservationJournal:
         except OSError as error:
             log.warning("cannot read the reservation journal %s: %s", self.path, error)
             return []
+        lines = data.split(b"\n")
         try:
-            document = orjson.loads(data)
-            if document.get("version") != FORMAT_VERSION:
-                raise ValueError(f"unknown format version {document.get('version')!r}")
-            now = self._wall_clock()
-            loaded = []
-            for item in document["reservations"]:
-                remaining = float(item["expiresAt"]) - now
+            header = orjson.loads(lines[0])
+            if not isinstance(header, dict) or header.get("version") != FORMAT_VERSION:
+                raise ValueError(f"unknown format {lines[0][:80]!r}")
+        except ValueError as error:
+            log.warning("ignoring the reservation journal %s: %s", self.path, error)
+            return []
+        records: dict[str, dict[str, Any]] = {}
+        skipped = 0
+        for line in lines[1:]:
+            if not line:
+                continue
+            try:
+                record = orjson.loads(line)
+                if record["op"] == "put":
+                    records[str(record["podUID"])] = record
+                else:
+                    records.pop(str(record["podUID"]), None)
+            except (ValueError, KeyError, TypeError):
+                skipped += 1  # a torn last line (killed mid-write) or a foreign one
+        if skipped:
+            log.warning("skipped %d unreadable lines of the reservation journal %s", skipped, self.path)
+        now = self._wall_clock()
+        loaded = []
+        for record in records.values():
+            try:
+                remaining = float(record["expiresAt"]) - now
                 if remaining <= 0:
                     continue
                 charges = {
                     (str(cq), str(flavor), str(resource)): Fraction(str(amount))
-                    for cq, flavor, resource, amount in item["charges"]
+                    for cq, flavor, resource, amount in record["charges"]
                 }
                 loaded.append(
                     JournaledReservation(
-                        str(item["podUID"]),
-                        str(item["pod"]),
-                        str(item["clusterQueue"]),
+                        str(record["podUID"]),
+                        str(record["pod"]),
+                        str(record["clusterQueue"]),
                         charges,
                         remaining,
-                        str(item.get("node", "")),
-                        bool(item.get("seen", False)),
-                        str(item.get("workload", "")),
+                        str(record.get("node", "")),
+                        bool(record.get("seen", False)),
+                        str(record.get("workload", "")),
                     )
                 )
-            return loaded
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("ignoring the reservation journal %s: %s", self.path, error)
-            return []
+            except (ValueError, KeyError, TypeError, ZeroDivisionError):
+                log.warning("skipped an unreadable reservation in the journal %s", self.path)
+        return loaded
 
-    def save(self, reservations: Iterable[Reservation], monotonic_now: float) -> None:
-        """Write the whole ledger (`monotonic_now`: the ledger's clock, to turn expiries into wall time)."""
-        offset = self._wall_clock() - monotonic_now
-        document: dict[str, Any] = {
-            "version": FORMAT_VERSION,
-            "reservations": [
-                {
-                    "podUID": r.pod_uid,
-                    "pod": r.pod_key,
-                    "clusterQueue": r.cluster_queue,
-                    "charges": [
-                        [cq, flavor, resource, str(amount)] for (cq, flavor, resource), amount in r.charges.items()
-                    ],
-                    "expiresAt": r.expires + offset,
-                    "node": r.node,
-                    "seen": r.seen,
-                    "workload": r.workload,
-                }
-                for r in reservations
+    # --- ReservationSink ----------------------------------------------------------------------------------
+
+    def put(self, reservation: Reservation, monotonic_now: float) -> None:
+        record = {
+            "op": "put",
+            "podUID": reservation.pod_uid,
+            "pod": reservation.pod_key,
+            "clusterQueue": reservation.cluster_queue,
+            "charges": [
+                [cq, flavor, resource, str(amount)] for (cq, flavor, resource), amount in reservation.charges.items()
             ],
+            "expiresAt": reservation.expires + self._wall_clock() - monotonic_now,
+            "node": reservation.node,
+            "seen": reservation.seen,
+            "workload": reservation.workload,
         }
+        self._live[reservation.pod_uid] = record
+        self._append(record)
+
+    def delete(self, pod_uid: str) -> None:
+        if self._live.pop(pod_uid, None) is not None:
+            self._append({"op": "delete", "podUID": pod_uid})
+
+    # --- the file -----------------------------------------------------------------------------------------
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self._fd is None or self._lines > 2 * len(self._live) + COMPACT_SLACK:
+            self.compact()
+            return
+        self._write(orjson.dumps(record) + b"\n")
+        self._lines += 1
+
+    def compact(self) -> None:
+        """Rewrite the file as the live records only (temporary file renamed over it), and append from there."""
+        body = b"".join(orjson.dumps(record) + b"\n" for record in self._live.values())
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            temporary.write_bytes(orjson.dumps(document))
+            temporary.write_bytes(orjson.dumps({"version": FORMAT_VERSION}) + b"\n" + body)
             os.replace(temporary, self.path)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as error:
-            if not self._failing:  # one line per outage, not one per filter
-                log.warning("cannot write the reservation journal %s: %s (a restart may forget them)", self.path, error)
-            self._failing = True
+            self._failed(error)
             return
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = fd
+        self._lines = len(self._live)
+        self._succeeded()
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None
+        try:
+            os.write(self._fd, data)
+        except OSError as error:
+            self._failed(error)
+            return
+        self._succeeded()
+
+    def _failed(self, error: OSError) -> None:
+        if not self._failing:  # one line per outage, not one per filter
+            log.warning("cannot write the reservation journal %s: %s (a restart may forget them)", self.path, error)
+        self._failing = True
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None  # the next change compacts: the file is whole again once writing works
+
+    def _succeeded(self) -> None:
         if self._failing:
             log.info("reservation journal %s written again", self.path)
         self._failing = False
         self.writes += 1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

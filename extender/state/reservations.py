@@ -39,16 +39,19 @@ class Reservation:
 
 
 class ReservationSink(Protocol):
-    """Where every change of the ledger goes (state/reservation_journal.py writes it to disk)."""
+    """Where every change of the ledger goes, in order, under the ledger's lock (state/reservation_journal.py
+    appends it to disk): a reservation held, replaced or changed (`put`), or let go (`delete`)."""
 
-    def save(self, reservations: Iterable[Reservation], monotonic_now: float) -> None: ...
+    def put(self, reservation: Reservation, monotonic_now: float) -> None: ...
+
+    def delete(self, pod_uid: str) -> None: ...
 
 
 class ReservationLedger:
     """Thread-safe. Totals are maintained incrementally so a quota check never sums all reservations.
 
-    With a `sink`, the whole ledger is handed to it after every change, under the lock (so writes are in
-    order); `restore` puts back what a previous process's sink kept."""
+    With a `sink`, every change is handed to it under the lock (so it sees them in order); `restore` puts back
+    what a previous process's sink kept."""
 
     def __init__(
         self,
@@ -63,10 +66,10 @@ class ReservationLedger:
         self.lock = threading.RLock()  # callers hold it across check-then-reserve
         self._sink = sink
 
-    def _changed(self) -> None:
+    def _put(self, reservation: Reservation) -> None:
         """Caller holds the lock."""
         if self._sink is not None:
-            self._sink.save(list(self._by_pod.values()), self._clock())
+            self._sink.put(reservation, self._clock())
 
     def restore(
         self,
@@ -82,7 +85,7 @@ class ReservationLedger:
     ) -> Reservation:
         """A reservation a previous process held, with the TTL it had left (never more than ours)."""
         with self.lock:
-            self._drop(pod_uid)
+            self._drop(pod_uid, replaced=True)
             now = self._clock()
             reservation = Reservation(
                 pod_uid,
@@ -98,7 +101,7 @@ class ReservationLedger:
             self._by_pod[pod_uid] = reservation
             for key, amount in reservation.quota_keys():
                 self._totals[key] = self._totals.get(key, Fraction(0)) + amount
-            self._changed()
+            self._put(reservation)
             return reservation
 
     def now(self) -> float:
@@ -118,7 +121,7 @@ class ReservationLedger:
         holds the pod (so its disappearance means deletion)."""
         with self.lock:
             previous = self._by_pod.get(pod_uid)
-            self._drop(pod_uid)
+            self._drop(pod_uid, replaced=True)
             now = self._clock()
             reservation = Reservation(
                 pod_uid,
@@ -133,7 +136,7 @@ class ReservationLedger:
             self._by_pod[pod_uid] = reservation
             for key, amount in reservation.quota_keys():
                 self._totals[key] = self._totals.get(key, Fraction(0)) + amount
-            self._changed()
+            self._put(reservation)
             return reservation
 
     def confirm(self, pod_uid: str, node: str) -> Reservation | None:
@@ -145,19 +148,19 @@ class ReservationLedger:
             now = self._clock()
             confirmed = replace(reservation, node=node, expires=now + self.ttl_seconds)
             self._by_pod[pod_uid] = confirmed
-            self._changed()
+            self._put(confirmed)
             return confirmed
 
     def release(self, pod_uid: str) -> Reservation | None:
         with self.lock:
-            released = self._drop(pod_uid)
-            if released is not None:
-                self._changed()
-            return released
+            return self._drop(pod_uid)
 
-    def _drop(self, pod_uid: str) -> Reservation | None:
+    def _drop(self, pod_uid: str, *, replaced: bool = False) -> Reservation | None:
+        """`replaced`: a put of the same pod follows at once (the sink needs no delete)."""
         reservation = self._by_pod.pop(pod_uid, None)
         if reservation is not None:
+            if self._sink is not None and not replaced:
+                self._sink.delete(pod_uid)
             for key, amount in reservation.quota_keys():
                 remaining = self._totals.get(key, Fraction(0)) - amount
                 if remaining:
@@ -172,8 +175,6 @@ class ReservationLedger:
             expired = [r for r in self._by_pod.values() if r.expires <= now]
             for reservation in expired:
                 self._drop(reservation.pod_uid)
-            if expired:
-                self._changed()
             return expired
 
     def reconcile(self, pod_states: Callable[[Reservation], str]) -> list[tuple[Reservation, str]]:
@@ -186,18 +187,15 @@ class ReservationLedger:
         with self.lock:
             for reservation in self.expire():
                 released.append((reservation, "expired"))
-            changed = False
             for reservation in list(self._by_pod.values()):
                 state = pod_states(reservation)
                 if state == "seen" and not reservation.seen:
-                    self._by_pod[reservation.pod_uid] = replace(reservation, seen=True)
-                    changed = True
+                    marked = replace(reservation, seen=True)
+                    self._by_pod[reservation.pod_uid] = marked
+                    self._put(marked)
                 elif state not in ("pending", "seen"):
                     self._drop(reservation.pod_uid)
                     released.append((reservation, state))
-                    changed = True
-            if changed:
-                self._changed()
         return released
 
     def get(self, pod_uid: str) -> Reservation | None:

@@ -76,6 +76,12 @@ class _StateCollector(Collector):
         for reason, count in sorted(service.released_reservations.items()):
             released.add_metric([reason], count)
         yield released
+        restored = GaugeMetricFamily(
+            "dra_extender_reservations_restored",
+            "Reservations taken over from the previous process's journal at start (reservations.journal).",
+        )
+        restored.add_metric([], service.restored_reservations)
+        yield restored
         health = service.health()
         ready = GaugeMetricFamily("dra_extender_ready", "1 when the cluster view is loaded and in sync.")
         ready.add_metric([], 1.0 if health.ready else 0.0)
