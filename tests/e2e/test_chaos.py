@@ -99,6 +99,8 @@ def chaos_plane(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> I
     started = _start(pytestconfig, e2e_binaries, "chaos")
     plane = started.plane
     proxy = TcpProxy(int(plane.server.rsplit(":", 1)[1]))
+    chaos: ChaosPlane | None = None
+    extender: Component | None = None
     try:
         plane.create_device_class()
         plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False)
@@ -115,8 +117,12 @@ def chaos_plane(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> I
         extender = start_extender(kubeconfig, port, log_dir=plane.log_dir)
         print(f"\nchaos: extender synced {BACKGROUND_PODS} unrelated pods in {time.monotonic() - started_at:.1f}s")
         plane.start_scheduler(extender_url=f"http://{LOOPBACK}:{port}")
-        yield ChaosPlane(plane, proxy, extender, kubeconfig, port)
+        chaos = ChaosPlane(plane, proxy, extender, kubeconfig, port)
+        yield chaos
     finally:
+        current = chaos.extender if chaos is not None else extender  # the last one respawned: the plane does not
+        if current is not None:  # know it, and it outlived every run before
+            current.stop()
         proxy.close()
         _finish(pytestconfig, started, "chaos")
 
