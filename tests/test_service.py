@@ -22,31 +22,15 @@ from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS
 from testkit import builders as b
+from tests.support.quota import ONE_QUEUE_KEY, one_queue_objects
 from tests.support.scenarios import (
     cluster_queue,
     engine_for,
-    flavor,
     gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY = ("team-a", "on-demand", "example.com/gpu")
-
-
-def quota_objects(nominal: int = 4) -> list[dict]:
-    return [
-        b.namespace("team-a"),
-        b.device_class(),
-        kueue_config(),
-        flavor("on-demand"),
-        *nodes_in_flavor("on-demand", 2, 4),
-        cluster_queue("team-a", {"on-demand": {"nominal": nominal}}, cohort=None),
-        local_queue("team-a", "team-a"),
-        b.claim_template("two", "team-a", [b.exact_request("gpu", 2)]),
-    ]
+KEY = ONE_QUEUE_KEY
 
 
 def metric_samples(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -67,7 +51,7 @@ def queue_row(client) -> dict:
 def test_metrics_and_diagnostics_read_the_same_quota_view():
     """Usage changes (a reservation, then a binding turning it into usage): /metrics and /diagnostics/queues agree
     at every step, because both read the service's one reconciled view."""
-    service = engine_for(quota_objects())
+    service = engine_for(one_queue_objects())
     client = create_app(service).test_client()
     labels = (("cluster_queue", "team-a"), ("flavor", "on-demand"), ("resource", "example.com/gpu"))
 
@@ -123,7 +107,7 @@ def test_metrics_and_diagnostics_read_the_same_quota_view():
 
 
 def test_refiltering_a_pod_whose_cluster_queue_was_deleted_is_a_reason_not_an_error():
-    service = engine_for(quota_objects())
+    service = engine_for(one_queue_objects())
     client = create_app(service).test_client()
     pod = gpu_pod("p1", template="two")
     body = orjson.dumps({"Pod": pod, "NodeNames": ["on-demand-0"]})
@@ -260,7 +244,7 @@ def test_bounded_memo_stays_within_its_bound_under_concurrent_writers():
 
 
 def test_service_without_a_queue_label_is_not_governed():
-    service = engine_for(quota_objects())
+    service = engine_for(one_queue_objects())
     pod = gpu_pod("p1", template="two", queue=None)
     assert QUEUE_NAME_LABEL not in pod["metadata"].get("labels", {})
     from extender.state.core import parse_pod
@@ -273,7 +257,7 @@ def test_service_without_a_queue_label_is_not_governed():
 def test_an_update_that_changes_nothing_we_read_keeps_the_quota_view():
     """Kueue rewrites a ClusterQueue's status on every admission: the parsed spec is equal, so the same quota
     context and no usage recompute (a full one walks every pod); the status itself is kept for the drift report."""
-    objects = quota_objects()
+    objects = one_queue_objects()
     service = engine_for(objects)
     view = service.quota_view()
     recomputes = service.usage_index.full_recomputes
@@ -297,7 +281,7 @@ def test_drift_report_names_an_admitted_workload_whose_pods_cannot_be_placed():
     on-demand GPU is allocated to a pod outside Kueue, so the Job's pod waits. /diagnostics/queues shows Kueue's
     reservation next to what the nodes hold, the difference as drift (also a metric), and names the Workload with
     the node-level reason."""
-    objects = quota_objects(nominal=8)
+    objects = one_queue_objects(nominal=8)
     (queue,) = [o for o in objects if o.get("kind") == "ClusterQueue"]
     queue = {
         **queue,
@@ -364,7 +348,7 @@ def test_pods_kueue_labelled_with_their_local_queue_are_governed():
     """Kueue v0.19 labels an admitted Job's pods kueue.x-k8s.io/local-queue-name (the queue-name label may be on
     the Job only): such a pod is charged to the queue like one carrying queue-name, and the admitted Workload is
     found through the pod's owner (the Job), keeping Kueue's flavor."""
-    service = engine_for(quota_objects(nominal=2))
+    service = engine_for(one_queue_objects(nominal=2))
     pod = gpu_pod("job-pod", template="two", queue=None)
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/local-queue-name": "q"}
     from extender.state.core import parse_pod

@@ -26,6 +26,7 @@ from extender.decisions.extended_resources import quota_resource
 from extender.decisions.quota_context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
 from extender.state.core import Pod
 from extender.state.dra import DeviceClass
+from extender.state.indexes.usage import add_signed
 from extender.state.kueue import Workload
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
@@ -126,13 +127,8 @@ def holds_with_reservations(
         if not admitted_amounts:
             continue
         hold = remaining_hold(admitted_amounts, usage_of(key), reserved)
-        for quota_key in set(hold) | set(new_by_workload.get(key, {})):
-            delta = hold.get(quota_key, Fraction(0)) - new_by_workload.get(key, {}).get(quota_key, Fraction(0))
-            value = new_totals.get(quota_key, Fraction(0)) + delta
-            if value:
-                new_totals[quota_key] = value
-            else:
-                new_totals.pop(quota_key, None)
+        add_signed(new_totals, new_by_workload.get(key, {}).items(), -1)
+        add_signed(new_totals, hold.items(), 1)
         if hold:
             new_by_workload[key] = hold
         else:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from extender.state.indexes.usage import UsageIndex
+from extender.state.indexes.usage import UsageIndex, add_signed
 from extender.state.kueue import Workload
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
@@ -70,16 +70,10 @@ class AdmissionHoldIndex:
             return AdmissionHolds(dict(self._totals), dict(self._holds), dict(self._admitted))
 
     def _set(self, key: str, admitted: Mapping[QuotaKey, Fraction], hold: Mapping[QuotaKey, Fraction]) -> None:
-        for quota_key, amount in self._holds.pop(key, {}).items():
-            left = self._totals.get(quota_key, Fraction(0)) - amount
-            if left:
-                self._totals[quota_key] = left
-            else:
-                self._totals.pop(quota_key, None)
+        add_signed(self._totals, self._holds.pop(key, {}).items(), -1)
         self._admitted.pop(key, None)
         if admitted:
             self._admitted[key] = dict(admitted)
         if hold:
             self._holds[key] = dict(hold)
-            for quota_key, amount in hold.items():
-                self._totals[quota_key] = self._totals.get(quota_key, Fraction(0)) + amount
+            add_signed(self._totals, hold.items(), 1)

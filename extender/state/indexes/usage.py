@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -126,10 +126,10 @@ class UsageIndex:
             self._pods_by_node[old.node].discard(key)
             for owner in old.owners:
                 self._pods_by_owner[owner].discard(key)
-            _add(self._totals, old.amounts, -1)
+            add_signed(self._totals, old.amounts, -1)
             if old.workload:
                 self._pods_by_workload[old.workload].discard(key)
-                _add(self._by_workload.setdefault(old.workload, {}), old.amounts, -1)
+                add_signed(self._by_workload.setdefault(old.workload, {}), old.amounts, -1)
                 if not self._by_workload[old.workload]:
                     del self._by_workload[old.workload]
                 self._workload_changed(old.workload)
@@ -143,10 +143,10 @@ class UsageIndex:
         self._pods_by_node[usage.node].add(key)
         for owner in usage.owners:
             self._pods_by_owner[owner].add(key)
-        _add(self._totals, usage.amounts, 1)
+        add_signed(self._totals, usage.amounts, 1)
         if usage.workload:
             self._pods_by_workload[usage.workload].add(key)
-            _add(self._by_workload.setdefault(usage.workload, {}), usage.amounts, 1)
+            add_signed(self._by_workload.setdefault(usage.workload, {}), usage.amounts, 1)
             self._workload_changed(usage.workload)
 
     def _workload_changed(self, key: str) -> None:
@@ -167,7 +167,8 @@ class UsageIndex:
             return dict(self._by_workload.get(key, {}))
 
 
-def _add(totals: dict[QuotaKey, Fraction], amounts: tuple[tuple[QuotaKey, Fraction], ...], sign: int) -> None:
+def add_signed(totals: dict[QuotaKey, Fraction], amounts: Iterable[tuple[QuotaKey, Fraction]], sign: int) -> None:
+    """totals += sign * amounts, dropping keys that reach zero (the one rule of every running total here)."""
     for quota_key, amount in amounts:
         value = totals.get(quota_key, Fraction(0)) + sign * amount
         if value:
