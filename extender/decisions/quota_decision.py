@@ -47,6 +47,9 @@ from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterSnapshot
 
+# One node's charge: (quota resource, amount) pairs, sorted; equal charges of one call are one tuple object.
+Charge = tuple[tuple[str, Fraction], ...]
+
 
 class QuotaRejection(NamedTuple):
     summary: str
@@ -375,95 +378,129 @@ def decide_quota(
     tolerations = pod.tolerations
 
     # 1. Each node's charge. Nodes differ only by the devices taken per class (or, for counter and capacity
-    # mappings, by the devices themselves): thousands of candidate nodes fall into a handful of charges.
+    # mappings, by the devices themselves): thousands of candidate nodes fall into a handful of charges, so
+    # from here on the work is per charge (and per flavor set), and per node only a lookup and an append.
+    # The allocator's shortcut hands every node it settles the same class-count tuple: keyed by its identity
+    # (alive for this call: `allocations` holds it), its charge costs one lookup per node.
+    nodes = snapshot.nodes
     per_node: dict[str, NodeQuota] = {}
-    node_charge: dict[str, tuple[tuple[str, Fraction], ...]] = {}
-    charges_memo: dict[object, tuple[tuple[tuple[str, Fraction], ...], str]] = {}
+    charge_nodes: dict[int, tuple[Charge, list[str]]] = {}  # id(charge) -> (charge, its nodes in order)
+    charges_memo: dict[object, tuple[Charge, str]] = {}
+    by_counts: dict[int, tuple[Charge, str]] = {}
     device_only: dict[str, bool] = {}
+    refused: dict[str, NodeQuota] = {}
+    counts_only = not extended.resources
     for node_name, allocation in allocations.items():
-        if node_name not in snapshot.nodes:
+        if node_name not in nodes:
             continue
-        by_class = allocation.class_counts()
-        simple = not extended.resources
-        for class_name, _ in by_class:
-            only = device_only.get(class_name)
-            if only is None:
-                only = device_only[class_name] = counts_devices_only(context, class_name)
-            if not only:
-                simple = False
-                break
-        memo_key: object = (
-            by_class if simple else tuple(id(chosen.device) for claim in allocation.claims for chosen in claim.devices)
-        )
-        memoized = charges_memo.get(memo_key)
+        counts = allocation.known_class_counts
+        memoized = by_counts.get(id(counts)) if counts is not None else None
         if memoized is None:
-            if simple:
-                computed, error = _class_count_charges(by_class, context, unmapped, extra)
-            else:
-                computed, error = node_charges(allocation, context, unmapped, extra=extra, matcher=matcher)
-            memoized = (tuple(sorted(computed.items())), error)
-            charges_memo[memo_key] = memoized
+            by_class = counts if counts is not None else allocation.class_counts()
+            simple = counts_only
+            for class_name, _ in by_class:
+                only = device_only.get(class_name)
+                if only is None:
+                    only = device_only[class_name] = counts_devices_only(context, class_name)
+                if not only:
+                    simple = False
+                    break
+            memo_key: object = (
+                by_class
+                if simple
+                else tuple(id(chosen.device) for claim in allocation.claims for chosen in claim.devices)
+            )
+            memoized = charges_memo.get(memo_key)
+            if memoized is None:
+                if simple:
+                    computed, error = _class_count_charges(by_class, context, unmapped, extra)
+                else:
+                    computed, error = node_charges(allocation, context, unmapped, extra=extra, matcher=matcher)
+                memoized = (tuple(sorted(computed.items())), error)
+                charges_memo[memo_key] = memoized
+            if simple and counts is not None:
+                by_counts[id(counts)] = memoized
         charge, error = memoized
         if error:
-            per_node[node_name] = NodeQuota({}, (), "", QuotaRejection(error, True, CATEGORY_UNMAPPED))
+            rejected = refused.get(error)
+            if rejected is None:
+                rejected = refused[error] = NodeQuota({}, (), "", QuotaRejection(error, True, CATEGORY_UNMAPPED))
+            per_node[node_name] = rejected
             continue
-        node_charge[node_name] = charge
+        bucket = charge_nodes.get(id(charge))
+        if bucket is None:
+            charge_nodes[id(charge)] = (charge, [node_name])
+        else:
+            bucket[1].append(node_name)
 
-    # 2. The charged resources by resource group; a resource no group covers is refused everywhere.
-    # Equal charges are one tuple object (the memo above), so from here on they are told apart by identity:
-    # hashing their Fractions once per node is most of what this function would otherwise cost.
+    # 2. The charged resources by resource group; a resource no group covers is refused everywhere (on a node
+    # whose charge names several such resources, the last one found says it).
     groups: dict[int, tuple[ResourceGroup, list[str]]] = {}
-    for charge in {id(charge): charge for charge in node_charge.values()}.values():
-        for resource, _ in charge:
+    uncovered: dict[int, NodeQuota] = {}  # id(charge) -> its refusal
+    for charge, _ in charge_nodes.values():
+        for resource, _amount in charge:
             group = cluster_queue.resource_group_for(resource)
             if group is None:
                 summary = f"ClusterQueue {cluster_queue.name} has no quota for {resource}"
-                uncovered = QuotaRejection(summary, True, CATEGORY_UNCOVERED)
-                for node_name, node_value in node_charge.items():
-                    if any(name == resource for name, _ in node_value):
-                        per_node[node_name] = NodeQuota({}, (), "", uncovered)
+                refusal = NodeQuota({}, (), "", QuotaRejection(summary, True, CATEGORY_UNCOVERED))
+                for other_id, (other, _names) in charge_nodes.items():
+                    if any(name == resource for name, _ in other):
+                        uncovered[other_id] = refusal
                 continue
             entry = groups.setdefault(id(group), (group, []))
             if resource not in entry[1]:
                 entry[1].append(resource)
-    for node_name in list(node_charge):
-        if node_name in per_node:
-            del node_charge[node_name]
+    for charge_id, refusal in uncovered.items():
+        per_node.update(dict.fromkeys(charge_nodes.pop(charge_id)[1], refusal))
 
-    # 3. Each group walks its flavors independently.
-    fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]] = {}
+    # 3. Each group walks its flavors independently. Nodes of one charge are split by the flavors holding them
+    # in each group: `buckets` ends with one entry per (charge, flavors per group), each with its nodes.
+    fit_memo: dict[tuple[str, Charge], tuple[Fit, ...]] = {}
     choices: list[tuple[ResourceGroup, tuple[str, ...], _GroupChoice]] = []
-    held_by_group: dict[int, dict[str, tuple[str, ...]]] = {}  # id(group) -> node -> flavors holding it
+    buckets: list[tuple[Charge, tuple[tuple[str, ...], ...], list[str]]] = [
+        (charge, (), names) for charge, names in charge_nodes.values()
+    ]
     for group, resources in groups.values():
         wanted = set(resources)
-        held_here = held_by_group.setdefault(id(group), {})
-        candidates: list[tuple[tuple[str, ...], tuple[tuple[str, Fraction], ...]]] = []
+        flavors_key = (cluster_queue.name, id(group), tolerations)
+        table = context.node_flavors.table(flavors_key)
+        candidates: list[tuple[tuple[str, ...], Charge]] = []
         seen: set[tuple[tuple[str, ...], int]] = set()
-        parts: dict[int, tuple[tuple[str, Fraction], ...]] = {}
-        for node_name, charge in node_charge.items():
+        parts: dict[int, Charge] = {}
+        split: list[tuple[Charge, tuple[tuple[str, ...], ...], list[str]]] = []
+        for charge, helds, names in buckets:
             part = parts.get(id(charge))
             if part is None:
                 part = parts[id(charge)] = tuple((r, a) for r, a in charge if r in wanted)
             if not part:
+                split.append((charge, (*helds, ()), names))
                 continue
-            held = context.flavors_of_node(cluster_queue, group, snapshot.nodes[node_name], tolerations)
-            held_here[node_name] = held
-            if (held, id(part)) not in seen:
-                seen.add((held, id(part)))
-                candidates.append((held, part))
+            by_held: dict[tuple[str, ...], list[str]] = {}
+            for node_name in names:
+                node = nodes[node_name]
+                held = table.get(node)
+                if held is None:
+                    held = context.flavors_of_node(cluster_queue, group, node, tolerations)
+                    table = context.node_flavors.table(flavors_key)
+                same = by_held.get(held)
+                if same is None:
+                    by_held[held] = [node_name]
+                else:
+                    same.append(node_name)
+            for held, held_names in by_held.items():
+                split.append((charge, (*helds, held), held_names))
+                if (held, id(part)) not in seen:
+                    seen.add((held, id(part)))
+                    candidates.append((held, part))
+        buckets = split
         forced = next((admitted_flavors[r] for r in resources if r in admitted_flavors), "")
         choice = _walk_group(cluster_queue, group, context, tolerations, candidates, ledger_for, forced, fit_memo)
         choices.append((group, tuple(resources), choice))
 
-    # 4. Each node's verdict against the chosen flavors.
-    verdict_memo: dict[tuple[object, ...], NodeQuota] = {}
-    for node_name, charge in node_charge.items():
-        key = (id(charge), *[held_by_group[id(group)].get(node_name, ()) for group, _, _ in choices])
-        quota = verdict_memo.get(key)
-        if quota is None:
-            quota = _node_verdict(cluster_queue, charge, node_name, choices, held_by_group, fit_memo, ledger_for)
-            verdict_memo[key] = quota
-        per_node[node_name] = quota
+    # 4. Each bucket's verdict against the chosen flavors (one per bucket; every node of it shares it).
+    for charge, helds, names in buckets:
+        quota = _node_verdict(cluster_queue, charge, helds, choices, fit_memo, ledger_for)
+        per_node.update(dict.fromkeys(names, quota))
 
     chosen = ",".join(dict.fromkeys(choice.flavor for _, _, choice in choices if choice.flavor))
     reservation: dict[QuotaKey, Fraction] = {}
@@ -481,21 +518,19 @@ def decide_quota(
 
 def _node_verdict(
     cluster_queue: ClusterQueue,
-    charge: tuple[tuple[str, Fraction], ...],
-    node_name: str,
+    charge: Charge,
+    helds: tuple[tuple[str, ...], ...],
     choices: list[tuple[ResourceGroup, tuple[str, ...], _GroupChoice]],
-    held_by_group: Mapping[int, Mapping[str, tuple[str, ...]]],
     fit_memo: dict[tuple[str, tuple[tuple[str, Fraction], ...]], tuple[Fit, ...]],
     ledger: QuotaLedger,
 ) -> NodeQuota:
     charges: dict[QuotaKey, Fraction] = {}
     fits: list[Fit] = []
     primary = ""
-    for group, resources, choice in choices:
+    for (_group, resources, choice), held in zip(choices, helds, strict=True):
         part = tuple((r, a) for r, a in charge if r in resources)
         if not part:
             continue
-        held = held_by_group[id(group)].get(node_name, ())
         names = ", ".join(resources)
         if not held:
             skipped = f" ({'; '.join(choice.skipped)})" if choice.skipped else ""
