@@ -14,7 +14,7 @@ free, which constraint failed), and a search that would run away ends with a rea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from types import MappingProxyType
@@ -1380,6 +1380,17 @@ class PodAllocator:
             step = self.simple[0]  # type: ignore[index]
             self._memo_key = (step.request_name, step.sub.device_class_name, step.sub.count)
             self._free_view = FreeView(matcher, snapshot, step.device_class, step.sub.selectors)
+            self._free_entries = self._free_view.entries
+            self._alloc_versions = snapshot.alloc_versions
+            self._shared_version = snapshot.shared_alloc_version
+            # The node's answer is shared by every pod whose claim asks the same (the allocation names its
+            # claim by the pod's claim entry; a claim that exists is told apart by nothing else, so such pods
+            # share it: PodDecision.claim_labels says whose claim it is).
+            claim = self.pending[0]
+            self._shared_claim = claim if not claim.claim_key else replace(claim, label="", claim_key="")
+            self._shared_key = matcher.caches.request_shape(
+                (*self._memo_key, claim.pod_claim_name, self._shared_claim.label, claim.spec)
+            )
             self._alternatives = self.chosen_alternatives[0]
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
@@ -1458,11 +1469,27 @@ class PodAllocator:
                 return fast
         return self.on_node(NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated))
 
+    def single_request(self) -> Callable[[str, NodeDevices], AllocationOutcome | None] | None:
+        """The per-node shortcut of the commonest pod, for a caller's loop over many nodes (one call per node
+        instead of `decide`'s three); None when this pod does not take it. The function answers None for a node
+        it cannot settle: `decide` gives that node's answer."""
+        if self._single_claim_request and not self.allocated_claims and self._gated is None and not self.gate_failure:
+            return self._one_request
+        return None
+
     def _one_request(self, node_name: str, devices: NodeDevices) -> AllocationOutcome | None:
         """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
         node's free list, so the next pod of the same shape costs two lookups and one result per node."""
         step = self.simple[0]  # type: ignore[index]
-        found = self._free_view.get(node_name, devices)
+        entry = self._free_entries.get(devices)  # FreeView.get, inlined: this runs once per candidate node
+        if (
+            entry is not None
+            and entry.shared_version == self._shared_version
+            and (entry.local_version == self._alloc_versions.get(node_name, 0))
+        ):
+            found = entry.result
+        else:
+            found = self._free_view.get(node_name, devices)
         if found is None:
             return None
         chosen_devices = found.derived.get(self._memo_key)
@@ -1483,8 +1510,40 @@ class PodAllocator:
             return count_shortfall(
                 node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
             )
-        claim_allocation = _new_claim_allocation((self.pending[0], chosen_devices, self._alternatives))
-        return _new_allocation((node_name, (claim_allocation,), self.class_counts))
+        allocation = found.allocations.get(self._shared_key)
+        if allocation is None or allocation.node != node_name:
+            claim_allocation = _new_claim_allocation((self._shared_claim, chosen_devices, self._alternatives))
+            allocation = _new_allocation((node_name, (claim_allocation,), self.class_counts))
+            found.allocations[self._shared_key] = allocation
+        return allocation
+
+    def settle_remembered(self, node_names: Sequence[str], outcomes: dict[str, AllocationOutcome]) -> list[str]:
+        """The commonest pod on every node whose answer is remembered from an earlier pod of its shape (one
+        lookup in the node's free-list entry, valid while the node's allocations stay as they were): written
+        to `outcomes`. Returns the other nodes, in order, for `decide`. This loop is the per-node cost of a
+        burst of such pods, so it does nothing else (no calls, no new objects)."""
+        if self.single_request() is None:
+            return list(node_names)
+        resolved = self.snapshot.resolved_node_devices
+        entries = self._free_entries
+        versions = self._alloc_versions
+        shared_version = self._shared_version
+        key = self._shared_key
+        rest: list[str] = []
+        for name in node_names:
+            entry = entries.get(resolved.get(name))  # type: ignore[arg-type]
+            if (
+                entry is not None
+                and entry.shared_version == shared_version
+                and entry.local_version == versions.get(name, 0)
+                and entry.result is not None
+                and (allocation := entry.result.allocations.get(key)) is not None
+                and allocation.node == name
+            ):
+                outcomes[name] = allocation
+            else:
+                rest.append(name)
+        return rest
 
     def _first_free(self, question: NodeQuestion) -> AllocationOutcome | None:
         assert self.simple is not None

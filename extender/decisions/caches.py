@@ -10,10 +10,13 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | programs | - / expression text | nothing: a text always compiles to the same program |
 | verdicts | expression / Device object | a ResourceSlice event (its devices are new objects) |
 | selectable | class signature / NodeDevices | a slice, node-label or DeviceTaintRule event (new NodeDevices) |
-| free | class signature / NodeDevices | as above, and entries carry the node's allocation versions |
+| free | class signature / NodeDevices | as above, and entries carry the node's allocation versions (an entry also |
+| | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
 | node_scores | strategy / (devices taken, allocation versions) | slice or claim event on the node |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
+| request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
+| | | out new tokens; answers under the old ones are never found again and leave with their entries) |
 
 The gates (decisions/features.py) are one value for the service's life; the memos whose answers depend on
 them are keyed by objects of the gated view (`gated` hands out one NodeDevices, with its own Device objects,
@@ -36,11 +39,12 @@ from extender.state.indexes.memo import BoundedMemo
 from extender.state.inventory import NodeDevices
 
 if TYPE_CHECKING:
-    from extender.decisions.allocator import ChosenDevice
+    from extender.decisions.allocator import Allocation, ChosenDevice
     from extender.decisions.selection import Selectable, Verdict
 
 MAX_VERDICTS = 500_000
 MAX_NODE_LISTS = 200_000
+MAX_REQUEST_SHAPES = 10_000
 
 # DeviceClass name, the class's selectors, the request's selectors: what a node's selectable devices depend on.
 ClassSignature = tuple[str, tuple[str, ...], tuple[str, ...]]
@@ -52,7 +56,11 @@ class FreeSelectable(NamedTuple):
     # Results derived from `free` (the devices a request of N takes), dropped with this entry.
     derived: dict[tuple[str, str, int], tuple[ChosenDevice, ...]]
     # Every free device serves a request without capacity requests (its requestPolicy allows the default).
-    default_requests_fit: bool = True
+    default_requests_fit: bool
+    # The whole answer of the commonest pod (one claim, one ExactCount request) on this node, per request
+    # shape (decisions/allocator.py, PodAllocator._one_request): shared by every pod of that shape until the
+    # node's allocations change, so a node costs those pods one lookup and no new objects.
+    allocations: dict[object, Allocation]
 
 
 class FreeEntry(NamedTuple):
@@ -77,6 +85,18 @@ class DecisionCaches:
     node_scores: BoundedMemo[tuple[int, int, int], tuple[tuple[ChosenDevice, ...], float, float]] = field(
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
+    # A request shape (what the commonest pod's allocation on a node depends on) -> a token standing for it in
+    # every node's free-list entry: hashing the token costs nothing, hashing the shape (a claim spec) a lot.
+    request_shapes: BoundedMemo[tuple[object, ...], object] = field(
+        default_factory=lambda: BoundedMemo("request_shapes", MAX_REQUEST_SHAPES)
+    )
+
+    def request_shape(self, shape: tuple[object, ...]) -> object:
+        """The token of a request shape (one per shape while the memo keeps it)."""
+        token = self.request_shapes.get(shape)
+        if token is None:
+            token = self.request_shapes.put(shape, object())
+        return token
 
     def memos(self) -> tuple[BoundedMemo[Any, Any], ...]:
         """Every memo, for the metrics that show their sizes and clears."""
@@ -88,4 +108,5 @@ class DecisionCaches:
             self.driver_usage.memo,
             self.node_scores,
             self.gated,
+            self.request_shapes,
         )

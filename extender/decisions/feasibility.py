@@ -64,17 +64,22 @@ def device_feasibility(
     )
     node_devices = snapshot.node_devices
     decide = allocator.decide
-    for index, name in enumerate(node_names):
-        if deadline is not None and index % DEADLINE_CHECK_EVERY == 0 and time.perf_counter() > deadline:
+    shortcut = allocator.single_request()
+    names = allocator.settle_remembered(node_names, outcomes)
+    for start in range(0, len(names), DEADLINE_CHECK_EVERY):
+        if deadline is not None and time.perf_counter() > deadline:
             late = NotAllocatable(
                 "", CATEGORY_DEADLINE, "the extender ran out of time before evaluating this node", "", False
             )
-            for remaining in list(node_names)[index:]:
+            for remaining in names[start:]:
                 outcomes.setdefault(remaining, late._replace(node=remaining, detail=late.summary))
             break
-        node = nodes.get(name)
-        if node is None:
-            outcomes[name] = unknown_node(name)
-            continue
-        outcomes[name] = decide(node, node_devices(name), allocated, classes)
+        for name in names[start : start + DEADLINE_CHECK_EVERY]:
+            node = nodes.get(name)
+            if node is None:
+                outcomes[name] = unknown_node(name)
+                continue
+            devices = node_devices(name)
+            outcome = shortcut(name, devices) if shortcut is not None else None
+            outcomes[name] = outcome if outcome is not None else decide(node, devices, allocated, classes)
     return outcomes

@@ -10,6 +10,8 @@ keeps our per-node cost to one lookup on the common path.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from extender.decisions.caches import FreeEntry, FreeSelectable
 from extender.decisions.selection import DeviceMatcher, class_signature
 from extender.state.dra import DeviceClass
@@ -38,7 +40,9 @@ def free_selectable(
     if selectable is not None and selectable.plain:
         allocated = snapshot.allocated
         free = tuple(device for device in selectable.devices if device.key not in allocated)
-        result = FreeSelectable(free, len(selectable.devices), {}, all(device.default_request_fits for device in free))
+        result = FreeSelectable(
+            free, len(selectable.devices), {}, all(device.default_request_fits for device in free), {}
+        )
     memo.put(devices, FreeEntry(local_version, shared_version, result), signature)
     return result
 
@@ -59,6 +63,11 @@ class FreeView:
         self._per_node = matcher.caches.free.table(class_signature(device_class, selectors))
         self._alloc_versions = snapshot.alloc_versions
         self._shared = snapshot.shared_alloc_version
+
+    @property
+    def entries(self) -> Mapping[NodeDevices, FreeEntry]:
+        """The memo's entries for this (class, selectors), for a caller that inlines `get`'s hit test."""
+        return self._per_node
 
     def get(self, node_name: str, devices: NodeDevices) -> FreeSelectable | None:
         entry = self._per_node.get(devices)

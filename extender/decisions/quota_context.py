@@ -28,6 +28,7 @@ from extender.state.store import ClusterSnapshot
 log = logging.getLogger(__name__)
 
 MAX_NODE_FLAVORS = 200_000
+MAX_FLAVOR_PARTITIONS = 1_000
 IMPLICIT_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 QUOTA_KINDS = frozenset({"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace"})
 
@@ -53,6 +54,14 @@ class QuotaContext:
     # born and retired with the context.
     node_flavors: BoundedMemo[Node, tuple[str, ...]] = field(
         default_factory=lambda: BoundedMemo("node_flavors", MAX_NODE_FLAVORS), repr=False, compare=False
+    )
+    # flavor_partition's memo: per (ClusterQueue, group, tolerations), the cluster's nodes split by the flavors
+    # holding them, keyed by the snapshot's Node mapping (a new one after any Node event; kept in the value so
+    # its id cannot be reused meanwhile).
+    flavor_partitions: BoundedMemo[int, tuple[Mapping[str, Node], Mapping[tuple[str, ...], frozenset[str]]]] = field(
+        default_factory=lambda: BoundedMemo("flavor_partitions", MAX_FLAVOR_PARTITIONS),
+        repr=False,
+        compare=False,
     )
 
     # Resources some ClusterQueue covers; used only when no deviceClassMappings exist at all.
@@ -111,6 +120,27 @@ class QuotaContext:
             and untolerated_taint(flavor, tolerations) is None
         )
         return self.node_flavors.put(node, held, part)
+
+    def flavor_partition(
+        self,
+        cluster_queue: ClusterQueue,
+        group: ResourceGroup,
+        nodes: Mapping[str, Node],
+        tolerations: tuple[Toleration, ...] = (),
+    ) -> Mapping[tuple[str, ...], frozenset[str]]:
+        """Every node of `nodes` by the flavors holding it (flavors_of_node), so a decision splits thousands of
+        candidate nodes with a few set intersections instead of a lookup per node. Built once per Node
+        mapping: its cost is paid per Node event, not per request."""
+        part = (cluster_queue.name, id(group), tolerations)
+        found = self.flavor_partitions.get(id(nodes), part)
+        if found is not None and found[0] is nodes:
+            return found[1]
+        members: dict[tuple[str, ...], set[str]] = {}
+        for name, node in nodes.items():
+            members.setdefault(self.flavors_of_node(cluster_queue, group, node, tolerations), set()).add(name)
+        partition = {held: frozenset(names) for held, names in members.items()}
+        self.flavor_partitions.put(id(nodes), (nodes, partition), part)
+        return partition
 
 
 def untolerated_taint(flavor: ResourceFlavor, tolerations: tuple[Toleration, ...]) -> str | None:

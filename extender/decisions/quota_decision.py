@@ -386,40 +386,38 @@ def decide_quota(
     per_node: dict[str, NodeQuota] = {}
     charge_nodes: dict[int, tuple[Charge, list[str]]] = {}  # id(charge) -> (charge, its nodes in order)
     charges_memo: dict[object, tuple[Charge, str]] = {}
-    by_counts: dict[int, tuple[Charge, str]] = {}
+    by_counts: dict[int, list[str]] = {}  # id(class counts) -> the bucket of its charge
     device_only: dict[str, bool] = {}
     refused: dict[str, NodeQuota] = {}
     counts_only = not extended.resources
     for node_name, allocation in allocations.items():
+        counts = allocation.known_class_counts
+        bucket_of_counts = by_counts.get(id(counts)) if counts is not None else None
+        if bucket_of_counts is not None and node_name in nodes:
+            bucket_of_counts.append(node_name)  # the common case: one lookup, one append
+            continue
         if node_name not in nodes:
             continue
-        counts = allocation.known_class_counts
-        memoized = by_counts.get(id(counts)) if counts is not None else None
+        by_class = counts if counts is not None else allocation.class_counts()
+        simple = counts_only
+        for class_name, _ in by_class:
+            only = device_only.get(class_name)
+            if only is None:
+                only = device_only[class_name] = counts_devices_only(context, class_name)
+            if not only:
+                simple = False
+                break
+        memo_key: object = (
+            by_class if simple else tuple(id(chosen.device) for claim in allocation.claims for chosen in claim.devices)
+        )
+        memoized = charges_memo.get(memo_key)
         if memoized is None:
-            by_class = counts if counts is not None else allocation.class_counts()
-            simple = counts_only
-            for class_name, _ in by_class:
-                only = device_only.get(class_name)
-                if only is None:
-                    only = device_only[class_name] = counts_devices_only(context, class_name)
-                if not only:
-                    simple = False
-                    break
-            memo_key: object = (
-                by_class
-                if simple
-                else tuple(id(chosen.device) for claim in allocation.claims for chosen in claim.devices)
-            )
-            memoized = charges_memo.get(memo_key)
-            if memoized is None:
-                if simple:
-                    computed, error = _class_count_charges(by_class, context, unmapped, extra)
-                else:
-                    computed, error = node_charges(allocation, context, unmapped, extra=extra, matcher=matcher)
-                memoized = (tuple(sorted(computed.items())), error)
-                charges_memo[memo_key] = memoized
-            if simple and counts is not None:
-                by_counts[id(counts)] = memoized
+            if simple:
+                computed, error = _class_count_charges(by_class, context, unmapped, extra)
+            else:
+                computed, error = node_charges(allocation, context, unmapped, extra=extra, matcher=matcher)
+            memoized = (tuple(sorted(computed.items())), error)
+            charges_memo[memo_key] = memoized
         charge, error = memoized
         if error:
             rejected = refused.get(error)
@@ -429,9 +427,10 @@ def decide_quota(
             continue
         bucket = charge_nodes.get(id(charge))
         if bucket is None:
-            charge_nodes[id(charge)] = (charge, [node_name])
-        else:
-            bucket[1].append(node_name)
+            bucket = charge_nodes[id(charge)] = (charge, [])
+        bucket[1].append(node_name)
+        if simple and counts is not None:
+            by_counts[id(counts)] = bucket[1]
 
     # 2. The charged resources by resource group; a resource no group covers is refused everywhere (on a node
     # whose charge names several such resources, the last one found says it).
@@ -462,12 +461,11 @@ def decide_quota(
     ]
     for group, resources in groups.values():
         wanted = set(resources)
-        flavors_key = (cluster_queue.name, id(group), tolerations)
-        table = context.node_flavors.table(flavors_key)
         candidates: list[tuple[tuple[str, ...], Charge]] = []
         seen: set[tuple[tuple[str, ...], int]] = set()
         parts: dict[int, Charge] = {}
         split: list[tuple[Charge, tuple[tuple[str, ...], ...], list[str]]] = []
+        partition = context.flavor_partition(cluster_queue, group, nodes, tolerations)
         for charge, helds, names in buckets:
             part = parts.get(id(charge))
             if part is None:
@@ -475,19 +473,15 @@ def decide_quota(
             if not part:
                 split.append((charge, (*helds, ()), names))
                 continue
-            by_held: dict[tuple[str, ...], list[str]] = {}
-            for node_name in names:
-                node = nodes[node_name]
-                held = table.get(node)
-                if held is None:
-                    held = context.flavors_of_node(cluster_queue, group, node, tolerations)
-                    table = context.node_flavors.table(flavors_key)
-                same = by_held.get(held)
-                if same is None:
-                    by_held[held] = [node_name]
-                else:
-                    same.append(node_name)
-            for held, held_names in by_held.items():
+            by_held: list[tuple[tuple[str, ...], list[str]]]
+            if len(partition) == 1:  # every node of the cluster is in the same flavors
+                by_held = [(next(iter(partition)), names)]
+            else:
+                remaining = set(names)
+                by_held = [(held, list(remaining & members)) for held, members in partition.items()]
+            for held, held_names in by_held:
+                if not held_names:
+                    continue
                 split.append((charge, (*helds, held), held_names))
                 if (held, id(part)) not in seen:
                     seen.add((held, id(part)))
@@ -498,13 +492,16 @@ def decide_quota(
         choices.append((group, tuple(resources), choice))
 
     # 4. Each bucket's verdict against the chosen flavors (one per bucket; every node of it shares it).
+    admissible: list[NodeQuota] = []
     for charge, helds, names in buckets:
         quota = _node_verdict(cluster_queue, charge, helds, choices, fit_memo, ledger_for)
         per_node.update(dict.fromkeys(names, quota))
+        if quota.rejection is None:
+            admissible.append(quota)
 
     chosen = ",".join(dict.fromkeys(choice.flavor for _, _, choice in choices if choice.flavor))
     reservation: dict[QuotaKey, Fraction] = {}
-    for quota in {id(quota): quota for quota in per_node.values() if quota.rejection is None}.values():
+    for quota in admissible:  # what the pod is held to: the largest charge of any node that passes
         for quota_key, amount in quota.charges.items():
             reservation[quota_key] = max(reservation.get(quota_key, Fraction(0)), amount)
     return QuotaDecision(

@@ -15,7 +15,13 @@ from fractions import Fraction
 from functools import partial
 from typing import NamedTuple
 
-from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation, AllocationOutcome, NotAllocatable
+from extender.decisions.allocator import (
+    DEFAULT_SEARCH_BUDGET,
+    Allocation,
+    AllocationOutcome,
+    ClaimAllocation,
+    NotAllocatable,
+)
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import resolve_extended
 from extender.decisions.feasibility import device_feasibility, unknown_node
@@ -84,6 +90,14 @@ class PodDecision:
     fast_path: bool = False
     strategy: str = STRATEGY_MOST
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+    # The pod's claims that needed devices, as people name them, in the allocator's order: an allocation's
+    # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
+    # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
+    claim_labels: tuple[str, ...] = ()
+
+    def claim_label(self, index: int, claim: ClaimAllocation) -> str:
+        """Who the index-th claim of one of this decision's allocations is."""
+        return self.claim_labels[index] if index < len(self.claim_labels) else claim.claim.label
 
     @property
     def passed(self) -> list[str]:
@@ -246,13 +260,17 @@ def decide_pod(
         matcher=matcher,
     )
     verdicts: dict[str, NodeVerdict] = {}
-    for name in names:
+    per_node = quota.per_node
+    pod_rejection = quota.pod_rejection
+    for name in names:  # once per candidate node: QuotaDecision.node_rejection, inlined
         outcome = outcomes[name]
         if isinstance(outcome, NotAllocatable):
             verdicts[name] = _failed(outcome)
             continue
-        rejection = quota.node_rejection(name)
-        node_quota = quota.per_node.get(name)
+        node_quota = per_node.get(name)
+        rejection = pod_rejection
+        if rejection is None and node_quota is not None:
+            rejection = node_quota.rejection
         if rejection is not None:
             verdicts[name] = NodeVerdict(
                 name,
@@ -274,6 +292,7 @@ def decide_pod(
         quota=quota,
         strategy=strategy,
         reservation=quota.reservation if any(v.passed for v in verdicts.values()) else {},
+        claim_labels=tuple(claim.label for claim in pod_claims.pending),
     )
 
 

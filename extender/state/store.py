@@ -160,6 +160,12 @@ class ClusterSnapshot:
     def workloads(self) -> Mapping[str, Any]:
         return self.objects["Workload"]
 
+    @property
+    def resolved_node_devices(self) -> Mapping[str, NodeDevices]:
+        """What node_devices has answered so far for this snapshot (read-only): a hot loop's one-lookup path;
+        a node missing here is asked of node_devices."""
+        return self._resolved_devices
+
     def node_devices(self, node_name: str) -> NodeDevices:
         """Devices a node can draw from, in pool/slice/device order; cached until its pools or labels change."""
         resolved = self._resolved_devices.get(node_name)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from extender.decisions.scheduling import NodeVerdict, Ranking
+from extender.decisions.scheduling import NodeVerdict, PodDecision, Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
 from extender.service.drift import UnplacedWorkload
@@ -26,7 +26,9 @@ def _quantity(value: Fraction) -> str | int:
     return int(value) if value.denominator == 1 else format_quantity(value)
 
 
-def verdict_json(name: str, verdict: NodeVerdict, score: ScoreBreakdown | None) -> dict[str, Any]:
+def verdict_json(
+    name: str, verdict: NodeVerdict, score: ScoreBreakdown | None, decision: PodDecision | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"node": name, "passed": verdict.passed}
     if not verdict.passed:
         out.update(
@@ -40,13 +42,13 @@ def verdict_json(name: str, verdict: NodeVerdict, score: ScoreBreakdown | None) 
     if verdict.allocation is not None:
         out["devices"] = [
             {
-                "claim": claim.claim.label,
+                "claim": decision.claim_label(index, claim) if decision is not None else claim.claim.label,
                 "request": chosen.request,
                 "device": "/".join(chosen.device.key),
                 "deviceClass": chosen.device_class,
                 "adminAccess": chosen.admin_access,
             }
-            for claim in verdict.allocation.claims
+            for index, claim in enumerate(verdict.allocation.claims)
             for chosen in claim.devices
         ]
     if verdict.quota is not None and verdict.quota.charges:
@@ -101,7 +103,7 @@ def decision_json(ranking: Ranking, record: DecisionRecord | None = None) -> dic
                 for (cq, flavor, resource), amount in decision.reservation.items()
             ],
         },
-        "nodes": [verdict_json(name, v, ranking.score(name)) for name, v in ranked],
+        "nodes": [verdict_json(name, v, ranking.score(name), ranking.decision) for name, v in ranked],
     }
     if record is not None:
         out["verb"] = record.verb

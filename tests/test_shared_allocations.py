@@ -1,0 +1,107 @@
+"""The commonest pod's allocation on a node is one object shared by every pod asking the same
+(decisions/allocator.py, PodAllocator._one_request and settle_remembered): what it may share, what it may not,
+and that whoever reads a decision still sees the pod's own claims."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.decisions.allocator import Allocation
+from extender.state.core import parse_pod
+from extender.transport.diagnostics import decision_json
+from testkit import builders as b
+from tests.support.scenarios import engine_for
+
+NODES = ("node-a", "node-b", "node-c")
+
+
+def cluster(*extra: dict[str, Any]) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = [b.namespace("team"), b.device_class()]
+    for name in NODES:
+        objects += [b.node(name), b.gpu_slice(name, 4)]
+    objects += [
+        b.claim_template("one", "team", [b.exact_request("gpu", 1)]),
+        b.claim_template("also-one", "team", [b.exact_request("gpu", 1)]),
+        b.claim_template("two", "team", [b.exact_request("gpu", 2)]),
+    ]
+    return objects + list(extra)
+
+
+def own_claim_pod(index: int, count: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    claim = b.claim(f"claim-{index}", "team", [b.exact_request("gpu", count)])
+    return claim, b.pod(f"pod-{index}", "team", claims={"gpu": f"claim-{index}"})
+
+
+def allocations(decision) -> dict[str, Allocation]:
+    return {name: v.allocation for name, v in decision.verdicts.items() if v.allocation is not None}
+
+
+def device_claims(service, pod_object: dict[str, Any]) -> set[str]:
+    """The claim names /diagnostics shows for the pod's devices on every node (what people read)."""
+    ranking = service.explain(parse_pod(pod_object), list(NODES))
+    shown = decision_json(ranking)
+    return {device["claim"] for node in shown["nodes"] for device in node.get("devices", ())}
+
+
+def test_pods_with_their_own_claims_of_one_spec_share_each_nodes_allocation_and_keep_their_own_names():
+    first_claim, first = own_claim_pod(1)
+    second_claim, second = own_claim_pod(2)
+    service = engine_for(cluster(first_claim, second_claim, first, second))
+    one = service.filter(parse_pod(first), list(NODES))
+    two = service.filter(parse_pod(second), list(NODES))
+    assert one.passed == two.passed == list(NODES)
+    for name in NODES:
+        assert allocations(two)[name] is allocations(one)[name]  # shared: no new objects per node
+        (claim,) = allocations(two)[name].claims
+        assert [chosen.device.name for chosen in claim.devices] == ["gpu-0"]
+    # The shared allocation names no pod's claim; the decision says whose it is.
+    assert one.claim_labels == ("claim team/claim-1",) and two.claim_labels == ("claim team/claim-2",)
+    assert device_claims(service, first) == {"claim team/claim-1"}
+    assert device_claims(service, second) == {"claim team/claim-2"}
+
+
+def test_a_node_whose_allocations_changed_gets_a_new_answer_and_the_others_keep_theirs():
+    first_claim, first = own_claim_pod(1)
+    second_claim, second = own_claim_pod(2)
+    service = engine_for(cluster(first_claim, second_claim, first, second))
+    before = allocations(service.filter(parse_pod(first), list(NODES)))
+    taken = b.claim("elsewhere", "team", [b.exact_request("gpu", 1)], allocated=[("gpu", "node-b", "gpu-0")])
+    service.store.apply("ResourceClaim", "ADDED", taken)
+    after = allocations(service.filter(parse_pod(second), list(NODES)))
+    assert after["node-a"] is before["node-a"] and after["node-c"] is before["node-c"]
+    assert after["node-b"] is not before["node-b"]
+    assert [chosen.device.name for chosen in after["node-b"].claims[0].devices] == ["gpu-1"]
+
+
+def test_pods_asking_differently_never_share():
+    """Another count, another pod claim name, another template's claim: each is its own answer."""
+    two_claim, two = own_claim_pod(3, count=2)
+    own_claim, own = own_claim_pod(4)
+    accel_claim = b.claim("claim-5", "team", [b.exact_request("gpu", 1)])
+    objects = cluster(
+        two_claim,
+        two,
+        own_claim,
+        own,
+        accel_claim,
+        b.pod("pod-5", "team", claims={"accel": "claim-5"}),
+        b.pod("from-one", "team", templates={"gpu": "one"}),
+        b.pod("from-also-one", "team", templates={"gpu": "also-one"}),
+        b.pod("other-entry", "team", templates={"accel": "one"}),
+    )
+    service = engine_for(objects)
+    by_pod = {
+        obj["metadata"]["name"]: service.filter(parse_pod(obj), list(NODES)) for obj in objects if obj["kind"] == "Pod"
+    }
+    seen: dict[int, str] = {}
+    for pod_name, decision in by_pod.items():
+        allocation = allocations(decision)["node-a"]
+        assert id(allocation) not in seen, f"{pod_name} shares {seen.get(id(allocation))}'s allocation"
+        seen[id(allocation)] = pod_name
+    assert [c.device.name for c in allocations(by_pod["pod-3"])["node-a"].claims[0].devices] == ["gpu-0", "gpu-1"]
+    assert allocations(by_pod["other-entry"])["node-a"].claims[0].claim.pod_claim_name == "accel"
+    assert allocations(by_pod["pod-5"])["node-a"].claims[0].claim.pod_claim_name == "accel"
+    from_one = decision_json(service.explain(parse_pod(objects[-3]), ["node-a"]))
+    assert from_one["nodes"][0]["devices"][0]["claim"] == "claim gpu (from template one)"
+    also_one = decision_json(service.explain(parse_pod(objects[-2]), ["node-a"]))
+    assert also_one["nodes"][0]["devices"][0]["claim"] == "claim gpu (from template also-one)"
