@@ -9,6 +9,7 @@ prioritize a few.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -79,6 +80,10 @@ class NodeVerdict(NamedTuple):
 
 _new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the NamedTuple's Python-level __new__
 
+# A pod with nothing for us to decide passes every known node: one verdict object for all of them (its `node`
+# is empty; the mapping's key names the node), so such a pod costs no Python work per node.
+PASSED_WITHOUT_DEVICES = NodeVerdict("", True)
+
 
 @dataclass(frozen=True)
 class PodDecision:
@@ -94,6 +99,8 @@ class PodDecision:
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
     # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
+    # Every node asked about passed (set where it is known without a look at each verdict: the fast path).
+    all_passed: bool = False
 
     def claim_label(self, index: int, claim: ClaimAllocation) -> str:
         """Who the index-th claim of one of this decision's allocations is."""
@@ -101,7 +108,15 @@ class PodDecision:
 
     @property
     def passed(self) -> list[str]:
+        if self.all_passed:
+            return list(self.verdicts)
         return [name for name, verdict in self.verdicts.items() if verdict.passed]
+
+    def outcome_counts(self) -> Counter[str]:
+        """How many nodes passed, and how many failed per category (the filter metrics)."""
+        if self.all_passed:
+            return Counter({"passed": len(self.verdicts)})
+        return Counter("passed" if verdict.passed else verdict.category for verdict in self.verdicts.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +219,14 @@ def decide_pod(
     if not pod.claims and not pod_queue_name(pod.labels) and not extended:
         # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error. A pod asking
         # for an extended resource that a DeviceClass backs never gets here: it has devices to allocate.
-        every_known = {n: NodeVerdict(n, True) if n in nodes else _failed(unknown_node(n)) for n in names}
-        return PodDecision(pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy)
+        every_known = dict.fromkeys(names, PASSED_WITHOUT_DEVICES)
+        all_known = nodes.keys() >= every_known.keys()
+        if not all_known:
+            for name in every_known.keys() - nodes.keys():
+                every_known[name] = _failed(unknown_node(name))
+        return PodDecision(
+            pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy, all_passed=all_known
+        )
 
     pod_claims = resolve_pod_claims(snapshot, pod)
     if extended.problems:

@@ -13,7 +13,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from importlib import resources
 from typing import Any, Protocol
 
@@ -138,8 +137,7 @@ def filter_verb() -> Response:
     metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
     if decision.fast_path:
         metrics.fast_path.labels("filter").inc()
-    outcomes = Counter("passed" if verdict.passed else verdict.category for verdict in decision.verdicts.values())
-    for category, count in outcomes.items():
+    for category, count in decision.outcome_counts().items():
         metrics.filter_outcomes.labels(category).inc(count)
     return _json(filter_result(args, decision))
 

@@ -63,7 +63,7 @@ def parse_extender_args(body: Any, *, max_nodes: int) -> ExtenderArgs:
     node_names_raw = fields.get("nodenames")
     nodes_raw = fields.get("nodes")
     if node_names_raw is not None:
-        if not isinstance(node_names_raw, list) or not all(isinstance(n, str) for n in node_names_raw):
+        if not isinstance(node_names_raw, list) or not set(map(type, node_names_raw)) <= {str}:
             raise WireError("field NodeNames must be a list of strings")
         if len(node_names_raw) > max_nodes:
             raise WireError(f"field NodeNames has {len(node_names_raw)} entries; the limit is {max_nodes}")
@@ -92,16 +92,20 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     passed: list[str] = []
-    for name in args.node_names:
-        verdict = decision.verdicts.get(name)
-        if verdict is None:
-            continue
-        if verdict.passed:
-            passed.append(name)
-        elif verdict.unresolvable:
-            unresolvable[name] = verdict.reason
-        else:
-            failed[name] = verdict.reason
+    verdicts = decision.verdicts
+    if decision.all_passed and verdicts.keys() >= set(args.node_names):
+        passed = list(args.node_names)
+    else:
+        for name in args.node_names:
+            verdict = verdicts.get(name)
+            if verdict is None:
+                continue
+            if verdict.passed:
+                passed.append(name)
+            elif verdict.unresolvable:
+                unresolvable[name] = verdict.reason
+            else:
+                failed[name] = verdict.reason
     result: dict[str, Any] = {
         "Nodes": None,
         "NodeNames": None,
@@ -131,6 +135,8 @@ def filter_error(message: str) -> dict[str, Any]:
 def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, Any]]:
     """HostPriorityList: every requested node, 0 for the ones that did not pass (and for fast-path pods)."""
     scores = ranking.scores
+    if not scores:
+        return [{"Host": name, "Score": 0} for name in args.node_names]
     result = []
     for name in args.node_names:
         score = scores.get(name)
