@@ -84,6 +84,8 @@ _new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the Nam
 # is empty; the mapping's key names the node), so such a pod costs no Python work per node.
 PASSED_WITHOUT_DEVICES = NodeVerdict("", True)
 
+_NOT_LOOKED_UP = object()  # score_nodes: no NodeQuota seen yet (None is one: an ungoverned pod's)
+
 
 @dataclass(frozen=True)
 class PodDecision:
@@ -164,14 +166,22 @@ def score_nodes(
     entries = memo.parts.get(strategy) or {}
     alloc_versions = snapshot.alloc_versions
     shared_version = snapshot.shared_alloc_version
+    last_quota: object = _NOT_LOOKED_UP
+    headroom = 1.0
     for node in node_names:
         verdict = verdicts.get(node)
-        if verdict is None or not verdict.passed or verdict.allocation is None or node in scores:
+        if verdict is None or not verdict.passed:
             continue
-        headroom = headrooms.get(id(verdict.quota))
-        if headroom is None:
-            headroom = headrooms[id(verdict.quota)] = quota_headroom(verdict.quota)
         allocation = verdict.allocation
+        if allocation is None or node in scores:
+            continue
+        node_quota = verdict.quota
+        if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
+            last_quota = node_quota
+            found_headroom = headrooms.get(id(node_quota))
+            if found_headroom is None:
+                found_headroom = headrooms[id(node_quota)] = quota_headroom(node_quota)
+            headroom = found_headroom
         claims = allocation.claims
         if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same tuple
             usage = caches.driver_usage.usage(snapshot, node)
@@ -184,6 +194,7 @@ def score_nodes(
                 usage = caches.driver_usage.usage(snapshot, node)
                 fit, first = node_parts(allocation, usage, strategy)
                 memo.put(key, (taken, fit, first), strategy)
+                entries = memo.parts.get(strategy) or {}
             else:
                 fit, first = remembered[1], remembered[2]
         parts = (fit, first, headroom)
