@@ -357,7 +357,7 @@ class SchedulingService:
         names = list(node_names)
         snapshot = self.snapshot()
         decision = self.history.recent_filter(pod_id(pod))
-        if decision is None or not all(name in decision.verdicts for name in names):
+        if decision is None or not decision.verdicts.keys() >= set(names):
             if not needs_our_decision(pod, snapshot):
                 return Ranking(self._decide(snapshot, pod, names, view=None), {})
             decision = self._decide(snapshot, pod, names, view=self.quota_view(), started=started)
