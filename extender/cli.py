@@ -64,14 +64,17 @@ def _is_live(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False))
 
 
-def _journal(args: argparse.Namespace, config: ExtenderConfig, binder: object) -> ReservationJournal | None:
+def _journal(
+    args: argparse.Namespace, config: ExtenderConfig, binder: object, cluster: str = ""
+) -> ReservationJournal | None:
     """`serve` with a live source keeps its reservations on disk (reservations.journal), so a restart next to
-    the same kube-scheduler keeps the quota the previous process promised; other commands reserve nothing."""
+    the same kube-scheduler keeps the quota the previous process promised; other commands reserve nothing.
+    `cluster`: the API server's address, part of the `auto` journal's name."""
     setting = config.reservations.journal
     if not setting or binder is None or getattr(args, "command", "") != "serve":
         return None
     if setting == JOURNAL_AUTO:
-        return ReservationJournal(default_journal_path(getattr(args, "listen", None) or config.listen))
+        return ReservationJournal(default_journal_path(getattr(args, "listen", None) or config.listen, cluster))
     return ReservationJournal(setting)
 
 
@@ -86,7 +89,9 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
             config.requeue.device_class_name,
             min_interval_seconds=config.requeue.min_interval_seconds,
         )
-    service = SchedulingService(source, config, binder=binder, requeue=requeue, journal=_journal(args, config, binder))
+    cluster = str(getattr(getattr(source, "config", None), "host", "") or "")  # a live source's API server
+    journal = _journal(args, config, binder, cluster)
+    service = SchedulingService(source, config, binder=binder, requeue=requeue, journal=journal)
     if start:
         service.start()
     return service

@@ -120,15 +120,20 @@ def test_a_journal_that_cannot_be_written_does_not_stop_the_verbs(tmp_path: Path
     assert service.journal is not None and service.journal.writes == 0
 
 
-def test_serve_with_a_live_source_journals_per_listen_address() -> None:
-    """auto: one file per listen address in the temporary directory; other commands and sources reserve
-    nothing worth keeping."""
+def test_serve_with_a_live_source_journals_per_listen_address_and_cluster() -> None:
+    """auto: one file per listen address and API server in the temporary directory; other commands and sources
+    reserve nothing worth keeping."""
     config = ExtenderConfig()
     serve = argparse.Namespace(command="serve", listen="127.0.0.1:8888")
     journal = cli._journal(serve, config, binder=object())
     assert journal is not None and journal.path == default_journal_path("127.0.0.1:8888")
     assert journal.path.name == "dra-extender-reservations-127.0.0.1_8888.json"
     assert default_journal_path("127.0.0.1:8889") != journal.path
+    # and per cluster: another cluster's extender on the same port keeps its own promises apart
+    ours = cli._journal(serve, config, binder=object(), cluster="https://127.0.0.1:6443")
+    theirs = cli._journal(serve, config, binder=object(), cluster="https://127.0.0.1:7443")
+    assert ours is not None and theirs is not None and ours.path != theirs.path
+    assert ours.path.name == "dra-extender-reservations-127.0.0.1_8888-127.0.0.1_6443.json"
     assert cli._journal(serve, config, binder=None) is None  # a snapshot source
     assert cli._journal(argparse.Namespace(command="explain", listen=""), config, binder=object()) is None
     off = ExtenderConfig(reservations=type(config.reservations)(journal=""))

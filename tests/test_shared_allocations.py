@@ -1,14 +1,17 @@
-"""The commonest pod's allocation on a node is one object shared by every pod asking the same
-(decisions/allocator.py, PodAllocator._one_request and settle_remembered): what it may share, what it may not,
-and that whoever reads a decision still sees the pod's own claims."""
+"""The per-node shortcuts of a burst: the commonest pod's allocation on a node is one object shared by every
+pod asking the same (decisions/allocator.py, PodAllocator._one_request and settle_remembered), and the answers
+read only the failed verdicts (PodDecision.failures). What may be shared, what may not, and that whoever reads
+a decision still sees the pod's own claims and the same answer as a look at every verdict."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from extender.decisions.allocator import Allocation
 from extender.state.core import parse_pod
 from extender.transport.diagnostics import decision_json
+from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
 from tests.support.scenarios import engine_for
 
@@ -105,3 +108,31 @@ def test_pods_asking_differently_never_share():
     assert from_one["nodes"][0]["devices"][0]["claim"] == "claim gpu (from template one)"
     also_one = decision_json(service.explain(parse_pod(objects[-2]), ["node-a"]))
     assert also_one["nodes"][0]["devices"][0]["claim"] == "claim gpu (from template also-one)"
+
+
+def test_answers_built_from_the_failures_alone_equal_a_look_at_every_verdict():
+    """filter_result, `passed` and the filter metrics read only the failed verdicts when the decision knows them
+    apart; on a mix of passing, busy, unknown and device-less nodes (and a pod without claims) they say exactly
+    what a look at every verdict says."""
+    taken = b.claim(
+        "busy",
+        "team",
+        [b.exact_request("gpu", 4)],
+        allocated=[("gpu", "node-b", f"gpu-{i}") for i in range(4)],
+    )
+    first_claim, first = own_claim_pod(1)
+    objects = cluster(taken, first_claim, first, b.node("bare"), b.pod("plain", "team"))
+    service = engine_for(objects)
+    asked = ["node-a", "node-b", "ghost", "bare", "node-c", "node-a"]
+    for pod_object in (first, objects[-1]):
+        pod = parse_pod(pod_object)
+        decision = service.filter(pod, asked)
+        assert decision.failures is not None
+        looked_at = dataclasses.replace(decision, failures=None)
+        args = ExtenderArgs(pod, asked, None)
+        assert filter_result(args, decision) == filter_result(args, looked_at)
+        assert decision.passed == looked_at.passed
+        assert decision.outcome_counts() == looked_at.outcome_counts()
+    answer = filter_result(ExtenderArgs(parse_pod(first), asked, None), service.filter(parse_pod(first), asked))
+    assert answer["NodeNames"] == ["node-a", "node-c", "node-a"]
+    assert set(answer["FailedNodes"]) | set(answer["FailedAndUnresolvableNodes"]) == {"node-b", "ghost", "bare"}

@@ -101,8 +101,9 @@ class PodDecision:
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
     # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
-    # Every node asked about passed (set where it is known without a look at each verdict: the fast path).
-    all_passed: bool = False
+    # The verdicts of the nodes that failed, when the decision knows them apart (decide_pod always does; a
+    # decision built elsewhere may leave None): a burst's answer then costs a look per failed node, not per node.
+    failures: Mapping[str, NodeVerdict] | None = None
 
     def claim_label(self, index: int, claim: ClaimAllocation) -> str:
         """Who the index-th claim of one of this decision's allocations is."""
@@ -110,15 +111,22 @@ class PodDecision:
 
     @property
     def passed(self) -> list[str]:
-        if self.all_passed:
+        failures = self.failures
+        if failures is None:
+            return [name for name, verdict in self.verdicts.items() if verdict.passed]
+        if not failures:
             return list(self.verdicts)
-        return [name for name, verdict in self.verdicts.items() if verdict.passed]
+        return [name for name in self.verdicts if name not in failures]
 
     def outcome_counts(self) -> Counter[str]:
         """How many nodes passed, and how many failed per category (the filter metrics)."""
-        if self.all_passed:
-            return Counter({"passed": len(self.verdicts)})
-        return Counter("passed" if verdict.passed else verdict.category for verdict in self.verdicts.values())
+        if self.failures is None:
+            return Counter("passed" if verdict.passed else verdict.category for verdict in self.verdicts.values())
+        counts = Counter(verdict.category for verdict in self.failures.values())
+        passed = len(self.verdicts) - len(self.failures)
+        if passed:
+            counts["passed"] = passed
+        return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,12 +239,12 @@ def decide_pod(
         # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error. A pod asking
         # for an extended resource that a DeviceClass backs never gets here: it has devices to allocate.
         every_known = dict.fromkeys(names, PASSED_WITHOUT_DEVICES)
-        all_known = nodes.keys() >= every_known.keys()
-        if not all_known:
-            for name in every_known.keys() - nodes.keys():
-                every_known[name] = _failed(unknown_node(name))
+        unknown: dict[str, NodeVerdict] = {}
+        if not nodes.keys() >= every_known.keys():
+            unknown = {name: _failed(unknown_node(name)) for name in names if name not in nodes}
+            every_known.update(unknown)
         return PodDecision(
-            pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy, all_passed=all_known
+            pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy, failures=unknown
         )
 
     pod_claims = resolve_pod_claims(snapshot, pod)
@@ -292,19 +300,20 @@ def decide_pod(
         matcher=matcher,
     )
     verdicts: dict[str, NodeVerdict] = {}
+    failures: dict[str, NodeVerdict] = {}
     per_node = quota.per_node
     pod_rejection = quota.pod_rejection
     for name in names:  # once per candidate node: QuotaDecision.node_rejection, inlined
         outcome = outcomes[name]
         if isinstance(outcome, NotAllocatable):
-            verdicts[name] = _failed(outcome)
+            verdicts[name] = failures[name] = _failed(outcome)
             continue
         node_quota = per_node.get(name)
         rejection = pod_rejection
         if rejection is None and node_quota is not None:
             rejection = node_quota.rejection
         if rejection is not None:
-            verdicts[name] = NodeVerdict(
+            verdicts[name] = failures[name] = NodeVerdict(
                 name,
                 False,
                 unresolvable=rejection.unresolvable,
@@ -323,8 +332,9 @@ def decide_pod(
         verdicts,
         quota=quota,
         strategy=strategy,
-        reservation=quota.reservation if any(v.passed for v in verdicts.values()) else {},
+        reservation=quota.reservation if len(failures) < len(verdicts) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
+        failures=failures,
     )
 
 

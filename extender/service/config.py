@@ -124,7 +124,7 @@ class QuotaSection:
 class ReservationsSection:
     ttl_seconds: float = option("ttlSeconds", 60.0, minimum=1)
     # Where `serve` with a live source keeps the ledger across restarts (state/reservation_journal.py): "auto"
-    # (the temporary directory, one file per listen address), a file path, or "" (memory only).
+    # (the temporary directory, one file per listen address and API server), a file path, or "" (memory only).
     journal: str = option("journal", JOURNAL_AUTO)
 
 

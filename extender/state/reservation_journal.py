@@ -42,11 +42,15 @@ FORMAT_VERSION = 2
 COMPACT_SLACK = 512  # appended lines beyond twice the live records before the file is rewritten
 
 
-def default_journal_path(listen: str) -> Path:
+def default_journal_path(listen: str, cluster: str = "") -> Path:
     """Where `reservations.journal: auto` keeps the journal: the temporary directory (the deployment mounts an
     emptyDir there, which outlives a container restart), one file per listen address, because the process
-    kube-scheduler reaches at that address is the one whose promises it holds."""
+    kube-scheduler reaches at that address is the one whose promises it holds, and per cluster (the API
+    server's address): an extender of another cluster that reuses the port on the same machine (test clusters
+    side by side) must not take over promises made about pods it has never seen."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", listen) or "default"
+    if cluster:
+        safe += "-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", cluster.removeprefix("https://").removeprefix("http://")))
     return Path(tempfile.gettempdir()) / f"dra-extender-reservations-{safe}.json"
 
 

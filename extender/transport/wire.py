@@ -93,8 +93,15 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     unresolvable: dict[str, str] = {}
     passed: list[str] = []
     verdicts = decision.verdicts
-    if decision.all_passed and verdicts.keys() >= set(args.node_names):
-        passed = list(args.node_names)
+    failures = decision.failures
+    if failures is not None and verdicts.keys() == set(args.node_names):
+        # Only the failed nodes need a look at their verdict (decisions that know them apart).
+        passed = [name for name in args.node_names if name not in failures] if failures else list(args.node_names)
+        for name, failure in failures.items():
+            if failure.unresolvable:
+                unresolvable[name] = failure.reason
+            else:
+                failed[name] = failure.reason
     else:
         for name in args.node_names:
             verdict = verdicts.get(name)
