@@ -12,6 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -182,6 +183,7 @@ EVENTS = st.lists(
 )
 
 
+@pytest.mark.slow  # a long property run (60 event sequences through a fresh service each)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(EVENTS)
 def test_holds_kept_per_event_equal_holds_rebuilt_from_the_final_objects(events: list[tuple[str, int, int]]) -> None:

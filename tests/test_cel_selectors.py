@@ -394,6 +394,7 @@ def _sign(value: Fraction) -> int:
     return (value > 0) - (value < 0)
 
 
+@pytest.mark.slow  # 300 examples: a long property run
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(quantity_texts, quantity_texts)
 def test_quantity_compare_agrees_with_fractions(a, b):
@@ -563,6 +564,7 @@ def test_cross_type_numeric_comparisons():
 # ---- concurrency and performance -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a stress run: threads evaluating at once
 def test_concurrent_evaluation():
     expressions = [
         "device.attributes['gpu.example.com'].index % 2 == 0",
