@@ -1376,21 +1376,21 @@ class PodAllocator:
             counts[step.sub.device_class_name] = counts.get(step.sub.device_class_name, 0) + step.sub.count
         self.class_counts = tuple(sorted(counts.items()))
         self._single_claim_request = self.simple is not None and len(self.simple) == 1 and len(self.pending) == 1
+        # decide's shortcut for the commonest pod (and settle_remembered's): nothing else to check per node
+        self._takes_shortcut = (
+            self._single_claim_request and not self.allocated_claims and self._gated is None and not self.gate_failure
+        )
         if self._single_claim_request:
             step = self.simple[0]  # type: ignore[index]
             self._memo_key = (step.request_name, step.sub.device_class_name, step.sub.count)
             self._free_view = FreeView(matcher, snapshot, step.device_class, step.sub.selectors)
-            self._free_entries = self._free_view.entries
-            self._alloc_versions = snapshot.alloc_versions
-            self._shared_version = snapshot.shared_alloc_version
             # The node's answer is shared by every pod whose claim asks the same (the allocation names its
             # claim by the pod's claim entry; a claim that exists is told apart by nothing else, so such pods
             # share it: PodDecision.claim_labels says whose claim it is).
             claim = self.pending[0]
             self._shared_claim = claim if not claim.claim_key else replace(claim, label="", claim_key="")
-            self._shared_key = matcher.caches.request_shape(
-                (*self._memo_key, claim.pod_claim_name, self._shared_claim.label, claim.spec)
-            )
+            shape = (claim.pod_claim_name, self._shared_claim.label, claim.spec)
+            self._shared_key = matcher.caches.request_shape(shape)
             self._alternatives = self.chosen_alternatives[0]
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
@@ -1463,33 +1463,17 @@ class PodAllocator:
         self, node: Node, devices: NodeDevices, allocated: Mapping[DeviceKey, int], classes: Mapping[str, DeviceClass]
     ) -> AllocationOutcome:
         """on_node without building a NodeQuestion on the common path (it is built only when needed)."""
-        if self._single_claim_request and not self.allocated_claims and self._gated is None and not self.gate_failure:
+        if self._takes_shortcut:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast
         return self.on_node(NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated))
 
-    def single_request(self) -> Callable[[str, NodeDevices], AllocationOutcome | None] | None:
-        """The per-node shortcut of the commonest pod, for a caller's loop over many nodes (one call per node
-        instead of `decide`'s three); None when this pod does not take it. The function answers None for a node
-        it cannot settle: `decide` gives that node's answer."""
-        if self._single_claim_request and not self.allocated_claims and self._gated is None and not self.gate_failure:
-            return self._one_request
-        return None
-
     def _one_request(self, node_name: str, devices: NodeDevices) -> AllocationOutcome | None:
         """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
         node's free list, so the next pod of the same shape costs two lookups and one result per node."""
         step = self.simple[0]  # type: ignore[index]
-        entry = self._free_entries.get(devices)  # FreeView.get, inlined: this runs once per candidate node
-        if (
-            entry is not None
-            and entry.shared_version == self._shared_version
-            and (entry.local_version == self._alloc_versions.get(node_name, 0))
-        ):
-            found = entry.result
-        else:
-            found = self._free_view.get(node_name, devices)
+        found = self._free_view.get(node_name, devices)
         if found is None:
             return None
         chosen_devices = found.derived.get(self._memo_key)
@@ -1521,13 +1505,13 @@ class PodAllocator:
         """The commonest pod on every node whose answer is remembered from an earlier pod of its shape (one
         lookup in the node's free-list entry, valid while the node's allocations stay as they were): written
         to `outcomes`. Returns the other nodes, in order, for `decide`. This loop is the per-node cost of a
-        burst of such pods, so it does nothing else (no calls, no new objects)."""
-        if self.single_request() is None:
+        burst of such pods, so it does nothing else (FreeView.get's hit test inlined: no calls, no new objects)."""
+        if not self._takes_shortcut:
             return list(node_names)
         resolved = self.snapshot.resolved_node_devices
-        entries = self._free_entries
-        versions = self._alloc_versions
-        shared_version = self._shared_version
+        entries = self._free_view.entries
+        versions = self.snapshot.alloc_versions
+        shared_version = self.snapshot.shared_alloc_version
         key = self._shared_key
         rest: list[str] = []
         for name in node_names:

@@ -64,7 +64,6 @@ def device_feasibility(
     )
     node_devices = snapshot.node_devices
     decide = allocator.decide
-    shortcut = allocator.single_request()
     names = allocator.settle_remembered(node_names, outcomes)
     for start in range(0, len(names), DEADLINE_CHECK_EVERY):
         if deadline is not None and time.perf_counter() > deadline:
@@ -79,7 +78,5 @@ def device_feasibility(
             if node is None:
                 outcomes[name] = unknown_node(name)
                 continue
-            devices = node_devices(name)
-            outcome = shortcut(name, devices) if shortcut is not None else None
-            outcomes[name] = outcome if outcome is not None else decide(node, devices, allocated, classes)
+            outcomes[name] = decide(node, node_devices(name), allocated, classes)
     return outcomes

@@ -80,12 +80,6 @@ class QuotaDecision:
     chosen_flavor: str = ""
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # what to hold for the pod
 
-    def node_rejection(self, node: str) -> QuotaRejection | None:
-        if self.pod_rejection is not None:
-            return self.pod_rejection
-        quota = self.per_node.get(node)
-        return quota.rejection if quota is not None else None
-
 
 NOT_GOVERNED = QuotaDecision(governed=False)
 
@@ -473,13 +467,9 @@ def decide_quota(
             if not part:
                 split.append((charge, (*helds, ()), names))
                 continue
-            by_held: list[tuple[tuple[str, ...], list[str]]]
-            if len(partition) == 1:  # every node of the cluster is in the same flavors
-                by_held = [(next(iter(partition)), names)]
-            else:
-                remaining = set(names)
-                by_held = [(held, list(remaining & members)) for held, members in partition.items()]
-            for held, held_names in by_held:
+            remaining = set(names)
+            for held, members in partition.items():
+                held_names = list(remaining & members)
                 if not held_names:
                     continue
                 split.append((charge, (*helds, held), held_names))

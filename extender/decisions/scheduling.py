@@ -101,9 +101,9 @@ class PodDecision:
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
     # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
-    # The verdicts of the nodes that failed, when the decision knows them apart (decide_pod always does; a
-    # decision built elsewhere may leave None): a burst's answer then costs a look per failed node, not per node.
-    failures: Mapping[str, NodeVerdict] | None = None
+    # The verdicts of the nodes that failed (a subset of `verdicts`): the answers read these, so a burst's
+    # answer costs a look per failed node, not per node.
+    failures: Mapping[str, NodeVerdict] = field(default_factory=dict)
 
     def claim_label(self, index: int, claim: ClaimAllocation) -> str:
         """Who the index-th claim of one of this decision's allocations is."""
@@ -112,16 +112,10 @@ class PodDecision:
     @property
     def passed(self) -> list[str]:
         failures = self.failures
-        if failures is None:
-            return [name for name, verdict in self.verdicts.items() if verdict.passed]
-        if not failures:
-            return list(self.verdicts)
-        return [name for name in self.verdicts if name not in failures]
+        return [name for name in self.verdicts if name not in failures] if failures else list(self.verdicts)
 
     def outcome_counts(self) -> Counter[str]:
         """How many nodes passed, and how many failed per category (the filter metrics)."""
-        if self.failures is None:
-            return Counter("passed" if verdict.passed else verdict.category for verdict in self.verdicts.values())
         counts = Counter(verdict.category for verdict in self.failures.values())
         passed = len(self.verdicts) - len(self.failures)
         if passed:
@@ -303,7 +297,7 @@ def decide_pod(
     failures: dict[str, NodeVerdict] = {}
     per_node = quota.per_node
     pod_rejection = quota.pod_rejection
-    for name in names:  # once per candidate node: QuotaDecision.node_rejection, inlined
+    for name in names:  # once per candidate node: a refusal for every node, or the node's own
         outcome = outcomes[name]
         if isinstance(outcome, NotAllocatable):
             verdicts[name] = failures[name] = _failed(outcome)

@@ -343,7 +343,7 @@ class SchedulingService:
                 )
             else:
                 self.reservations.release(identity)
-                if any(v.category in PARKED_FOR_QUOTA for v in (decision.failures or decision.verdicts).values()):
+                if any(v.category in PARKED_FOR_QUOTA for v in decision.failures.values()):
                     self._parked_for_quota += 1
                     self._parked_context = view.context
         self.history.remember_filter(identity, decision)

@@ -27,7 +27,7 @@ def _quantity(value: Fraction) -> str | int:
 
 
 def verdict_json(
-    name: str, verdict: NodeVerdict, score: ScoreBreakdown | None, decision: PodDecision | None = None
+    name: str, verdict: NodeVerdict, score: ScoreBreakdown | None, decision: PodDecision
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"node": name, "passed": verdict.passed}
     if not verdict.passed:
@@ -42,7 +42,7 @@ def verdict_json(
     if verdict.allocation is not None:
         out["devices"] = [
             {
-                "claim": decision.claim_label(index, claim) if decision is not None else claim.claim.label,
+                "claim": decision.claim_label(index, claim),
                 "request": chosen.request,
                 "device": "/".join(chosen.device.key),
                 "deviceClass": chosen.device_class,

@@ -91,28 +91,17 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     """ExtenderFilterResult. Failed nodes go to FailedAndUnresolvableNodes when preemption cannot help."""
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    passed: list[str] = []
     verdicts = decision.verdicts
-    failures = decision.failures
-    if failures is not None and verdicts.keys() == set(args.node_names):
-        # Only the failed nodes need a look at their verdict (decisions that know them apart).
-        passed = [name for name in args.node_names if name not in failures] if failures else list(args.node_names)
-        for name, failure in failures.items():
-            if failure.unresolvable:
-                unresolvable[name] = failure.reason
-            else:
-                failed[name] = failure.reason
-    else:
-        for name in args.node_names:
-            verdict = verdicts.get(name)
-            if verdict is None:
-                continue
-            if verdict.passed:
-                passed.append(name)
-            elif verdict.unresolvable:
-                unresolvable[name] = verdict.reason
-            else:
-                failed[name] = verdict.reason
+    failures = decision.failures  # only the failed nodes need a look at their verdict
+    passed = [name for name in args.node_names if name in verdicts and name not in failures]
+    asked = set(args.node_names)
+    for name, failure in failures.items():
+        if name not in asked:
+            continue
+        if failure.unresolvable:
+            unresolvable[name] = failure.reason
+        else:
+            failed[name] = failure.reason
     result: dict[str, Any] = {
         "Nodes": None,
         "NodeNames": None,
