@@ -360,3 +360,59 @@ def test_an_idle_connection_gives_way_at_the_bound(server: dict[str, Any]) -> No
     finally:
         for sock in held:
             sock.close()
+
+
+def read_responses(sock: socket.socket, count: int) -> list[tuple[int, bytes]]:
+    """`count` HTTP/1.1 responses (Content-Length framed, as the extender answers) read off one connection."""
+    data, answers = b"", []
+    while len(answers) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            head = data[:head_end].decode("latin-1").split("\r\n")
+            length = next(int(line.split(":", 1)[1]) for line in head if line.lower().startswith("content-length:"))
+            if len(data) >= head_end + 4 + length:
+                answers.append((int(head[0].split(" ", 2)[1]), data[head_end + 4 : head_end + 4 + length]))
+                data = data[head_end + 4 + length :]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed after {len(answers)} of {count} responses"
+        data += chunk
+    assert not data, "more bytes than the responses asked for"
+    return answers
+
+
+def filter_request(name: str) -> bytes:
+    body = filter_body(name)
+    head = f"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def test_kept_alive_connections_are_answered_at_any_pace(server: dict[str, Any]) -> None:
+    """A pool thread waits briefly on a kept-alive connection for its next request (server.py
+    `_next_request_soon`): requests right after one another, after a pause past that wait, and pipelined ones
+    are all answered; and connections gone idle after a request do not hold the threads a new one needs."""
+    port = server["port"]
+    idle_after_one = []
+    try:
+        for index in range(24):  # more than the 16 pool threads, each idle right after its answer
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            idle_after_one.append(sock)
+            sock.sendall(filter_request(f"idle-{index}"))
+            assert [status for status, _ in read_responses(sock, 1)] == [200]
+        started = time.perf_counter()
+        status, _seconds = http_request(port, "POST", "/filter", filter_body("newcomer"))
+        assert status == 200 and time.perf_counter() - started < 1.0
+        for pause in (0.0, 0.01, 0.3, 0.0):  # 0.3 s: past the wait, so the poller hands the request over
+            for index, sock in enumerate(idle_after_one[:4]):
+                time.sleep(pause)
+                sock.sendall(filter_request(f"idle-{index}"))
+                ((status, body),) = read_responses(sock, 1)
+                assert status == 200 and json.loads(body)["NodeNames"] == NODES
+        pipelined = idle_after_one[0]
+        pipelined.sendall(filter_request("first") + filter_request("second") + filter_request("third"))
+        answers = read_responses(pipelined, 3)
+        assert [status for status, _ in answers] == [200, 200, 200]
+        assert all(json.loads(body)["NodeNames"] == NODES for _, body in answers)
+    finally:
+        for sock in idle_after_one:
+            sock.close()
