@@ -59,7 +59,7 @@ def test_initial_lists_build_the_same_state_as_a_fresh_list(fake_api: FakeApiSer
         assert_converges(store, fake_api)
         snapshot = store.snapshot()
         assert snapshot.synced and snapshot.kueue_enabled
-        assert snapshot.allocated == {("gpu.example.com", "n1", "gpu-0"): 1, ("gpu.example.com", "n1", "gpu-1"): 1}
+        assert dict(snapshot.allocated) == {("gpu.example.com", "n1", "gpu-0"): 1, ("gpu.example.com", "n1", "gpu-1"): 1}
         assert set(snapshot.config_maps) == {"kueue-system/kueue-manager-config"}
         assert set(snapshot.cluster_queues) == {"team-a"}
         health = source.health()
@@ -96,7 +96,7 @@ def test_events_are_applied_incrementally(fake_api: FakeApiServer, tmp_path: Pat
         fake_api.put(b.gpu_slice("n3", 2))
         fake_api.delete("ResourceClaim", "team-a/held")
         assert_converges(store, fake_api)
-        assert store.snapshot().allocated == {("gpu.example.com", "n2", "gpu-3"): 1}
+        assert dict(store.snapshot().allocated) == {("gpu.example.com", "n2", "gpu-3"): 1}
         stats = source.stats()
         assert stats["resourceclaims"].events_applied == 2
         assert stats["resourceclaims"].resource_version == str(fake_api.rv)
@@ -143,7 +143,7 @@ def test_dropped_connection_resumes_from_the_last_resource_version(
         stats = source.stats()["resourceclaims"]
         assert stats.relists == 0 and len(fake_api.list_queries("resourceclaims")) == 1
         assert stats.reconnects >= 2 and stats.errors >= 2
-        assert store.snapshot().allocated == {("gpu.example.com", "n2", "gpu-0"): 1}
+        assert dict(store.snapshot().allocated) == {("gpu.example.com", "n2", "gpu-0"): 1}
 
 
 @pytest.mark.parametrize("mode", list(ExpireMode), ids=lambda m: m.value)

@@ -173,10 +173,10 @@ def test_allocated_devices_follow_claim_events():
     snapshot = store.snapshot()
     assert set(snapshot.allocated) == {("gpu.example.com", "n1", "gpu-0"), ("gpu.example.com", "n1", "gpu-1")}
     store.apply("ResourceClaim", "MODIFIED", b.claim("c1", "ns", [b.exact_request()]))
-    assert store.snapshot().allocated == {}
+    assert dict(store.snapshot().allocated) == {}
     store.apply("ResourceClaim", "ADDED", allocated)
     store.apply("ResourceClaim", "DELETED", allocated)
-    assert store.snapshot().allocated == {}
+    assert dict(store.snapshot().allocated) == {}
 
 
 def test_snapshot_is_immutable_view_and_changes_are_listed():
@@ -217,3 +217,38 @@ def test_generated_claim_lookup_by_annotation_and_owner():
     pod = snapshot.pods["ns/p"]
     found = snapshot.claim_for_pod(pod, pod.claims[0])
     assert found is not None and found.name == "p-gpu-abc"
+
+
+def test_a_snapshot_keeps_what_it_saw_while_bindings_go_on():
+    """Pods, claims, allocated devices and generated claims are persistent maps (store.py PERSISTENT_KINDS): a
+    snapshot takes them as they are, so the events after it must not reach it, and kinds no event touched
+    stay the same objects from one snapshot to the next."""
+    store = ClusterStore()
+    store.apply("Node", "ADDED", b.node("n1"))
+    store.apply("Pod", "ADDED", b.pod("p", "ns", templates={"gpu": "tmpl"}))
+    before = store.snapshot()
+    claim = b.claim(
+        "p-gpu-abc",
+        "ns",
+        [b.exact_request()],
+        allocated=[("gpu", "n1", "gpu-0")],
+        owner_uid="uid-ns-p",
+        pod_claim_name="gpu",
+    )
+    store.apply("ResourceClaim", "ADDED", claim)
+    store.apply("Pod", "MODIFIED", b.pod("p", "ns", templates={"gpu": "tmpl"}, node_name="n1"))
+    bound = store.snapshot()
+    store.apply("ResourceClaim", "DELETED", claim)
+    store.apply("Pod", "DELETED", b.pod("p", "ns"))
+    gone = store.snapshot()
+
+    device = ("gpu.example.com", "n1", "gpu-0")
+    assert before.pods["ns/p"].node_name == "" and not before.claims and not before.allocated
+    assert not before.generated_claims
+    assert bound.pods["ns/p"].node_name == "n1" and set(bound.claims) == {"ns/p-gpu-abc"}
+    assert dict(bound.allocated) == {device: 1}
+    assert dict(bound.generated_claims) == {("ns", "uid-ns-p", "gpu"): "ns/p-gpu-abc"}
+    assert not gone.pods and not gone.claims and not gone.allocated and not gone.generated_claims
+    assert bound.shared_alloc_version != gone.shared_alloc_version  # (no slice publishes the device here)
+    assert gone.nodes is bound.nodes is before.nodes
+    assert gone.workloads is bound.workloads and gone.admitted_workloads is bound.admitted_workloads

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import immutables
+
 from extender.state.capacity import SharedUse, add_share
 from extender.state.core import POD_CLAIM_NAME_ANNOTATION, ConfigMap, Namespace, Node, Pod, PodClaimRef
 from extender.state.dra import (
@@ -42,6 +44,13 @@ log = logging.getLogger(__name__)
 
 # How many snapshots' worth of changes stay linked; consumers that fall further behind recompute from scratch.
 CHANGE_CHUNKS_KEPT = 64
+
+# Kinds that change with every binding (and with Kueue's admissions). The store keeps them, and the claims'
+# device maps, in persistent maps (immutables.Map, a hash array mapped trie): an event replaces O(log n) of
+# the map, and a snapshot takes the map as it is, where copying a dict would cost O(pods) or O(devices) per
+# snapshot after every binding. Lookups cost more than a dict's, so the maps read per candidate node (the
+# Nodes, each node's allocation version) stay dicts: they change rarely, or are one small int per node.
+PERSISTENT_KINDS = frozenset({"Pod", "ResourceClaim", "Workload"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +241,8 @@ class ClusterStore:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME}
+        self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME if kind not in PERSISTENT_KINDS}
+        self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
         self._raw_versions: dict[str, dict[str, str]] = {kind: {} for kind in KINDS_BY_NAME}
         self._dirty_kinds: set[str] = set(KINDS_BY_NAME)
         self._version = 0
@@ -247,24 +257,22 @@ class ClusterStore:
         self._shared_pools: set[PoolKey] = set()
         self._shared_version = 0
         self._local_versions: dict[str, int] = defaultdict(int)
-        self._allocated: dict[DeviceKey, int] = defaultdict(int)
+        self._allocated: immutables.Map[DeviceKey, int] = immutables.Map()
         # Bumped when an allocation on a node-local pool (or any shared pool) changes, so per-node caches of
         # free devices stay valid until their own node's devices change hands.
         self._alloc_versions: dict[str, int] = defaultdict(int)
         self._shared_alloc_version = 0
         self._claim_devices: dict[str, tuple[DeviceKey, ...]] = {}
         # Shares of devices that allow multiple allocations (results with a shareID), per device and per claim.
-        self._shared: dict[DeviceKey, SharedUse] = {}
+        self._shared: immutables.Map[DeviceKey, SharedUse] = immutables.Map()
         self._claim_shares: dict[str, tuple[tuple[DeviceKey, tuple[tuple[str, Fraction], ...]], ...]] = {}
-        self._generated_claims: dict[tuple[str, str, str], str] = {}
+        self._generated_claims: immutables.Map[tuple[str, str, str], str] = immutables.Map()
         # claim key -> its entries in _generated_claims, so a claim event touches only its own (not a scan of all)
         self._generated_by_claim: dict[str, tuple[tuple[str, str, str], ...]] = {}
-        # Whether allocated / shared / alloc_versions, or generated_claims, changed since the last snapshot: a
-        # claim event that changes neither (reservedFor, conditions, a new unallocated claim) shares the last
-        # snapshot's copies instead of copying the whole cluster's again.
+        # Whether alloc_versions changed since the last snapshot: a claim event that changes no allocation
+        # (reservedFor, conditions, a new unallocated claim) shares the last snapshot's copy.
         self._allocations_dirty = True
-        self._generated_dirty = True
-        self._admitted_by_owner: dict[str, str] = {}
+        self._admitted_by_owner: immutables.Map[str, str] = immutables.Map()
         self._queue_status: dict[str, KueueQueueStatus] = {}
         self._queue_status_dirty = True
         self._node_devices_cache: dict[str, _NodeDevicesCacheEntry] = {}
@@ -314,11 +322,11 @@ class ClusterStore:
             except ObjectError as error:
                 errors.append(error.located(f"{kind} {key}"))
         with self._lock:
-            for key in list(self._objects[kind]):
+            for key in list(self._objects_of(kind)):
                 if key not in parsed:
                     self._remove(info, key)
             for key, obj in parsed.items():
-                if self._objects[kind].get(key) is not obj:
+                if self._objects_of(kind).get(key) is not obj:
                     self._upsert(info, key, obj)
             if kind == "ClusterQueue":
                 raw_by_key = {object_key(info, raw): raw for raw in items}
@@ -345,9 +353,13 @@ class ClusterStore:
         self._dirty_kinds.add(kind)
         self._pending_changes.append(Change(self._version + 1, kind, key))
 
+    def _objects_of(self, kind: str) -> Mapping[str, Any]:
+        persistent = self._persistent.get(kind)
+        return persistent if persistent is not None else self._objects[kind]
+
     def _upsert(self, info: KindInfo, key: str, obj: Any) -> None:
         kind = info.kind
-        old = self._objects[kind].get(key)
+        old = self._objects_of(kind).get(key)
         if kind == "Node" and old is not None and _node_view(old) == _node_view(obj):
             return  # status heartbeats change nothing we read; keep caches keyed on the old object
         if old is not None and old == obj:
@@ -355,7 +367,10 @@ class ClusterStore:
             # rewriting a ClusterQueue's status on every admission, which would otherwise rebuild the quota
             # context and recompute usage over every pod.
             return
-        self._objects[kind][key] = obj
+        if kind in PERSISTENT_KINDS:
+            self._persistent[kind] = self._persistent[kind].set(key, obj)
+        else:
+            self._objects[kind][key] = obj
         self._record(kind, key)
         if kind == "ResourceSlice":
             if old is not None:
@@ -373,9 +388,13 @@ class ClusterStore:
 
     def _remove(self, info: KindInfo, key: str) -> None:
         kind = info.kind
-        old = self._objects[kind].pop(key, None)
+        old = self._objects_of(kind).get(key)
         if old is None:
             return
+        if kind in PERSISTENT_KINDS:
+            self._persistent[kind] = self._persistent[kind].delete(key)
+        else:
+            del self._objects[kind][key]
         self._record(kind, key)
         if kind == "ResourceSlice":
             self._unindex_slice(old)
@@ -446,9 +465,10 @@ class ClusterStore:
 
     def _set_share(self, device_key: DeviceKey, use: SharedUse | None) -> None:
         if use is None:
-            self._shared.pop(device_key, None)
+            if device_key in self._shared:
+                self._shared = self._shared.delete(device_key)
         else:
-            self._shared[device_key] = use
+            self._shared = self._shared.set(device_key, use)
 
     def _index_claim(self, key: str, claim: ResourceClaim | None) -> None:
         previous = self._claim_devices.get(key, ())
@@ -478,15 +498,15 @@ class ClusterStore:
             for device_key, consumed in shares:
                 self._set_share(device_key, add_share(self._shared.get(device_key), consumed))
         for device_key in self._claim_devices.pop(key, ()):
-            remaining = self._allocated[device_key] - 1
+            remaining = self._allocated.get(device_key, 0) - 1
             if remaining > 0:
-                self._allocated[device_key] = remaining
+                self._allocated = self._allocated.set(device_key, remaining)
             else:
-                del self._allocated[device_key]
+                self._allocated = self._allocated.delete(device_key)
         if current:  # claim is not None here
             self._claim_devices[key] = current
             for device_key in current:
-                self._allocated[device_key] += 1
+                self._allocated = self._allocated.set(device_key, self._allocated.get(device_key, 0) + 1)
         pod_claim_name = claim.annotations.get(POD_CLAIM_NAME_ANNOTATION) if claim is not None else None
         generated: tuple[tuple[str, str, str], ...] = ()
         if claim is not None and pod_claim_name:
@@ -495,14 +515,12 @@ class ClusterStore:
         if generated:
             self._generated_by_claim[key] = generated
         if previous_generated != generated:
-            self._generated_dirty = True
             for generated_key in previous_generated:
                 if self._generated_claims.get(generated_key) == key:
-                    del self._generated_claims[generated_key]
+                    self._generated_claims = self._generated_claims.delete(generated_key)
         for generated_key in generated:
             if self._generated_claims.get(generated_key) != key:
-                self._generated_claims[generated_key] = key
-                self._generated_dirty = True
+                self._generated_claims = self._generated_claims.set(generated_key, key)
 
     def _set_queue_status(self, key: str, raw: Mapping[str, Any] | None) -> None:
         """Kueue's own view of a ClusterQueue, as a change of its own (the quota context does not read it)."""
@@ -524,11 +542,11 @@ class ClusterStore:
         """Owner uid -> admitted Workload, so a pod finds the flavor Kueue gave it with one lookup."""
         for owner in old.owners if old is not None else ():
             if owner.uid and self._admitted_by_owner.get(owner.uid) == key:
-                del self._admitted_by_owner[owner.uid]
+                self._admitted_by_owner = self._admitted_by_owner.delete(owner.uid)
         if new is not None and new.admission is not None:
             for owner in new.owners:
                 if owner.uid:
-                    self._admitted_by_owner[owner.uid] = key
+                    self._admitted_by_owner = self._admitted_by_owner.set(owner.uid, key)
 
     # --- reads --------------------------------------------------------------------------------------------------
 
@@ -541,12 +559,13 @@ class ClusterStore:
             current = self._snapshot
             if current is not None and current.version == self._version:
                 return current
-            objects = {
+            objects: dict[str, Mapping[str, Any]] = {
                 kind: (
                     dict(self._objects[kind]) if current is None or kind in self._dirty_kinds else current.objects[kind]
                 )
                 for kind in self._objects
             }
+            objects.update(self._persistent)  # as they are: no write reaches a map once taken
             self._dirty_kinds.clear()
             queue_status_dirty, self._queue_status_dirty = self._queue_status_dirty, False
             if current is None or self._pools_dirty:
@@ -572,31 +591,22 @@ class ClusterStore:
                 self._chunks.pop(0)
                 self._chunks[0].older = None
             unchanged_claims = None if current is None or self._allocations_dirty else current
-            unchanged_generated = None if current is None or self._generated_dirty else current
-            self._allocations_dirty = self._generated_dirty = False
+            self._allocations_dirty = False
             snapshot = ClusterSnapshot(
                 version=self._version,
                 objects=objects,
                 topology=topology,
-                allocated=dict(self._allocated) if unchanged_claims is None else unchanged_claims.allocated,
-                shared_allocated=dict(self._shared) if unchanged_claims is None else unchanged_claims.shared_allocated,
+                allocated=self._allocated,
+                shared_allocated=self._shared,
                 alloc_versions=(
                     dict(self._alloc_versions) if unchanged_claims is None else unchanged_claims.alloc_versions
                 ),
                 shared_alloc_version=self._shared_alloc_version,
-                generated_claims=(
-                    dict(self._generated_claims)
-                    if unchanged_generated is None
-                    else unchanged_generated.generated_claims
-                ),
+                generated_claims=self._generated_claims,
                 queue_status=(
                     dict(self._queue_status) if current is None or queue_status_dirty else current.queue_status
                 ),
-                admitted_workloads=(
-                    dict(self._admitted_by_owner)
-                    if current is None or objects["Workload"] is not current.objects["Workload"]
-                    else current.admitted_workloads
-                ),
+                admitted_workloads=self._admitted_by_owner,
                 kueue_enabled=self._kueue_enabled,
                 synced=self._synced,
                 _changes=chunk,
