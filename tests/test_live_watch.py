@@ -59,7 +59,8 @@ def test_initial_lists_build_the_same_state_as_a_fresh_list(fake_api: FakeApiSer
         assert_converges(store, fake_api)
         snapshot = store.snapshot()
         assert snapshot.synced and snapshot.kueue_enabled
-        assert dict(snapshot.allocated) == {("gpu.example.com", "n1", "gpu-0"): 1, ("gpu.example.com", "n1", "gpu-1"): 1}
+        held = {("gpu.example.com", "n1", "gpu-0"): 1, ("gpu.example.com", "n1", "gpu-1"): 1}
+        assert dict(snapshot.allocated) == held
         assert set(snapshot.config_maps) == {"kueue-system/kueue-manager-config"}
         assert set(snapshot.cluster_queues) == {"team-a"}
         health = source.health()
