@@ -157,3 +157,28 @@ def test_answers_built_from_the_failures_alone_equal_a_look_at_every_verdict():
     answer = filter_result(ExtenderArgs(parse_pod(first), asked, None), service.filter(parse_pod(first), asked))
     assert answer["NodeNames"] == ["node-a", "node-c", "node-a"]
     assert set(answer["FailedNodes"]) | set(answer["FailedAndUnresolvableNodes"]) == {"node-b", "ghost", "bare"}
+
+
+def test_remembered_score_parts_follow_the_nodes_allocations():
+    """score_nodes remembers a node's device-fit part by the devices-taken tuple of the node's free-list entry
+    (scheduling.py): once a node's allocations change, its score must be what a fresh computation says, and
+    under the packing strategy the fuller node must rank higher."""
+    claims_and_pods = [own_claim_pod(index) for index in range(4)]
+    objects = [obj for pair in claims_and_pods for obj in pair]
+    service, fresh = engine_for(cluster(*objects)), engine_for(cluster(*objects))
+    for index, (_claim, pod_object) in enumerate(claims_and_pods[:3]):
+        pod = parse_pod(pod_object)
+        service.filter(pod, list(NODES))
+        ranking = service.prioritize(pod, list(NODES))
+        expected = fresh.explain(pod, list(NODES))
+        assert {name: score.total for name, score in ranking.scores.items()} == {
+            name: score.total for name, score in expected.scores.items()
+        }
+        # this pod's claim lands on node-b, which the next pod must see fuller
+        taken = b.claim(
+            f"claim-{index}", "team", [b.exact_request("gpu", 1)], allocated=[("gpu", "node-b", f"gpu-{index}")]
+        )
+        for engine in (service, fresh):
+            engine.store.apply("ResourceClaim", "MODIFIED", taken)
+    last = service.prioritize(parse_pod(claims_and_pods[3][1]), list(NODES))
+    assert last.scores["node-b"].total > last.scores["node-a"].total == last.scores["node-c"].total

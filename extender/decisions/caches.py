@@ -13,7 +13,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | free | class signature / NodeDevices | as above, and entries carry the node's allocation versions (an entry also |
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
-| node_scores | strategy / (devices taken, allocation versions) | slice or claim event on the node |
+| node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
 | | | out new tokens; answers under the old ones are never found again and leave with their entries) |
@@ -82,7 +82,7 @@ class DecisionCaches:
     # (devices taken, device fit, firstAvailable) per strategy, keyed by the taken tuple's identity and the node's
     # allocation versions (see scheduling.score_nodes)
     gated: BoundedMemo[NodeDevices, NodeDevices] = field(default_factory=lambda: BoundedMemo("gated", MAX_NODE_LISTS))
-    node_scores: BoundedMemo[tuple[int, int, int], tuple[tuple[ChosenDevice, ...], float, float]] = field(
+    node_scores: BoundedMemo[int, tuple[tuple[ChosenDevice, ...], float, float]] = field(
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
     # A request shape (what the commonest pod's allocation on a node depends on) -> a token standing for it in

@@ -157,8 +157,10 @@ def score_nodes(
     The node parts of a score (device fit, firstAvailable choice) of the commonest pods are remembered in
     `caches.node_scores`: a one-claim ExactCount allocation on the fast path takes its devices from the node's
     free-list entry (the same tuple for every pod of that shape until the node's allocations change), so the
-    parts are keyed by that tuple (identity, held by the entry so it cannot be reused) and the node's allocation
-    versions. Only the quota headroom, which moves with every reservation, is combined afresh."""
+    parts are keyed by that tuple's identity (held by the memo, so it cannot be reused). The tuple stands for the
+    node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
+    (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
+    Only the quota headroom, which moves with every reservation, is combined afresh."""
     scores: dict[str, ScoreBreakdown] = {}
     headrooms: dict[int, float] = {}  # NodeQuota objects are shared by every node of one charge and flavor
     combined: dict[tuple[float, float, float], ScoreBreakdown] = {}
@@ -166,8 +168,6 @@ def score_nodes(
     strategy = decision.strategy
     memo = caches.node_scores
     entries = memo.parts.get(strategy) or {}
-    alloc_versions = snapshot.alloc_versions
-    shared_version = snapshot.shared_alloc_version
     last_quota: object = _NOT_LOOKED_UP
     headroom = 1.0
     for node in node_names:
@@ -190,7 +190,7 @@ def score_nodes(
             fit, first = node_parts(allocation, usage, strategy)
         else:
             taken = claims[0].devices
-            key = (id(taken), alloc_versions.get(node, 0), shared_version)
+            key = id(taken)
             remembered = entries.get(key)
             if remembered is None or remembered[0] is not taken:
                 usage = caches.driver_usage.usage(snapshot, node)
@@ -306,16 +306,10 @@ def decide_pod(
         rejection = pod_rejection
         if rejection is None and node_quota is not None:
             rejection = node_quota.rejection
-        if rejection is not None:
-            verdicts[name] = failures[name] = NodeVerdict(
-                name,
-                False,
-                unresolvable=rejection.unresolvable,
-                category=rejection.category,
-                reason=rejection.summary,
-                detail=rejection.summary,
-                allocation=outcome,
-                quota=node_quota,
+        if rejection is not None:  # (every node of another flavor fails here: positional, as in `_failed`)
+            summary = rejection.summary
+            verdicts[name] = failures[name] = _new_verdict(
+                (name, False, rejection.unresolvable, rejection.category, summary, summary, outcome, node_quota)
             )
             continue
         verdicts[name] = _new_verdict((name, True, False, "", "", "", outcome, node_quota))
@@ -333,11 +327,8 @@ def decide_pod(
 
 
 def _failed(outcome: NotAllocatable) -> NodeVerdict:
-    return NodeVerdict(
-        outcome.node,
-        False,
-        unresolvable=outcome.unresolvable,
-        category=outcome.category,
-        reason=outcome.summary,
-        detail=outcome.detail,
+    """The verdict of a node the devices refuse. Positional, through `_new_verdict`: a NamedTuple built with
+    keywords costs 0.9 us against 0.2, and a burst refuses hundreds of nodes per pod."""
+    return _new_verdict(
+        (outcome.node, False, outcome.unresolvable, outcome.category, outcome.summary, outcome.detail, None, None)
     )
