@@ -504,3 +504,38 @@ def test_without_any_mappings_a_class_is_charged_to_a_covered_resource_of_its_na
         assert not filter_pod(engine, gpu_pod("p2")).passed
     unrelated = cluster_queue("team-a", {"on-demand": {"nominal": 0}}, cohort=None)
     assert not filter_pod(engine_for([*objects, unrelated]), gpu_pod("p")).quota.reservation  # not governed
+
+
+def test_verdicts_read_as_a_mapping_in_the_order_asked():
+    """decide_pod builds only the failed nodes' verdicts; the passing ones are made when read
+    (scheduling.NodeVerdicts). Read any way, they must be the decision a look at each node gives: every node
+    once in the order asked, the passing ones with their allocation and their NodeQuota, the failing ones the
+    very verdicts the answers use; and a pod refused everywhere (its queue is gone) fails every node."""
+    busy = b.claim(
+        "busy", "team-a", [b.exact_request("gpu", 8)], allocated=[("gpu", "on-demand-1", f"gpu-{i}") for i in range(8)]
+    )
+    engine = engine_for([*base_objects({"on-demand": {"nominal": 8}, "spot": {"nominal": 8}}), busy])
+    asked = ["spot-1", "on-demand-1", "ghost", "on-demand-0", "spot-0", "spot-1"]
+    decision = filter_pod(engine, gpu_pod("p"), asked)
+    verdicts = decision.verdicts
+    assert list(verdicts) == list(dict.fromkeys(asked)) and len(verdicts) == 5
+    assert verdicts.keys() >= set(asked) and "ghost" in verdicts and "nowhere" not in verdicts
+    assert verdicts.get("nowhere") is None
+    with pytest.raises(KeyError):
+        verdicts["nowhere"]
+    read = dict(verdicts.items())
+    assert read == {name: verdicts[name] for name in verdicts}
+    assert [name for name, verdict in read.items() if verdict.passed] == decision.passed == ["on-demand-0"]
+    assert {name: verdict for name, verdict in read.items() if not verdict.passed} == decision.failures
+    assert all(read[name] is decision.failures[name] for name in decision.failures)
+    assert {read[name].category for name in ("spot-0", "spot-1")} == {"other-flavor"}
+    assert read["on-demand-1"].category == "devices-in-use" and read["ghost"].category == "unknown-node"
+    passed = read["on-demand-0"]
+    assert passed.node == "on-demand-0" and passed.allocation is not None
+    assert passed.quota is decision.quota.per_node["on-demand-0"] and passed.quota.flavor == "on-demand"
+    assert read["spot-0"].quota is decision.quota.per_node["spot-0"] and read["spot-0"].allocation is not None
+
+    engine.store.apply("LocalQueue", "DELETED", local_queue("team-a", "team-a"))
+    refused = filter_pod(engine, gpu_pod("p2"), asked)
+    assert refused.passed == [] and set(refused.failures) == set(asked)
+    assert refused.verdicts["spot-0"].category == "queue-config" and refused.reservation == {}

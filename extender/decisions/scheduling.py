@@ -10,7 +10,7 @@ prioritize a few.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
@@ -34,6 +34,7 @@ from extender.decisions.quota_decision import (
     UNMAPPED_IGNORE,
     NodeQuota,
     QuotaDecision,
+    QuotaRejection,
     decide_quota,
 )
 from extender.decisions.quota_tree import QuotaLedger
@@ -85,6 +86,48 @@ _new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the Nam
 PASSED_WITHOUT_DEVICES = NodeVerdict("", True)
 
 _NOT_LOOKED_UP = object()  # score_nodes: no NodeQuota seen yet (None is one: an ungoverned pod's)
+
+
+class NodeVerdicts(Mapping[str, NodeVerdict]):
+    """A pod's verdict per candidate node, in the order asked, with the passing nodes' verdicts built only when
+    someone reads them. kube-scheduler's answers need the failed nodes (kept built, in `failures`) and the
+    names of the others; building a verdict for each passing node of each pod (hundreds to thousands per pod)
+    was a third of a burst's decision time, for diagnostics that read a few. A passing verdict is made from
+    what the decision holds anyway: the node's allocation and its NodeQuota."""
+
+    __slots__ = ("_order", "allocations", "failures", "per_node")
+
+    def __init__(
+        self,
+        order: dict[str, None],
+        allocations: Mapping[str, Allocation],
+        per_node: Mapping[str, NodeQuota],
+        failures: Mapping[str, NodeVerdict],
+    ) -> None:
+        self._order = order  # every candidate node, in the order asked: each is in `failures` or `allocations`
+        self.allocations = allocations  # the device-feasible nodes' allocations
+        self.per_node = per_node
+        self.failures = failures
+
+    def __getitem__(self, name: str) -> NodeVerdict:
+        failed = self.failures.get(name)
+        if failed is not None:
+            return failed
+        if name not in self._order:
+            raise KeyError(name)
+        return _new_verdict((name, True, False, "", "", "", self.allocations[name], self.per_node.get(name)))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._order
+
+    def keys(self) -> KeysView[str]:
+        return self._order.keys()  # a dict's view: set comparisons run in C (prioritize checks its coverage)
 
 
 @dataclass(frozen=True)
@@ -165,19 +208,20 @@ def score_nodes(
     headrooms: dict[int, float] = {}  # NodeQuota objects are shared by every node of one charge and flavor
     combined: dict[tuple[float, float, float], ScoreBreakdown] = {}
     verdicts = decision.verdicts
+    # Only decide_pod's NodeVerdicts carry allocations (a pod with nothing to decide has none to score).
+    allocations = verdicts.allocations if isinstance(verdicts, NodeVerdicts) else {}
+    per_node = verdicts.per_node if isinstance(verdicts, NodeVerdicts) else {}
+    failures = decision.failures
     strategy = decision.strategy
     memo = caches.node_scores
     entries = memo.parts.get(strategy) or {}
     last_quota: object = _NOT_LOOKED_UP
     headroom = 1.0
     for node in node_names:
-        verdict = verdicts.get(node)
-        if verdict is None or not verdict.passed:
+        allocation = allocations.get(node)
+        if allocation is None or node in failures or node in scores:
             continue
-        allocation = verdict.allocation
-        if allocation is None or node in scores:
-            continue
-        node_quota = verdict.quota
+        node_quota = per_node.get(node)
         if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
             last_quota = node_quota
             found_headroom = headrooms.get(id(node_quota))
@@ -225,7 +269,8 @@ def decide_pod(
     options: DecisionOptions = DecisionOptions(),
     deadline: float | None = None,
 ) -> PodDecision:
-    names = list(dict.fromkeys(node_names))
+    order = dict.fromkeys(node_names)  # each node once, in the order asked
+    names = list(order)
     nodes = snapshot.nodes
     strategy = pod_strategy(pod, options)
     extended = resolve_extended(snapshot.device_classes, pod)
@@ -282,7 +327,7 @@ def decide_pod(
                     features=options.features,
                 )
             )
-    allocations = {name: outcome for name, outcome in outcomes.items() if isinstance(outcome, Allocation)}
+    allocations = {name: outcome for name, outcome in outcomes.items() if type(outcome) is Allocation}
     quota = decide_quota(
         snapshot,
         pod,
@@ -293,36 +338,39 @@ def decide_pod(
         extended=extended,
         matcher=matcher,
     )
-    verdicts: dict[str, NodeVerdict] = {}
+    # The failed nodes: refused by the devices, or by quota (every node, or a bucket's nodes). The nodes that
+    # pass need nothing here: NodeVerdicts builds their verdicts when read.
     failures: dict[str, NodeVerdict] = {}
+    if len(allocations) < len(outcomes):
+        failures = {name: _failed(outcome) for name, outcome in outcomes.items() if type(outcome) is NotAllocatable}
     per_node = quota.per_node
     pod_rejection = quota.pod_rejection
-    for name in names:  # once per candidate node: a refusal for every node, or the node's own
-        outcome = outcomes[name]
-        if isinstance(outcome, NotAllocatable):
-            verdicts[name] = failures[name] = _failed(outcome)
-            continue
-        node_quota = per_node.get(name)
-        rejection = pod_rejection
-        if rejection is None and node_quota is not None:
+    if pod_rejection is not None:
+        for name, outcome in allocations.items():
+            failures[name] = _refused(name, pod_rejection, outcome, per_node.get(name))
+    else:
+        for name, node_quota in per_node.items():
             rejection = node_quota.rejection
-        if rejection is not None:  # (every node of another flavor fails here: positional, as in `_failed`)
-            summary = rejection.summary
-            verdicts[name] = failures[name] = _new_verdict(
-                (name, False, rejection.unresolvable, rejection.category, summary, summary, outcome, node_quota)
-            )
-            continue
-        verdicts[name] = _new_verdict((name, True, False, "", "", "", outcome, node_quota))
+            if rejection is not None:
+                failures[name] = _refused(name, rejection, allocations[name], node_quota)
     return PodDecision(
         pod.key,
         pod.uid,
         snapshot.version,
-        verdicts,
+        NodeVerdicts(order, allocations, per_node, failures),
         quota=quota,
         strategy=strategy,
-        reservation=quota.reservation if len(failures) < len(verdicts) else {},
+        reservation=quota.reservation if len(failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
         failures=failures,
+    )
+
+
+def _refused(name: str, rejection: QuotaRejection, allocation: Allocation, node_quota: NodeQuota | None) -> NodeVerdict:
+    """The verdict of a device-feasible node that quota refuses (positional, as in `_failed`)."""
+    summary = rejection.summary
+    return _new_verdict(
+        (name, False, rejection.unresolvable, rejection.category, summary, summary, allocation, node_quota)
     )
 
 

@@ -91,9 +91,9 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     """ExtenderFilterResult. Failed nodes go to FailedAndUnresolvableNodes when preemption cannot help."""
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    verdicts = decision.verdicts
+    decided = decision.verdicts.keys()  # (a dict's view whatever the mapping: membership tests in C)
     failures = decision.failures  # only the failed nodes need a look at their verdict
-    passed = [name for name in args.node_names if name in verdicts and name not in failures]
+    passed = [name for name in args.node_names if name in decided and name not in failures]
     asked = set(args.node_names)
     for name, failure in failures.items():
         if name not in asked:
