@@ -182,3 +182,23 @@ def test_remembered_score_parts_follow_the_nodes_allocations():
             engine.store.apply("ResourceClaim", "MODIFIED", taken)
     last = service.prioritize(parse_pod(claims_and_pods[3][1]), list(NODES))
     assert last.scores["node-b"].total > last.scores["node-a"].total == last.scores["node-c"].total
+
+
+def test_a_full_node_refuses_each_pod_by_its_own_claim():
+    """A full node's answer is remembered per request shape as numbers (caches.Shortfall), not as a refusal:
+    pods whose claims exist already share the shape, and each refusal must name the pod's own claim, the same
+    text a fresh engine gives, until the node has room again."""
+    full = b.claim(
+        "busy", "team", [b.exact_request("gpu", 4)], allocated=[("gpu", "node-b", f"gpu-{i}") for i in range(4)]
+    )
+    pairs = [own_claim_pod(index) for index in range(3)]
+    objects = cluster(full, *(obj for pair in pairs for obj in pair))
+    service, fresh = engine_for(objects), engine_for(objects)
+    for index, (_claim, pod_object) in enumerate(pairs):
+        pod = parse_pod(pod_object)
+        refused = service.filter(pod, list(NODES)).failures["node-b"]
+        assert refused == fresh.filter(pod, list(NODES)).failures["node-b"]
+        assert refused.category == "devices-in-use" and f"claim team/claim-{index} request gpu" in refused.reason
+        assert "4 match on this node, 0 free" in refused.detail
+    service.store.apply("ResourceClaim", "DELETED", full)
+    assert "node-b" in service.filter(parse_pod(pairs[0][1]), list(NODES)).passed

@@ -20,7 +20,7 @@ from functools import partial
 from types import MappingProxyType
 from typing import NamedTuple
 
-from extender.decisions.caches import FreeSelectable
+from extender.decisions.caches import FreeSelectable, Shortfall
 from extender.decisions.features import DEFAULT_FEATURES, Features, gated_devices
 from extender.decisions.free_devices import FreeView, free_selectable
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
@@ -174,6 +174,7 @@ class NotAllocatable(NamedTuple):
 
 
 AllocationOutcome = Allocation | NotAllocatable
+_new_not_allocatable = partial(tuple.__new__, NotAllocatable)
 
 
 # --- the search -----------------------------------------------------------------------------------------------
@@ -1392,6 +1393,7 @@ class PodAllocator:
             shape = (claim.pod_claim_name, self._shared_claim.label, claim.spec)
             self._shared_key = matcher.caches.request_shape(shape)
             self._alternatives = self.chosen_alternatives[0]
+            self._refusals: dict[tuple[int, int], NotAllocatable] = {}  # (selectable, free) -> refusal on node ""
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
         plan = []
@@ -1490,12 +1492,11 @@ class PodAllocator:
         if len(chosen_devices) < step.sub.count:
             if chosen_devices is _UNFIT or devices.has_unusable:
                 return None  # the full search says it, with the unusable devices named
-            claim = self.pending[0]
-            return count_shortfall(
-                node_name, claim.label, step.request_name, step.sub, found.selectable, len(chosen_devices)
-            )
+            shortfall = Shortfall(node_name, found.selectable, len(chosen_devices))
+            found.allocations[self._shared_key] = shortfall
+            return self._refusal(shortfall)
         allocation = found.allocations.get(self._shared_key)
-        if allocation is None or allocation.node != node_name:
+        if not isinstance(allocation, Allocation) or allocation.node != node_name:
             claim_allocation = _new_claim_allocation((self._shared_claim, chosen_devices, self._alternatives))
             allocation = _new_allocation((node_name, (claim_allocation,), self.class_counts))
             found.allocations[self._shared_key] = allocation
@@ -1503,9 +1504,10 @@ class PodAllocator:
 
     def settle_remembered(self, node_names: Sequence[str], outcomes: dict[str, AllocationOutcome]) -> list[str]:
         """The commonest pod on every node whose answer is remembered from an earlier pod of its shape (one
-        lookup in the node's free-list entry, valid while the node's allocations stay as they were): written
-        to `outcomes`. Returns the other nodes, in order, for `decide`. This loop is the per-node cost of a
-        burst of such pods, so it does nothing else (FreeView.get's hit test inlined: no calls, no new objects)."""
+        lookup in the node's free-list entry, valid while the node's allocations stay as they were; on a full
+        node the answer is the pod's own refusal, from the remembered numbers): written to `outcomes`. Returns
+        the other nodes, in order, for `decide`. This loop is the per-node cost of a burst of such pods, so it
+        does nothing else (FreeView.get's hit test inlined: no calls, no new objects but a full node's refusal)."""
         if not self._takes_shortcut:
             return list(node_names)
         resolved = self.snapshot.resolved_node_devices
@@ -1521,13 +1523,25 @@ class PodAllocator:
                 and entry.shared_version == shared_version
                 and entry.local_version == versions.get(name, 0)
                 and entry.result is not None
-                and (allocation := entry.result.allocations.get(key)) is not None
-                and allocation.node == name
+                and (remembered := entry.result.allocations.get(key)) is not None
+                and remembered.node == name
             ):
-                outcomes[name] = allocation
+                outcomes[name] = remembered if isinstance(remembered, Allocation) else self._refusal(remembered)
             else:
                 rest.append(name)
         return rest
+
+    def _refusal(self, shortfall: Shortfall) -> NotAllocatable:
+        """The pod's own refusal on a full node: built once per pod and numbers, then only the node changes
+        (nodes full the same way get the same texts: they name the pod's claim, not the node)."""
+        numbers = (shortfall.selectable, shortfall.free)
+        refusal = self._refusals.get(numbers)
+        if refusal is None:
+            step = self.simple[0]  # type: ignore[index]
+            refusal = self._refusals[numbers] = count_shortfall(
+                "", self.pending[0].label, step.request_name, step.sub, shortfall.selectable, shortfall.free
+            )
+        return _new_not_allocatable((shortfall.node, *refusal[1:]))
 
     def _first_free(self, question: NodeQuestion) -> AllocationOutcome | None:
         assert self.simple is not None

@@ -50,6 +50,15 @@ MAX_REQUEST_SHAPES = 10_000
 ClassSignature = tuple[str, tuple[str, ...], tuple[str, ...]]
 
 
+class Shortfall(NamedTuple):
+    """The commonest pod's answer on a node whose free list cannot give it its count, without the pod's claim
+    name (pods of one shape share it; each pod's refusal names its own claim: PodAllocator._refusal)."""
+
+    node: str
+    selectable: int  # how many devices the selectors select on the node
+    free: int  # how many of those are free
+
+
 class FreeSelectable(NamedTuple):
     free: tuple[Device, ...]  # selectable and not allocated, in upstream order
     selectable: int  # how many the selectors select at all (free or not)
@@ -59,8 +68,9 @@ class FreeSelectable(NamedTuple):
     default_requests_fit: bool
     # The whole answer of the commonest pod (one claim, one ExactCount request) on this node, per request
     # shape (decisions/allocator.py, PodAllocator._one_request): shared by every pod of that shape until the
-    # node's allocations change, so a node costs those pods one lookup and no new objects.
-    allocations: dict[object, Allocation]
+    # node's allocations change, so a node costs those pods one lookup and no new objects (a full node: one
+    # lookup and one refusal).
+    allocations: dict[object, Allocation | Shortfall]
 
 
 class FreeEntry(NamedTuple):
