@@ -5,6 +5,7 @@ a decision still sees the pod's own claims and the same answer as a look at ever
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from typing import Any
 
@@ -202,3 +203,65 @@ def test_a_full_node_refuses_each_pod_by_its_own_claim():
         assert "4 match on this node, 0 free" in refused.detail
     service.store.apply("ResourceClaim", "DELETED", full)
     assert "node-b" in service.filter(parse_pod(pairs[0][1]), list(NODES)).passed
+
+
+def test_remembered_answers_follow_every_kind_of_change_a_node_sees():
+    """settle_remembered keeps the commonest pod's answers per shape across pods and drops the nodes that the
+    snapshot's change list names (state/store.py NODE_CHANGE_KINDS). Against a fresh engine built from the same
+    objects after every step, over a scripted start (a node three quarters full whose slice then shrinks under
+    the free device and grows again) and a seeded run of claim allocations and releases, slices shrinking and
+    growing, node label changes, and nodes leaving and coming back: every filter must give the same passed
+    nodes, the same devices and the same refusals."""
+    rng = random.Random(14)
+    names = [f"node-{index}" for index in range(6)]
+    nodes = {name: b.node(name) for name in names}
+    slices = {name: b.gpu_slice(name, 4) for name in names}
+    generations = dict.fromkeys(names, 1)
+    claims: dict[str, dict[str, Any]] = {}
+    base = [b.namespace("team"), b.device_class()]
+    service = engine_for([*base, *nodes.values(), *slices.values()])
+
+    def act(step: int, action: str, name: str, size: int) -> None:
+        if action == "allocate":
+            claim = b.claim(
+                f"held-{step}", "team", [b.exact_request("gpu", 1)], allocated=[("gpu", name, f"gpu-{size}")]
+            )
+            claims[f"held-{step}"] = claim
+            service.store.apply("ResourceClaim", "ADDED", claim)
+        elif action == "release" and claims:
+            service.store.apply("ResourceClaim", "DELETED", claims.pop(sorted(claims)[size % len(claims)]))
+        elif action == "slice":
+            generations[name] += 1
+            slices[name] = b.gpu_slice(name, size, generation=generations[name])
+            service.store.apply("ResourceSlice", "MODIFIED", slices[name])
+        elif action == "label":
+            nodes[name] = b.node(name, {"step": str(step)})
+            service.store.apply("Node", "MODIFIED", nodes[name])
+        elif action == "node" and name in nodes:
+            service.store.apply("Node", "DELETED", nodes.pop(name))
+        elif action == "node":
+            nodes[name] = b.node(name)
+            service.store.apply("Node", "ADDED", nodes[name])
+
+    scripted = [("allocate", "node-0", 0), ("allocate", "node-0", 1), ("allocate", "node-0", 2)]
+    scripted += [("slice", "node-0", 3), ("slice", "node-0", 2), ("slice", "node-0", 6), ("label", "node-0", 0)]
+    actions = ["allocate", "allocate", "release", "slice", "label", "node"]
+    randomised = [(rng.choice(actions), rng.choice(names), rng.choice([2, 3, 4, 6])) for _ in range(45)]
+    for step, (action, name, size) in enumerate(scripted + randomised):
+        act(step, action, name, size % 4 if action == "allocate" else size)
+        claim, pod_object = own_claim_pod(1000 + step, 1 + step % 2)
+        service.store.apply("ResourceClaim", "ADDED", claim)
+        service.store.apply("Pod", "ADDED", pod_object)
+        fresh = engine_for([*base, *nodes.values(), *slices.values(), *claims.values(), claim, pod_object])
+        pod = parse_pod(pod_object)
+        ours, theirs = service.filter(pod, names), fresh.filter(pod, names)
+        where = (step, action, name, size)
+        assert ours.passed == theirs.passed, where
+        assert {n: [c.device.key for c in ours.verdicts[n].allocation.claims[0].devices] for n in ours.passed} == {
+            n: [c.device.key for c in theirs.verdicts[n].allocation.claims[0].devices] for n in theirs.passed
+        }, where
+        assert {n: (v.category, v.reason) for n, v in ours.failures.items()} == {
+            n: (v.category, v.reason) for n, v in theirs.failures.items()
+        }, where
+        service.store.apply("Pod", "DELETED", pod_object)
+        service.store.apply("ResourceClaim", "DELETED", claim)

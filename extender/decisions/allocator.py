@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-from extender.decisions.caches import FreeSelectable, Shortfall
+from extender.decisions.caches import FreeSelectable, SettledNodes, Shortfall
 from extender.decisions.features import DEFAULT_FEATURES, Features, gated_devices
 from extender.decisions.free_devices import FreeView, free_selectable
 from extender.decisions.selection import DeviceMatcher, SelectorFailure
@@ -43,7 +43,7 @@ from extender.state.dra import (
 )
 from extender.state.inventory import NodeDevices, Pool, PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
-from extender.state.store import ClusterSnapshot
+from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
 
 # Devices tried before the search gives up on one node. Upstream has no limit; a pathological claim (many
 # matchAttribute requests over many devices) must cost a reason, not the scheduler's httpTimeout.
@@ -1394,6 +1394,15 @@ class PodAllocator:
             self._shared_key = matcher.caches.request_shape(shape)
             self._alternatives = self.chosen_alternatives[0]
             self._refusals: dict[tuple[int, int], NotAllocatable] = {}  # (selectable, free) -> refusal on node ""
+            self._settled_key = (self._free_view.signature, self._shared_key)
+        # What settle_remembered trusts of the memo for this snapshot: (version, shared versions) when it ran,
+        # the answers (the memo's own while `_private` is False: copied before any addition), the full nodes,
+        # and whether `remember` has anything new to publish.
+        self._settled: tuple[int, tuple[int, int]] | None = None
+        self._answers: dict[str, Allocation | Shortfall] = {}
+        self._full: set[str] = set()
+        self._private = False
+        self._learnt = False
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
         plan = []
@@ -1503,13 +1512,85 @@ class PodAllocator:
         return allocation
 
     def settle_remembered(self, node_names: Sequence[str], outcomes: dict[str, AllocationOutcome]) -> list[str]:
-        """The commonest pod on every node whose answer is remembered from an earlier pod of its shape (one
-        lookup in the node's free-list entry, valid while the node's allocations stay as they were; on a full
-        node the answer is the pod's own refusal, from the remembered numbers): written to `outcomes`. Returns
-        the other nodes, in order, for `decide`. This loop is the per-node cost of a burst of such pods, so it
-        does nothing else (FreeView.get's hit test inlined: no calls, no new objects but a full node's refusal)."""
+        """The commonest pod on every node whose answer is remembered from an earlier pod of its shape: written
+        to `outcomes` (in the order asked). Returns the other nodes, in order, for `decide`; the caller hands
+        them to `remember` afterwards.
+
+        Where the answers come from: a node's answer lives in its free-list entry, valid while the node's
+        allocations stay as they were (on a full node it is the numbers of the pod's refusal). Checking that
+        per node costs a burst more than all the rest of its device step, so the answers are also kept per
+        shape in `caches.settled` (SettledNodes) with the snapshot version they hold at: a later snapshot
+        drops the nodes its change list names and keeps the others, and a node costs one lookup. Without
+        a usable memo (the first pod, pools spanning nodes changed, the change history ran out, an older
+        snapshot than the memo's), each node's entry is checked instead."""
         if not self._takes_shortcut:
             return list(node_names)
+        known = self._known_answers()
+        hits: dict[str, Allocation | Shortfall] = {}
+        rest = self._look_up_entries([name for name in node_names if name not in known] if known else node_names, hits)
+        answers = self._learn(hits)
+        # Allocations as they are; each Shortfall becomes the pod's refusal just below (the type says so).
+        settled = cast(dict[str, AllocationOutcome], {name: answers[name] for name in node_names if name in answers})
+        for name in self._full:
+            shortfall = answers.get(name)
+            if name in settled and isinstance(shortfall, Shortfall):
+                settled[name] = self._refusal(shortfall)
+        outcomes.update(settled)
+        return rest
+
+    def remember(self, decided: Sequence[str]) -> None:
+        """After `decide` ran on these nodes: what it left in their free-list entries joins what this pod
+        learnt, and the memo gets it all (one new SettledNodes per pod, never a change to a published one)."""
+        if not self._takes_shortcut or self._settled is None:
+            return
+        hits: dict[str, Allocation | Shortfall] = {}
+        self._look_up_entries(decided, hits)
+        self._learn(hits)
+        if self._learnt:
+            version, shared = self._settled
+            self.matcher.caches.settled.put(
+                self._settled_key, SettledNodes(version, shared, self._answers, frozenset(self._full))
+            )
+
+    def _known_answers(self) -> Mapping[str, Allocation | Shortfall]:
+        """The memo's answers that hold for this allocator's snapshot (empty when none can be trusted)."""
+        snapshot = self.snapshot
+        shared = (snapshot.shared_alloc_version, snapshot.topology.shared_version)
+        self._settled = (snapshot.version, shared)
+        self._answers, self._full, self._private, self._learnt = {}, set(), True, True
+        memo = self.matcher.caches.settled.get(self._settled_key)
+        if memo is None or memo.shared_versions != shared or memo.version > snapshot.version:
+            return self._answers
+        answers, full = memo.answers, memo.full
+        if memo.version < snapshot.version:
+            changes = snapshot.changes_since(memo.version)
+            if changes is None:
+                return self._answers
+            changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
+            if changed:
+                kept = dict(answers)
+                for name in changed:
+                    kept.pop(name, None)
+                self._answers, self._full = kept, set(full.difference(changed))
+                return kept  # (published with this pod's version by `remember`)
+        # As they are; a newer version is published all the same, so the next pod reads a short change list.
+        self._answers, self._full, self._private = answers, set(full), False
+        self._learnt = memo.version < snapshot.version
+        return answers
+
+    def _learn(self, hits: Mapping[str, Allocation | Shortfall]) -> Mapping[str, Allocation | Shortfall]:
+        """Add answers found in free-list entries to this pod's copy of the memo's answers."""
+        if hits:
+            if not self._private:
+                self._answers, self._private = dict(self._answers), True
+            self._answers.update(hits)
+            self._full.update(name for name, answer in hits.items() if not isinstance(answer, Allocation))
+            self._learnt = True
+        return self._answers
+
+    def _look_up_entries(self, node_names: Sequence[str], hits: dict[str, Allocation | Shortfall]) -> list[str]:
+        """Each node's remembered answer in its free-list entry, if the entry holds for this snapshot, into
+        `hits`; returns the nodes without one (FreeView.get's hit test inlined: no calls, no new objects)."""
         resolved = self.snapshot.resolved_node_devices
         entries = self._free_view.entries
         versions = self.snapshot.alloc_versions
@@ -1526,7 +1607,7 @@ class PodAllocator:
                 and (remembered := entry.result.allocations.get(key)) is not None
                 and remembered.node == name
             ):
-                outcomes[name] = remembered if isinstance(remembered, Allocation) else self._refusal(remembered)
+                hits[name] = remembered
             else:
                 rest.append(name)
         return rest

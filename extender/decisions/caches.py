@@ -17,6 +17,8 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
 | | | out new tokens; answers under the old ones are never found again and leave with their entries) |
+| settled | - / (class signature, request-shape token) | carries its snapshot version; a later snapshot drops |
+| | | the nodes its change list names (claim, slice, Node events on them), or all (pools spanning nodes) |
 
 The gates (decisions/features.py) are one value for the service's life; the memos whose answers depend on
 them are keyed by objects of the gated view (`gated` hands out one NodeDevices, with its own Device objects,
@@ -57,6 +59,18 @@ class Shortfall(NamedTuple):
     node: str
     selectable: int  # how many devices the selectors select on the node
     free: int  # how many of those are free
+
+
+class SettledNodes(NamedTuple):
+    """The commonest pod's remembered answers for one request shape and (class, selectors), node by node, as
+    of one snapshot (PodAllocator.settle_remembered). A later snapshot keeps those of the nodes its change list
+    does not name (state/store.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
+    were: one lookup per node, no per-node version checks."""
+
+    version: int  # the snapshot version the answers hold at
+    shared_versions: tuple[int, int]  # (allocations on, devices of) pools spanning nodes at that version
+    answers: dict[str, Allocation | Shortfall]  # never changed once in the memo (a pod adds to a copy)
+    full: frozenset[str]  # the nodes whose answer is a Shortfall
 
 
 class FreeSelectable(NamedTuple):
@@ -100,6 +114,10 @@ class DecisionCaches:
     request_shapes: BoundedMemo[tuple[object, ...], object] = field(
         default_factory=lambda: BoundedMemo("request_shapes", MAX_REQUEST_SHAPES)
     )
+    # (class signature, request-shape token) -> the answers of its nodes (decisions/allocator.py settle_remembered)
+    settled: BoundedMemo[tuple[ClassSignature, object], SettledNodes] = field(
+        default_factory=lambda: BoundedMemo("settled", MAX_REQUEST_SHAPES)
+    )
 
     def request_shape(self, shape: tuple[object, ...]) -> object:
         """The token of a request shape (one per shape while the memo keeps it)."""
@@ -119,4 +137,5 @@ class DecisionCaches:
             self.node_scores,
             self.gated,
             self.request_shapes,
+            self.settled,
         )

@@ -79,4 +79,5 @@ def device_feasibility(
                 outcomes[name] = unknown_node(name)
                 continue
             outcomes[name] = decide(node, node_devices(name), allocated, classes)
+    allocator.remember(names)
     return outcomes

@@ -51,7 +51,16 @@ class FreeView:
     """free_selectable for one (class, selectors) and one snapshot, with the per-request constants resolved once:
     asked for every candidate node of a pod, so the common hit costs one lookup and two comparisons."""
 
-    __slots__ = ("_alloc_versions", "_device_class", "_matcher", "_per_node", "_selectors", "_shared", "_snapshot")
+    __slots__ = (
+        "_alloc_versions",
+        "_device_class",
+        "_matcher",
+        "_per_node",
+        "_selectors",
+        "_shared",
+        "_snapshot",
+        "signature",
+    )
 
     def __init__(
         self, matcher: DeviceMatcher, snapshot: ClusterSnapshot, device_class: DeviceClass, selectors: tuple[str, ...]
@@ -60,7 +69,8 @@ class FreeView:
         self._snapshot = snapshot
         self._device_class = device_class
         self._selectors = selectors
-        self._per_node = matcher.caches.free.table(class_signature(device_class, selectors))
+        self.signature = class_signature(device_class, selectors)
+        self._per_node = matcher.caches.free.table(self.signature)
         self._alloc_versions = snapshot.alloc_versions
         self._shared = snapshot.shared_alloc_version
 

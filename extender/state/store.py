@@ -52,6 +52,14 @@ CHANGE_CHUNKS_KEPT = 64
 # Nodes, each node's allocation version) stay dicts: they change rarely, or are one small int per node.
 PERSISTENT_KINDS = frozenset({"Pod", "ResourceClaim", "Workload"})
 
+# Changes that name a node rather than an object: the allocations on its node-local pools changed (a claim
+# event), or the devices it draws from did (a slice event rebuilt one of its pools). With the Node kind's own
+# changes they are what a per-node answer depends on besides the versions of pools spanning nodes, so a cache
+# of per-node answers learns from the change list which nodes to ask again (PodAllocator.settle_remembered).
+NODE_ALLOCATIONS = "NodeAllocations"
+NODE_DEVICES = "NodeDevices"
+NODE_CHANGE_KINDS = frozenset({"Node", NODE_ALLOCATIONS, NODE_DEVICES})
+
 
 @dataclass(frozen=True, slots=True)
 class Change:
@@ -442,6 +450,7 @@ class ClusterStore:
             if touched.node_local:
                 self._local_pools[touched.node_local].discard(pool_key)
                 self._local_versions[touched.node_local] += 1
+                self._pending_changes.append(Change(self._version + 1, NODE_DEVICES, touched.node_local))
             else:
                 self._shared_pools.discard(pool_key)
                 self._shared_version += 1
@@ -460,6 +469,7 @@ class ClusterStore:
         pool = self._pools.get((device_key[0], device_key[1]))
         if pool is not None and pool.node_local:
             self._alloc_versions[pool.node_local] += 1
+            self._pending_changes.append(Change(self._version + 1, NODE_ALLOCATIONS, pool.node_local))
         else:
             self._shared_alloc_version += 1
 
