@@ -217,11 +217,12 @@ def score_nodes(
     entries = memo.parts.get(strategy) or {}
     last_quota: object = _NOT_LOOKED_UP
     headroom = 1.0
-    for node in node_names:
-        allocation = allocations.get(node)
+    allocation_of, quota_of, remembered_of, combined_of = allocations.get, per_node.get, entries.get, combined.get
+    for node in node_names:  # once per passing node: lookups only, on the methods bound above
+        allocation = allocation_of(node)
         if allocation is None or node in failures or node in scores:
             continue
-        node_quota = per_node.get(node)
+        node_quota = quota_of(node)
         if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
             last_quota = node_quota
             found_headroom = headrooms.get(id(node_quota))
@@ -235,16 +236,16 @@ def score_nodes(
         else:
             taken = claims[0].devices
             key = id(taken)
-            remembered = entries.get(key)
+            remembered = remembered_of(key)
             if remembered is None or remembered[0] is not taken:
                 usage = caches.driver_usage.usage(snapshot, node)
                 fit, first = node_parts(allocation, usage, strategy)
                 memo.put(key, (taken, fit, first), strategy)
-                entries = memo.parts.get(strategy) or {}
+                remembered_of = (memo.parts.get(strategy) or {}).get
             else:
                 fit, first = remembered[1], remembered[2]
         parts = (fit, first, headroom)
-        score = combined.get(parts)  # nodes with the same free share and flavor get the same breakdown
+        score = combined_of(parts)  # nodes with the same free share and flavor get the same breakdown
         if score is None:
             score = combined[parts] = combine(fit, first, headroom, strategy, weights)
         scores[node] = score

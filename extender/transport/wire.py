@@ -133,11 +133,8 @@ def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, An
     scores = ranking.scores
     if not scores:
         return [{"Host": name, "Score": 0} for name in args.node_names]
-    result = []
-    for name in args.node_names:
-        score = scores.get(name)
-        result.append({"Host": name, "Score": score.total if score is not None else 0})
-    return result
+    totals = {name: score.total for name, score in scores.items()}
+    return [{"Host": name, "Score": totals.get(name, 0)} for name in args.node_names]
 
 
 @dataclass(frozen=True, slots=True)
