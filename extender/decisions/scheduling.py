@@ -81,10 +81,6 @@ class NodeVerdict(NamedTuple):
 
 _new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the NamedTuple's Python-level __new__
 
-# A pod with nothing for us to decide passes every known node: one verdict object for all of them (its `node`
-# is empty; the mapping's key names the node), so such a pod costs no Python work per node.
-PASSED_WITHOUT_DEVICES = NodeVerdict("", True)
-
 _NOT_LOOKED_UP = object()  # score_nodes: no NodeQuota seen yet (None is one: an ungoverned pod's)
 
 
@@ -93,7 +89,8 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
     someone reads them. kube-scheduler's answers need the failed nodes (kept built, in `failures`) and the
     names of the others; building a verdict for each passing node of each pod (hundreds to thousands per pod)
     was a third of a burst's decision time, for diagnostics that read a few. A passing verdict is made from
-    what the decision holds anyway: the node's allocation and its NodeQuota."""
+    what the decision holds anyway: the node's allocation and its NodeQuota (neither, for a pod with nothing
+    for us to decide: such a pod costs no Python work per node)."""
 
     __slots__ = ("_order", "allocations", "failures", "per_node")
 
@@ -104,7 +101,7 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
         per_node: Mapping[str, NodeQuota],
         failures: Mapping[str, NodeVerdict],
     ) -> None:
-        self._order = order  # every candidate node, in the order asked: each is in `failures` or `allocations`
+        self._order = order  # every candidate node, in the order asked
         self.allocations = allocations  # the device-feasible nodes' allocations
         self.per_node = per_node
         self.failures = failures
@@ -115,7 +112,7 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
             return failed
         if name not in self._order:
             raise KeyError(name)
-        return _new_verdict((name, True, False, "", "", "", self.allocations[name], self.per_node.get(name)))
+        return _new_verdict((name, True, False, "", "", "", self.allocations.get(name), self.per_node.get(name)))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
@@ -135,7 +132,7 @@ class PodDecision:
     pod_key: str
     pod_uid: str
     snapshot_version: int
-    verdicts: Mapping[str, NodeVerdict]
+    verdicts: NodeVerdicts
     quota: QuotaDecision = NOT_GOVERNED
     fast_path: bool = False
     strategy: str = STRATEGY_MOST
@@ -144,9 +141,12 @@ class PodDecision:
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
     # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
-    # The verdicts of the nodes that failed (a subset of `verdicts`): the answers read these, so a burst's
-    # answer costs a look per failed node, not per node.
-    failures: Mapping[str, NodeVerdict] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> Mapping[str, NodeVerdict]:
+        """The verdicts of the nodes that failed: the answers read these, so a burst's answer costs a look per
+        failed node, not per node."""
+        return self.verdicts.failures
 
     def claim_label(self, index: int, claim: ClaimAllocation) -> str:
         """Who the index-th claim of one of this decision's allocations is."""
@@ -208,10 +208,7 @@ def score_nodes(
     headrooms: dict[int, float] = {}  # NodeQuota objects are shared by every node of one charge and flavor
     combined: dict[tuple[float, float, float], ScoreBreakdown] = {}
     verdicts = decision.verdicts
-    # Only decide_pod's NodeVerdicts carry allocations (a pod with nothing to decide has none to score).
-    allocations = verdicts.allocations if isinstance(verdicts, NodeVerdicts) else {}
-    per_node = verdicts.per_node if isinstance(verdicts, NodeVerdicts) else {}
-    failures = decision.failures
+    allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures
     strategy = decision.strategy
     memo = caches.node_scores
     entries = memo.parts.get(strategy) or {}
@@ -278,14 +275,11 @@ def decide_pod(
     if not pod.claims and not pod_queue_name(pod.labels) and not extended:
         # Fast path: nothing of ours to decide. Unknown nodes are still refused, never an error. A pod asking
         # for an extended resource that a DeviceClass backs never gets here: it has devices to allocate.
-        every_known = dict.fromkeys(names, PASSED_WITHOUT_DEVICES)
         unknown: dict[str, NodeVerdict] = {}
-        if not nodes.keys() >= every_known.keys():
+        if not nodes.keys() >= order.keys():
             unknown = {name: _failed(unknown_node(name)) for name in names if name not in nodes}
-            every_known.update(unknown)
-        return PodDecision(
-            pod.key, pod.uid, snapshot.version, every_known, fast_path=True, strategy=strategy, failures=unknown
-        )
+        verdicts = NodeVerdicts(order, {}, {}, unknown)
+        return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
 
     pod_claims = resolve_pod_claims(snapshot, pod)
     if extended.problems:
@@ -363,7 +357,6 @@ def decide_pod(
         strategy=strategy,
         reservation=quota.reservation if len(failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
-        failures=failures,
     )
 
 

@@ -91,7 +91,7 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     """ExtenderFilterResult. Failed nodes go to FailedAndUnresolvableNodes when preemption cannot help."""
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    decided = decision.verdicts.keys()  # (a dict's view whatever the mapping: membership tests in C)
+    decided = decision.verdicts.keys()  # a dict's view: membership tests in C
     failures = decision.failures  # only the failed nodes need a look at their verdict
     passed = [name for name in args.node_names if name in decided and name not in failures]
     asked = set(args.node_names)
