@@ -43,7 +43,7 @@ from extender.state.dra import (
 )
 from extender.state.inventory import NodeDevices, Pool, PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
-from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
+from extender.state.store import ClusterSnapshot
 
 # Devices tried before the search gives up on one node. Upstream has no limit; a pathological claim (many
 # matchAttribute requests over many devices) must cost a reason, not the scheduler's httpTimeout.
@@ -1395,14 +1395,10 @@ class PodAllocator:
             self._alternatives = self.chosen_alternatives[0]
             self._refusals: dict[tuple[int, int], NotAllocatable] = {}  # (selectable, free) -> refusal on node ""
             self._settled_key = (self._free_view.signature, self._shared_key)
-        # What settle_remembered trusts of the memo for this snapshot: (version, shared versions) when it ran,
-        # the answers (the memo's own while `_private` is False: copied before any addition), the full nodes,
-        # and whether `remember` has anything new to publish.
-        self._settled: tuple[int, tuple[int, int]] | None = None
-        self._answers: dict[str, Allocation | Shortfall] = {}
-        self._full: set[str] = set()
-        self._private = False
-        self._learnt = False
+        # What settle_remembered found in the memo, and what of it holds for this snapshot plus what it added
+        # (`remember` publishes the latter when it differs).
+        self._memo: SettledNodes | None = None
+        self._settled: SettledNodes | None = None
 
     def _simple_plan(self, classes: Mapping[str, DeviceClass]) -> tuple[_SimpleRequest, ...] | None:
         plan = []
@@ -1525,13 +1521,20 @@ class PodAllocator:
         snapshot than the memo's), each node's entry is checked instead."""
         if not self._takes_shortcut:
             return list(node_names)
-        known = self._known_answers()
+        memo = self._memo = self.matcher.caches.settled.get(self._settled_key)
+        if memo is None:
+            shared = (self.snapshot.shared_alloc_version, self.snapshot.topology.shared_version)
+            known = SettledNodes(self.snapshot.version, shared, {}, frozenset())
+        else:
+            known = memo.brought_to(self.snapshot)
         hits: dict[str, Allocation | Shortfall] = {}
-        rest = self._look_up_entries([name for name in node_names if name not in known] if known else node_names, hits)
-        answers = self._learn(hits)
+        answers = known.answers
+        rest = self._look_up_entries([name for name in node_names if name not in answers], hits)
+        settled_nodes = self._settled = known.with_answers(hits)
+        answers = settled_nodes.answers
         # Allocations as they are; each Shortfall becomes the pod's refusal just below (the type says so).
         settled = cast(dict[str, AllocationOutcome], {name: answers[name] for name in node_names if name in answers})
-        for name in self._full:
+        for name in settled_nodes.full:
             shortfall = answers.get(name)
             if name in settled and isinstance(shortfall, Shortfall):
                 settled[name] = self._refusal(shortfall)
@@ -1539,54 +1542,15 @@ class PodAllocator:
         return rest
 
     def remember(self, decided: Sequence[str]) -> None:
-        """After `decide` ran on these nodes: what it left in their free-list entries joins what this pod
-        learnt, and the memo gets it all (one new SettledNodes per pod, never a change to a published one)."""
+        """After `decide` ran on these nodes: what it left in their free-list entries joins the answers, and
+        the memo gets them if they differ from what it held (a new SettledNodes, never a change to one)."""
         if not self._takes_shortcut or self._settled is None:
             return
         hits: dict[str, Allocation | Shortfall] = {}
         self._look_up_entries(decided, hits)
-        self._learn(hits)
-        if self._learnt:
-            version, shared = self._settled
-            self.matcher.caches.settled.put(
-                self._settled_key, SettledNodes(version, shared, self._answers, frozenset(self._full))
-            )
-
-    def _known_answers(self) -> Mapping[str, Allocation | Shortfall]:
-        """The memo's answers that hold for this allocator's snapshot (empty when none can be trusted)."""
-        snapshot = self.snapshot
-        shared = (snapshot.shared_alloc_version, snapshot.topology.shared_version)
-        self._settled = (snapshot.version, shared)
-        self._answers, self._full, self._private, self._learnt = {}, set(), True, True
-        memo = self.matcher.caches.settled.get(self._settled_key)
-        if memo is None or memo.shared_versions != shared or memo.version > snapshot.version:
-            return self._answers
-        answers, full = memo.answers, memo.full
-        if memo.version < snapshot.version:
-            changes = snapshot.changes_since(memo.version)
-            if changes is None:
-                return self._answers
-            changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
-            if changed:
-                kept = dict(answers)
-                for name in changed:
-                    kept.pop(name, None)
-                self._answers, self._full = kept, set(full.difference(changed))
-                return kept  # (published with this pod's version by `remember`)
-        # As they are; a newer version is published all the same, so the next pod reads a short change list.
-        self._answers, self._full, self._private = answers, set(full), False
-        self._learnt = memo.version < snapshot.version
-        return answers
-
-    def _learn(self, hits: Mapping[str, Allocation | Shortfall]) -> Mapping[str, Allocation | Shortfall]:
-        """Add answers found in free-list entries to this pod's copy of the memo's answers."""
-        if hits:
-            if not self._private:
-                self._answers, self._private = dict(self._answers), True
-            self._answers.update(hits)
-            self._full.update(name for name, answer in hits.items() if not isinstance(answer, Allocation))
-            self._learnt = True
-        return self._answers
+        settled = self._settled.with_answers(hits)
+        if settled is not self._memo:
+            self.matcher.caches.settled.put(self._settled_key, settled)
 
     def _look_up_entries(self, node_names: Sequence[str], hits: dict[str, Allocation | Shortfall]) -> list[str]:
         """Each node's remembered answer in its free-list entry, if the entry holds for this snapshot, into

@@ -31,6 +31,7 @@ dozen expressions, selectable and free lists for every node times a few dozen po
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -39,6 +40,7 @@ from extender.state.dra import Device
 from extender.state.indexes.driver_usage import DriverUsageIndex
 from extender.state.indexes.memo import BoundedMemo
 from extender.state.inventory import NodeDevices
+from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
 
 if TYPE_CHECKING:
     from extender.decisions.allocator import Allocation, ChosenDevice
@@ -69,8 +71,31 @@ class SettledNodes(NamedTuple):
 
     version: int  # the snapshot version the answers hold at
     shared_versions: tuple[int, int]  # (allocations on, devices of) pools spanning nodes at that version
-    answers: dict[str, Allocation | Shortfall]  # never changed once in the memo (a pod adds to a copy)
+    answers: Mapping[str, Allocation | Shortfall]  # never changed: additions make a new SettledNodes
     full: frozenset[str]  # the nodes whose answer is a Shortfall
+
+    def brought_to(self, snapshot: ClusterSnapshot) -> SettledNodes:
+        """The answers that hold for `snapshot`: these less the nodes its change list names since; none when
+        pools spanning nodes changed, the history does not reach back, or the snapshot is older."""
+        shared = (snapshot.shared_alloc_version, snapshot.topology.shared_version)
+        if self.version == snapshot.version and self.shared_versions == shared:
+            return self
+        changes = snapshot.changes_since(self.version) if self.version < snapshot.version else None
+        if changes is None or self.shared_versions != shared:
+            return SettledNodes(snapshot.version, shared, {}, frozenset())
+        changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
+        if not changed:
+            return self._replace(version=snapshot.version)
+        kept = dict(self.answers)
+        for name in changed:
+            kept.pop(name, None)
+        return SettledNodes(snapshot.version, shared, kept, self.full.difference(changed))
+
+    def with_answers(self, found: Mapping[str, Allocation | Shortfall]) -> SettledNodes:
+        if not found:
+            return self
+        full = [name for name, answer in found.items() if isinstance(answer, Shortfall)]
+        return self._replace(answers={**self.answers, **found}, full=self.full.union(full) if full else self.full)
 
 
 class FreeSelectable(NamedTuple):
