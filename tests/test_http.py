@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import orjson
 import pytest
 import yaml
@@ -123,6 +125,40 @@ def test_bad_input_is_a_clear_400(client, body, message):
         response = client.post(verb, data=body, content_type="application/json")
         assert response.status_code == 400, response.get_data(as_text=True)
         assert message in response.get_json()["error"]
+
+
+def _without_length(client, path, data):
+    """The request as a chunked client sends it: no Content-Length, the body ends with the stream."""
+    return client.post(
+        path,
+        input_stream=io.BytesIO(data),
+        content_type="application/json",
+        environ_overrides={"wsgi.input_terminated": True, "CONTENT_LENGTH": ""},
+    )
+
+
+def test_verbs_answer_alike_on_the_lean_path_and_through_flask(client):
+    """filter and prioritize with a Content-Length are answered by SchedulingVerbs; without one (chunked) they go
+    through Flask's routes. The answers, the errors and the request metrics must not tell the two apart."""
+    good = {"Pod": gpu_pod("p"), "NodeNames": NODES}
+    for path in ("/filter", "/prioritize"):
+        lean = client.post(path, data=orjson.dumps(good), content_type="application/json")
+        flask = _without_length(client, path, orjson.dumps(good))
+        assert lean.status_code == flask.status_code == 200
+        assert lean.get_json() == flask.get_json()
+        assert lean.headers["Content-Type"] == flask.headers["Content-Type"] == "application/json"
+        for data in (b"{not json", b'{"Pod": 5, "NodeNames": []}'):
+            lean_error = client.post(path, data=data, content_type="application/json")
+            flask_error = _without_length(client, path, data)
+            assert lean_error.status_code == flask_error.status_code == 400
+            assert lean_error.get_json() == flask_error.get_json()
+    assert client.post("/filter", data=orjson.dumps(good), content_type="application/json").get_json()["NodeNames"]
+    metrics = client.get("/metrics").get_data(as_text=True)
+    assert 'dra_extender_requests_total{code="200",verb="filter"} 3.0' in metrics
+    assert 'dra_extender_requests_total{code="400",verb="filter"} 4.0' in metrics
+    assert 'dra_extender_requests_total{code="200",verb="prioritize"} 2.0' in metrics
+    assert 'dra_extender_request_duration_seconds_count{verb="prioritize"} 6.0' in metrics
+    assert client.get("/filter").status_code == 405  # other methods still meet Flask's routing
 
 
 def test_oversized_body_is_413(client):

@@ -14,6 +14,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
+| score_parts | - / (device fit, firstAvailable) | nothing: interning only |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
 | | | out new tokens; answers under the old ones are never found again and leave with their entries) |
@@ -128,11 +129,14 @@ class DecisionCaches:
     )
     free: BoundedMemo[NodeDevices, FreeEntry] = field(default_factory=lambda: BoundedMemo("free", MAX_NODE_LISTS))
     driver_usage: DriverUsageIndex = field(default_factory=DriverUsageIndex)
-    # (devices taken, device fit, firstAvailable) per strategy, keyed by the taken tuple's identity and the node's
-    # allocation versions (see scheduling.score_nodes)
     gated: BoundedMemo[NodeDevices, NodeDevices] = field(default_factory=lambda: BoundedMemo("gated", MAX_NODE_LISTS))
-    node_scores: BoundedMemo[int, tuple[tuple[ChosenDevice, ...], float, float]] = field(
+    node_scores: BoundedMemo[int, tuple[tuple[ChosenDevice, ...], tuple[float, float]]] = field(
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
+    )
+    # (device fit, firstAvailable) -> itself: one object per distinct pair, so that score_nodes can combine per
+    # pair by identity (a handful of distinct pairs among thousands of nodes)
+    score_parts: BoundedMemo[tuple[float, float], tuple[float, float]] = field(
+        default_factory=lambda: BoundedMemo("score_parts", MAX_REQUEST_SHAPES)
     )
     # A request shape (what the commonest pod's allocation on a node depends on) -> a token standing for it in
     # every node's free-list entry: hashing the token costs nothing, hashing the shape (a claim spec) a lot.
@@ -151,6 +155,11 @@ class DecisionCaches:
             token = self.request_shapes.put(shape, object())
         return token
 
+    def score_part(self, parts: tuple[float, float]) -> tuple[float, float]:
+        """The interned (device fit, firstAvailable) pair equal to `parts`."""
+        interned = self.score_parts.get(parts)
+        return interned if interned is not None else self.score_parts.put(parts, parts)
+
     def memos(self) -> tuple[BoundedMemo[Any, Any], ...]:
         """Every memo, for the metrics that show their sizes and clears."""
         return (
@@ -160,6 +169,7 @@ class DecisionCaches:
             self.free,
             self.driver_usage.memo,
             self.node_scores,
+            self.score_parts,
             self.gated,
             self.request_shapes,
             self.settled,

@@ -203,48 +203,54 @@ def score_nodes(
     parts are keyed by that tuple's identity (held by the memo, so it cannot be reused). The tuple stands for the
     node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
     (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
-    Only the quota headroom, which moves with every reservation, is combined afresh."""
+    The parts are interned (`caches.score_parts`): nodes with equal parts share one combined breakdown per quota
+    headroom, looked up by identity. Only the headroom, which moves with every reservation, is combined afresh,
+    once per NodeQuota (NodeQuota objects are shared by every node of one charge and flavor)."""
     scores: dict[str, ScoreBreakdown] = {}
-    headrooms: dict[int, float] = {}  # NodeQuota objects are shared by every node of one charge and flavor
-    combined: dict[tuple[float, float, float], ScoreBreakdown] = {}
     verdicts = decision.verdicts
     allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures
     strategy = decision.strategy
     memo = caches.node_scores
-    entries = memo.parts.get(strategy) or {}
-    last_quota: object = _NOT_LOOKED_UP
+    # Without quota no node fails with an allocation (device refusals carry none), and the headroom is 1.0.
+    governed = bool(per_node)
+    headrooms: dict[int, float] = {}
+    by_headroom: dict[float, dict[int, ScoreBreakdown]] = {}
     headroom = 1.0
-    allocation_of, quota_of, remembered_of, combined_of = allocations.get, per_node.get, entries.get, combined.get
+    combined = by_headroom[headroom] = {}  # id(interned parts) -> breakdown, at the current headroom
+    combined_parts: list[tuple[float, float]] = []  # keeps the parts keyed by id alive for this call
+    last_quota: object = _NOT_LOOKED_UP
+    allocation_of, quota_of, remembered_of = allocations.get, per_node.get, memo.table(strategy).get
     for node in node_names:  # once per passing node: lookups only, on the methods bound above
         allocation = allocation_of(node)
-        if allocation is None or node in failures or node in scores:
+        if allocation is None or (governed and node in failures):
             continue
-        node_quota = quota_of(node)
-        if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
-            last_quota = node_quota
-            found_headroom = headrooms.get(id(node_quota))
-            if found_headroom is None:
-                found_headroom = headrooms[id(node_quota)] = quota_headroom(node_quota)
-            headroom = found_headroom
         claims = allocation.claims
         if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same tuple
-            usage = caches.driver_usage.usage(snapshot, node)
-            fit, first = node_parts(allocation, usage, strategy)
+            parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
         else:
             taken = claims[0].devices
-            key = id(taken)
-            remembered = remembered_of(key)
+            remembered = remembered_of(id(taken))
             if remembered is None or remembered[0] is not taken:
                 usage = caches.driver_usage.usage(snapshot, node)
-                fit, first = node_parts(allocation, usage, strategy)
-                memo.put(key, (taken, fit, first), strategy)
-                remembered_of = (memo.parts.get(strategy) or {}).get
+                parts = caches.score_part(node_parts(allocation, usage, strategy))
+                memo.put(id(taken), (taken, parts), strategy)
+                remembered_of = memo.table(strategy).get
             else:
-                fit, first = remembered[1], remembered[2]
-        parts = (fit, first, headroom)
-        score = combined_of(parts)  # nodes with the same free share and flavor get the same breakdown
+                parts = remembered[1]
+        if governed:
+            node_quota = quota_of(node)
+            if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
+                last_quota = node_quota
+                found = headrooms.get(id(node_quota))
+                if found is None:
+                    found = headrooms[id(node_quota)] = quota_headroom(node_quota)
+                if found != headroom:
+                    headroom = found
+                    combined = by_headroom.setdefault(headroom, {})
+        score = combined.get(id(parts))  # nodes with the same parts and headroom get the same breakdown
         if score is None:
-            score = combined[parts] = combine(fit, first, headroom, strategy, weights)
+            score = combined[id(parts)] = combine(parts[0], parts[1], headroom, strategy, weights)
+            combined_parts.append(parts)
         scores[node] = score
     return Ranking(decision, scores)
 

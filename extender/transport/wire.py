@@ -133,8 +133,10 @@ def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, An
     scores = ranking.scores
     if not scores:
         return [{"Host": name, "Score": 0} for name in args.node_names]
-    totals = {name: score.total for name, score in scores.items()}
-    return [{"Host": name, "Score": totals.get(name, 0)} for name in args.node_names]
+    score_of = scores.get
+    return [
+        {"Host": name, "Score": score.total if (score := score_of(name)) is not None else 0} for name in args.node_names
+    ]
 
 
 @dataclass(frozen=True, slots=True)
