@@ -14,6 +14,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
+| allocation_scores | strategy / an allocation (of one free-list entry) | as node_scores |
 | score_parts | - / (device fit, firstAvailable) | nothing: interning only |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 MAX_VERDICTS = 500_000
 MAX_NODE_LISTS = 200_000
 MAX_REQUEST_SHAPES = 10_000
+MAX_ALLOCATION_SCORES = 50_000  # 5000 nodes x 10 request shapes
 
 # DeviceClass name, the class's selectors, the request's selectors: what a node's selectable devices depend on.
 ClassSignature = tuple[str, tuple[str, ...], tuple[str, ...]]
@@ -133,6 +135,12 @@ class DecisionCaches:
     node_scores: BoundedMemo[int, tuple[tuple[ChosenDevice, ...], tuple[float, float]]] = field(
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
+    # The same parts by the allocation's identity (the commonest pod's allocation lives in a free-list entry and
+    # is handed to every pod of its shape): one lookup per node in score_nodes. Allocations built afresh per pod
+    # (several requests in one claim) also land here until the memo clears: hence its own, smaller bound.
+    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[float, float]]] = field(
+        default_factory=lambda: BoundedMemo("allocation_scores", MAX_ALLOCATION_SCORES)
+    )
     # (device fit, firstAvailable) -> itself: one object per distinct pair, so that score_nodes can combine per
     # pair by identity (a handful of distinct pairs among thousands of nodes)
     score_parts: BoundedMemo[tuple[float, float], tuple[float, float]] = field(
@@ -169,6 +177,7 @@ class DecisionCaches:
             self.free,
             self.driver_usage.memo,
             self.node_scores,
+            self.allocation_scores,
             self.score_parts,
             self.gated,
             self.request_shapes,

@@ -203,14 +203,15 @@ def score_nodes(
     parts are keyed by that tuple's identity (held by the memo, so it cannot be reused). The tuple stands for the
     node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
     (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
-    The parts are interned (`caches.score_parts`): nodes with equal parts share one combined breakdown per quota
-    headroom, looked up by identity. Only the headroom, which moves with every reservation, is combined afresh,
-    once per NodeQuota (NodeQuota objects are shared by every node of one charge and flavor)."""
+    The commonest pod's allocation on a node is itself kept in that entry and handed to every pod of its shape,
+    so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument):
+    a node costs one lookup. The parts are interned (`caches.score_parts`): nodes with equal parts share one
+    combined breakdown per quota headroom, looked up by identity. Only the headroom, which moves with every
+    reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor)."""
     scores: dict[str, ScoreBreakdown] = {}
     verdicts = decision.verdicts
     allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures
     strategy = decision.strategy
-    memo = caches.node_scores
     # Without quota no node fails with an allocation (device refusals carry none), and the headroom is 1.0.
     governed = bool(per_node)
     headrooms: dict[int, float] = {}
@@ -219,24 +220,18 @@ def score_nodes(
     combined = by_headroom[headroom] = {}  # id(interned parts) -> breakdown, at the current headroom
     combined_parts: list[tuple[float, float]] = []  # keeps the parts keyed by id alive for this call
     last_quota: object = _NOT_LOOKED_UP
-    allocation_of, quota_of, remembered_of = allocations.get, per_node.get, memo.table(strategy).get
+    by_allocation = caches.allocation_scores
+    allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(strategy).get
     for node in node_names:  # once per passing node: lookups only, on the methods bound above
         allocation = allocation_of(node)
         if allocation is None or (governed and node in failures):
             continue
-        claims = allocation.claims
-        if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same tuple
-            parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        remembered = parts_of(id(allocation))
+        if remembered is not None and remembered[0] is allocation:
+            parts = remembered[1]
         else:
-            taken = claims[0].devices
-            remembered = remembered_of(id(taken))
-            if remembered is None or remembered[0] is not taken:
-                usage = caches.driver_usage.usage(snapshot, node)
-                parts = caches.score_part(node_parts(allocation, usage, strategy))
-                memo.put(id(taken), (taken, parts), strategy)
-                remembered_of = memo.table(strategy).get
-            else:
-                parts = remembered[1]
+            parts = _score_parts(allocation, snapshot, node, caches, strategy)
+            parts_of = by_allocation.table(strategy).get
         if governed:
             node_quota = quota_of(node)
             if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
@@ -253,6 +248,26 @@ def score_nodes(
             combined_parts.append(parts)
         scores[node] = score
     return Ranking(decision, scores)
+
+
+def _score_parts(
+    allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
+) -> tuple[float, float]:
+    """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
+    shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
+    claims = allocation.claims
+    if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
+        return caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+    memo = caches.node_scores
+    taken = claims[0].devices
+    remembered = memo.get(id(taken), strategy)
+    if remembered is None or remembered[0] is not taken:
+        parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        memo.put(id(taken), (taken, parts), strategy)
+    else:
+        parts = remembered[1]
+    caches.allocation_scores.put(id(allocation), (allocation, parts), strategy)
+    return parts
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
