@@ -13,12 +13,12 @@ free, which constraint failed), and a search that would run away ends with a rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from types import MappingProxyType
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from extender.decisions.caches import FreeSelectable, SettledNodes, Shortfall
 from extender.decisions.features import DEFAULT_FEATURES, Features, gated_devices
@@ -1507,10 +1507,12 @@ class PodAllocator:
             found.allocations[self._shared_key] = allocation
         return allocation
 
-    def settle_remembered(self, node_names: Sequence[str], outcomes: dict[str, AllocationOutcome]) -> list[str]:
-        """The commonest pod on every node whose answer is remembered from an earlier pod of its shape: written
-        to `outcomes` (in the order asked). Returns the other nodes, in order, for `decide`; the caller hands
-        them to `remember` afterwards.
+    def settle_remembered(
+        self, node_names: Iterable[str]
+    ) -> tuple[dict[str, Allocation], dict[str, NotAllocatable], list[str]]:
+        """The commonest pod on every node whose answer is remembered from an earlier pod of its shape: its
+        allocations and its refusals (full nodes), in the order asked, in one pass. Returns those and the other
+        nodes, in order, for `decide`; the caller hands them to `remember` afterwards.
 
         Where the answers come from: a node's answer lives in its free-list entry, valid while the node's
         allocations stay as they were (on a full node it is the numbers of the pod's refusal). Checking that
@@ -1519,27 +1521,35 @@ class PodAllocator:
         drops the nodes its change list names and keeps the others, and a node costs one lookup. Without
         a usable memo (the first pod, pools spanning nodes changed, the change history ran out, an older
         snapshot than the memo's), each node's entry is checked instead."""
+        allocations: dict[str, Allocation] = {}
+        refusals: dict[str, NotAllocatable] = {}
         if not self._takes_shortcut:
-            return list(node_names)
+            return allocations, refusals, list(node_names)
         memo = self._memo = self.matcher.caches.settled.get(self._settled_key)
         if memo is None:
             shared = (self.snapshot.shared_alloc_version, self.snapshot.topology.shared_version)
-            known = SettledNodes(self.snapshot.version, shared, {}, frozenset())
+            known = SettledNodes(self.snapshot.version, shared, {})
         else:
             known = memo.brought_to(self.snapshot)
+        answer_of = known.answers.get
+        unknown: list[str] = []
+        for name in node_names:  # once per node: a lookup and a store
+            answer = answer_of(name)
+            if answer is None:
+                unknown.append(name)
+            elif type(answer) is Shortfall:
+                refusals[name] = self._refusal(answer)  # each pod's own refusal, naming its claim
+            else:
+                allocations[name] = answer  # type: ignore[assignment]  # the other kind of answer
         hits: dict[str, Allocation | Shortfall] = {}
-        answers = known.answers
-        rest = self._look_up_entries([name for name in node_names if name not in answers], hits)
-        settled_nodes = self._settled = known.with_answers(hits)
-        answers = settled_nodes.answers
-        # Allocations as they are; each Shortfall becomes the pod's refusal just below (the type says so).
-        settled = cast(dict[str, AllocationOutcome], {name: answers[name] for name in node_names if name in answers})
-        for name in settled_nodes.full:
-            shortfall = answers.get(name)
-            if name in settled and isinstance(shortfall, Shortfall):
-                settled[name] = self._refusal(shortfall)
-        outcomes.update(settled)
-        return rest
+        rest = self._look_up_entries(unknown, hits)
+        self._settled = known.with_answers(hits)
+        for name, answer in hits.items():
+            if type(answer) is Shortfall:
+                refusals[name] = self._refusal(answer)
+            else:
+                allocations[name] = answer  # type: ignore[assignment]
+        return allocations, refusals, rest
 
     def remember(self, decided: Sequence[str]) -> None:
         """After `decide` ran on these nodes: what it left in their free-list entries joins the answers, and

@@ -75,7 +75,6 @@ class SettledNodes(NamedTuple):
     version: int  # the snapshot version the answers hold at
     shared_versions: tuple[int, int]  # (allocations on, devices of) pools spanning nodes at that version
     answers: Mapping[str, Allocation | Shortfall]  # never changed: additions make a new SettledNodes
-    full: frozenset[str]  # the nodes whose answer is a Shortfall
 
     def brought_to(self, snapshot: ClusterSnapshot) -> SettledNodes:
         """The answers that hold for `snapshot`: these less the nodes its change list names since; none when
@@ -85,20 +84,19 @@ class SettledNodes(NamedTuple):
             return self
         changes = snapshot.changes_since(self.version) if self.version < snapshot.version else None
         if changes is None or self.shared_versions != shared:
-            return SettledNodes(snapshot.version, shared, {}, frozenset())
+            return SettledNodes(snapshot.version, shared, {})
         changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
         if not changed:
             return self._replace(version=snapshot.version)
         kept = dict(self.answers)
         for name in changed:
             kept.pop(name, None)
-        return SettledNodes(snapshot.version, shared, kept, self.full.difference(changed))
+        return SettledNodes(snapshot.version, shared, kept)
 
     def with_answers(self, found: Mapping[str, Allocation | Shortfall]) -> SettledNodes:
         if not found:
             return self
-        full = [name for name, answer in found.items() if isinstance(answer, Shortfall)]
-        return self._replace(answers={**self.answers, **found}, full=self.full.union(full) if full else self.full)
+        return self._replace(answers={**self.answers, **found})
 
 
 class FreeSelectable(NamedTuple):

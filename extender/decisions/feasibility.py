@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from extender.decisions.allocator import (
     DEFAULT_SEARCH_BUDGET,
+    Allocation,
     AllocationOutcome,
     NotAllocatable,
     PodAllocator,
@@ -37,6 +39,63 @@ def unknown_node(node_name: str) -> NotAllocatable:
     )
 
 
+class DeviceOutcomes(NamedTuple):
+    """One pod's device answers over candidate nodes: the nodes that can take it and the ones that cannot."""
+
+    allocations: dict[str, Allocation]
+    refusals: dict[str, NotAllocatable]
+
+
+def device_outcomes(
+    snapshot: ClusterSnapshot,
+    pod_claims: PodClaims,
+    node_names: Sequence[str],
+    matcher: DeviceMatcher,
+    *,
+    budget: int = DEFAULT_SEARCH_BUDGET,
+    deadline: float | None = None,
+    features: Features = DEFAULT_FEATURES,
+) -> DeviceOutcomes:
+    """`deadline` (a time.perf_counter() instant): nodes not reached by then fail with a resolvable reason, so
+    the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle.
+    `features`: the DRA feature gates the allocator honours (decisions/features.py). Kept apart as they are
+    found, so that the caller reads each kind without a pass over every node."""
+    if pod_claims.problems:
+        summary = "; ".join(pod_claims.problems)
+        refused = {name: NotAllocatable(name, CATEGORY_CLAIM_MISSING, summary, summary, True) for name in node_names}
+        return DeviceOutcomes({}, refused)
+    nodes = snapshot.nodes
+    allocated = snapshot.allocated
+    classes = snapshot.device_classes
+    allocator = PodAllocator(
+        pod_claims.pending, pod_claims.allocated, classes, matcher, snapshot, budget=budget, features=features
+    )
+    node_devices = snapshot.node_devices
+    decide = allocator.decide
+    allocations, refusals, names = allocator.settle_remembered(node_names)
+    for start in range(0, len(names), DEADLINE_CHECK_EVERY):
+        if deadline is not None and time.perf_counter() > deadline:
+            late = NotAllocatable(
+                "", CATEGORY_DEADLINE, "the extender ran out of time before evaluating this node", "", False
+            )
+            for remaining in names[start:]:
+                if remaining not in allocations:
+                    refusals.setdefault(remaining, late._replace(node=remaining, detail=late.summary))
+            break
+        for name in names[start : start + DEADLINE_CHECK_EVERY]:
+            node = nodes.get(name)
+            if node is None:
+                refusals[name] = unknown_node(name)
+                continue
+            outcome = decide(node, node_devices(name), allocated, classes)
+            if type(outcome) is Allocation:
+                allocations[name] = outcome
+            else:
+                refusals[name] = outcome  # type: ignore[assignment]  # the other kind of outcome
+    allocator.remember(names)
+    return DeviceOutcomes(allocations, refusals)
+
+
 def device_feasibility(
     snapshot: ClusterSnapshot,
     pod_claims: PodClaims,
@@ -47,37 +106,9 @@ def device_feasibility(
     deadline: float | None = None,
     features: Features = DEFAULT_FEATURES,
 ) -> dict[str, AllocationOutcome]:
-    """`deadline` (a time.perf_counter() instant): nodes not reached by then fail with a resolvable reason, so
-    the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle.
-    `features`: the DRA feature gates the allocator honours (decisions/features.py)."""
-    outcomes: dict[str, AllocationOutcome] = {}
-    if pod_claims.problems:
-        summary = "; ".join(pod_claims.problems)
-        for name in node_names:
-            outcomes[name] = NotAllocatable(name, CATEGORY_CLAIM_MISSING, summary, summary, unresolvable=True)
-        return outcomes
-    nodes = snapshot.nodes
-    allocated = snapshot.allocated
-    classes = snapshot.device_classes
-    allocator = PodAllocator(
-        pod_claims.pending, pod_claims.allocated, classes, matcher, snapshot, budget=budget, features=features
+    """Each node's device outcome, in the order asked (device_outcomes, one mapping)."""
+    found = device_outcomes(
+        snapshot, pod_claims, node_names, matcher, budget=budget, deadline=deadline, features=features
     )
-    node_devices = snapshot.node_devices
-    decide = allocator.decide
-    names = allocator.settle_remembered(node_names, outcomes)
-    for start in range(0, len(names), DEADLINE_CHECK_EVERY):
-        if deadline is not None and time.perf_counter() > deadline:
-            late = NotAllocatable(
-                "", CATEGORY_DEADLINE, "the extender ran out of time before evaluating this node", "", False
-            )
-            for remaining in names[start:]:
-                outcomes.setdefault(remaining, late._replace(node=remaining, detail=late.summary))
-            break
-        for name in names[start : start + DEADLINE_CHECK_EVERY]:
-            node = nodes.get(name)
-            if node is None:
-                outcomes[name] = unknown_node(name)
-                continue
-            outcomes[name] = decide(node, node_devices(name), allocated, classes)
-    allocator.remember(names)
-    return outcomes
+    allocations, refusals = found
+    return {name: allocations.get(name) or refusals[name] for name in node_names}

@@ -19,13 +19,12 @@ from typing import NamedTuple
 from extender.decisions.allocator import (
     DEFAULT_SEARCH_BUDGET,
     Allocation,
-    AllocationOutcome,
     ClaimAllocation,
     NotAllocatable,
 )
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import resolve_extended
-from extender.decisions.feasibility import device_feasibility, unknown_node
+from extender.decisions.feasibility import device_outcomes, unknown_node
 from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
@@ -305,9 +304,8 @@ def decide_pod(
     pod_claims = resolve_pod_claims(snapshot, pod)
     if extended.problems:
         pod_claims = PodClaims(pod_claims.pending, pod_claims.allocated, pod_claims.problems + extended.problems)
-    outcomes: dict[str, AllocationOutcome]
     if not extended.resources:
-        outcomes = device_feasibility(
+        allocations, refusals = device_outcomes(
             snapshot,
             pod_claims,
             names,
@@ -324,7 +322,7 @@ def decide_pod(
             node = nodes.get(name)
             served = extended.served_by_dra(node) if node is not None else extended.resources
             variants.setdefault(tuple(item.resource for item in served), []).append(name)
-        outcomes = {}
+        allocations, refusals = {}, {}
         for served_names, variant_nodes in variants.items():
             claim = extended.claim_for(tuple(i for i in extended.resources if i.resource in served_names))
             claims_here = (
@@ -332,18 +330,17 @@ def decide_pod(
                 if claim is None
                 else PodClaims((*pod_claims.pending, claim), pod_claims.allocated, pod_claims.problems)
             )
-            outcomes.update(
-                device_feasibility(
-                    snapshot,
-                    claims_here,
-                    variant_nodes,
-                    matcher,
-                    budget=options.search_budget,
-                    deadline=deadline,
-                    features=options.features,
-                )
+            found = device_outcomes(
+                snapshot,
+                claims_here,
+                variant_nodes,
+                matcher,
+                budget=options.search_budget,
+                deadline=deadline,
+                features=options.features,
             )
-    allocations = {name: outcome for name, outcome in outcomes.items() if type(outcome) is Allocation}
+            allocations.update(found.allocations)
+            refusals.update(found.refusals)
     quota = decide_quota(
         snapshot,
         pod,
@@ -356,9 +353,7 @@ def decide_pod(
     )
     # The failed nodes: refused by the devices, or by quota (every node, or a bucket's nodes). The nodes that
     # pass need nothing here: NodeVerdicts builds their verdicts when read.
-    failures: dict[str, NodeVerdict] = {}
-    if len(allocations) < len(outcomes):
-        failures = {name: _failed(outcome) for name, outcome in outcomes.items() if type(outcome) is NotAllocatable}
+    failures = {name: _failed(refusal) for name, refusal in refusals.items()}
     per_node = quota.per_node
     pod_rejection = quota.pod_rejection
     if pod_rejection is not None:
