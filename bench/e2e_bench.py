@@ -153,6 +153,20 @@ def extender_metrics(url: str) -> dict[str, tuple[float, float]]:
     return {verb: (float(sums[verb]), float(counts.get(verb, 0))) for verb in sums}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and of its children running now (the extender: gunicorn's master and
+    worker), from /proc; 0.0 once it has gone."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ticks = 0
+        for process in (pid, *map(int, children)):
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def claim(namespace: str, name: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -251,10 +265,17 @@ def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: i
         for mode in MODES:  # warm-up (not counted): informers, connections, the extender's memos
             run_round(plane, mode, -1, max(10, pods // 8))
         before = extender_metrics(extender.url)
+        # CPU per pod of the round's kube-scheduler and of the extender, measured over each whole round (the
+        # burst, then the namespace's deletion: the extender follows every event of both)
+        cpu: dict[str, list[float]] = {f"{mode} {who}": [] for mode in MODES for who in ("scheduler", "extender")}
+        pids = {mode: plane.components[f"kube-scheduler-{mode}"].process.pid for mode in MODES}
         for index in range(rounds):
             order = MODES if index % 2 == 0 else MODES[::-1]
             for mode in order:
+                scheduler_cpu, extender_cpu = cpu_seconds(pids[mode]), cpu_seconds(extender.process.pid)
                 elapsed = run_round(plane, mode, index, pods)
+                cpu[f"{mode} scheduler"].append((cpu_seconds(pids[mode]) - scheduler_cpu) / pods * 1000)
+                cpu[f"{mode} extender"].append((cpu_seconds(extender.process.pid) - extender_cpu) / pods * 1000)
                 seconds[mode].append(elapsed)
                 print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {pods / elapsed:6.1f} pods/s", flush=True)
         after = extender_metrics(extender.url)
@@ -262,6 +283,13 @@ def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: i
         print(
             f"{nodes:>6} nodes: without {pods / plain:6.1f} pods/s, with extender {pods / extended:6.1f} pods/s, "
             f"time ratio {extended / plain:.2f}x (medians of {rounds} rounds)"
+        )
+        plain_mode, extender_mode = MODES
+        print(
+            f"        CPU per pod (medians): kube-scheduler {statistics.median(cpu[f'{plain_mode} scheduler']):.2f} ms "
+            f"without, {statistics.median(cpu[f'{extender_mode} scheduler']):.2f} ms with the extender; "
+            f"the extender {statistics.median(cpu[f'{extender_mode} extender']):.2f} ms in its rounds, "
+            f"{statistics.median(cpu[f'{plain_mode} extender']):.2f} ms in the others (watch events only)"
         )
         for verb in ("filter", "prioritize"):
             if verb in after:
