@@ -7,6 +7,7 @@ from fractions import Fraction
 import pytest
 
 from extender.state.core import parse_pod
+from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
 from tests.support.quota import base_objects, filter_pod
 from tests.support.scenarios import (
@@ -510,7 +511,8 @@ def test_verdicts_read_as_a_mapping_in_the_order_asked():
     """decide_pod builds only the failed nodes' verdicts; the passing ones are made when read
     (scheduling.NodeVerdicts). Read any way, they must be the decision a look at each node gives: every node
     once in the order asked, the passing ones with their allocation and their NodeQuota, the failing ones the
-    very verdicts the answers use; and a pod refused everywhere (its queue is gone) fails every node."""
+    verdicts the answers use (quota's refusals of a bucket of nodes made from one template, with each node's
+    own allocation and NodeQuota); and a pod refused everywhere (its queue is gone) fails every node."""
     busy = b.claim(
         "busy", "team-a", [b.exact_request("gpu", 8)], allocated=[("gpu", "on-demand-1", f"gpu-{i}") for i in range(8)]
     )
@@ -527,7 +529,15 @@ def test_verdicts_read_as_a_mapping_in_the_order_asked():
     assert read == {name: verdicts[name] for name in verdicts}
     assert [name for name, verdict in read.items() if verdict.passed] == decision.passed == ["on-demand-0"]
     assert {name: verdict for name, verdict in read.items() if not verdict.passed} == decision.failures
-    assert all(read[name] is decision.failures[name] for name in decision.failures)
+    assert all(read[name] is decision.failures.built[name] for name in decision.failures.built)
+    assert [sorted(names) for _template, names in decision.failures.groups] == [["spot-0", "spot-1"]]
+    assert decision.failures.category_counts() == {"other-flavor": 2, "devices-in-use": 1, "unknown-node": 1}
+    answer = filter_result(ExtenderArgs(parse_pod(gpu_pod("p")), asked, None), decision)
+    answered = {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+    assert answered == {name: verdict.reason for name, verdict in read.items() if not verdict.passed}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {
+        name for name, verdict in read.items() if not verdict.passed and verdict.unresolvable
+    }
     assert {read[name].category for name in ("spot-0", "spot-1")} == {"other-flavor"}
     assert read["on-demand-1"].category == "devices-in-use" and read["ghost"].category == "unknown-node"
     passed = read["on-demand-0"]

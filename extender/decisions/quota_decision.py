@@ -79,6 +79,9 @@ class QuotaDecision:
     per_node: Mapping[str, NodeQuota] = field(default_factory=dict)
     chosen_flavor: str = ""
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # what to hold for the pod
+    # The nodes of `per_node` whose NodeQuota refuses them, by that NodeQuota (nodes of one charge and flavor
+    # share it): the caller answers them a group at a time instead of a node at a time.
+    refused_groups: tuple[tuple[NodeQuota, list[str]], ...] = ()
 
 
 NOT_GOVERNED = QuotaDecision(governed=False)
@@ -383,6 +386,8 @@ def decide_quota(
     by_counts: dict[int, list[str]] = {}  # id(class counts) -> the bucket of its charge
     device_only: dict[str, bool] = {}
     refused: dict[str, NodeQuota] = {}
+    refused_groups: list[tuple[NodeQuota, list[str]]] = []  # what QuotaDecision.refused_groups says
+    unmapped_nodes: dict[str, list[str]] = {}  # error -> the nodes it refuses (a list of refused_groups)
     counts_only = not extended.resources
     for node_name, allocation in allocations.items():
         counts = allocation.known_class_counts
@@ -417,7 +422,10 @@ def decide_quota(
             rejected = refused.get(error)
             if rejected is None:
                 rejected = refused[error] = NodeQuota({}, (), "", QuotaRejection(error, True, CATEGORY_UNMAPPED))
+                unmapped_nodes[error] = []
+                refused_groups.append((rejected, unmapped_nodes[error]))
             per_node[node_name] = rejected
+            unmapped_nodes[error].append(node_name)
             continue
         bucket = charge_nodes.get(id(charge))
         if bucket is None:
@@ -444,7 +452,9 @@ def decide_quota(
             if resource not in entry[1]:
                 entry[1].append(resource)
     for charge_id, refusal in uncovered.items():
-        per_node.update(dict.fromkeys(charge_nodes.pop(charge_id)[1], refusal))
+        uncovered_names = charge_nodes.pop(charge_id)[1]
+        per_node.update(dict.fromkeys(uncovered_names, refusal))
+        refused_groups.append((refusal, uncovered_names))
 
     # 3. Each group walks its flavors independently. Nodes of one charge are split by the flavors holding them
     # in each group: `buckets` ends with one entry per (charge, flavors per group), each with its nodes.
@@ -488,6 +498,8 @@ def decide_quota(
         per_node.update(dict.fromkeys(names, quota))
         if quota.rejection is None:
             admissible.append(quota)
+        else:
+            refused_groups.append((quota, names))
 
     chosen = ",".join(dict.fromkeys(choice.flavor for _, _, choice in choices if choice.flavor))
     reservation: dict[QuotaKey, Fraction] = {}
@@ -500,6 +512,7 @@ def decide_quota(
         per_node=per_node,
         chosen_flavor=chosen,
         reservation=reservation,
+        refused_groups=tuple(refused_groups),
     )
 
 

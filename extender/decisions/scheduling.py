@@ -10,7 +10,7 @@ prioritize a few.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, KeysView, Mapping
+from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import partial
@@ -83,6 +83,82 @@ _new_verdict = partial(tuple.__new__, NodeVerdict)  # the hot path skips the Nam
 _NOT_LOOKED_UP = object()  # score_nodes: no NodeQuota seen yet (None is one: an ungoverned pod's)
 
 
+class NodeFailures(Mapping[str, NodeVerdict]):
+    """The failed nodes' verdicts: the ones built node by node (device refusals), and groups of nodes failing
+    the same way (quota's refusals, a bucket of nodes of one charge and flavor at a time) whose verdicts are built
+    when someone reads them. A group is one verdict with no node (its template: the same reason and category on
+    every node of it) and its nodes.
+
+    kube-scheduler's answer needs each failed node's reason, and the metrics its category: `names` (every
+    failed node -> its verdict or its group's template, filled a group at a time in C) and `groups` give both
+    without a verdict per node. Quota refuses every node of the flavors it did not choose: hundreds per pod in a
+    cluster of several flavors, each a verdict built and thrown away."""
+
+    __slots__ = ("_allocations", "_per_node", "built", "groups", "names")
+
+    def __init__(
+        self,
+        built: dict[str, NodeVerdict],
+        groups: Sequence[tuple[NodeVerdict, Sequence[str]]] = (),
+        allocations: Mapping[str, Allocation] | None = None,
+        per_node: Mapping[str, NodeQuota] | None = None,
+    ) -> None:
+        self.built = built
+        self.groups = tuple(groups)
+        self._allocations = allocations if allocations is not None else {}
+        self._per_node = per_node if per_node is not None else {}
+        names: dict[str, NodeVerdict] = built
+        if self.groups:
+            names = dict(built)
+            for template, group_names in self.groups:
+                names.update(dict.fromkeys(group_names, template))
+        self.names = names
+
+    def get(self, name: str, default: NodeVerdict | None = None) -> NodeVerdict | None:  # type: ignore[override]
+        found = self.names.get(name)
+        if found is None:
+            return default
+        if found.node:
+            return found
+        return _new_verdict(  # a group's template, made this node's
+            (
+                name,
+                False,
+                found.unresolvable,
+                found.category,
+                found.reason,
+                found.detail,
+                self._allocations.get(name),
+                self._per_node.get(name),
+            )
+        )
+
+    def __getitem__(self, name: str) -> NodeVerdict:
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def category_counts(self) -> Counter[str]:
+        """How many nodes failed per category: a look per built verdict and per group."""
+        counts = Counter(verdict.category for verdict in self.built.values())
+        for template, group_names in self.groups:
+            counts[template.category] += len(group_names)
+        return counts
+
+
+NO_FAILURES = NodeFailures({})
+
+
 class NodeVerdicts(Mapping[str, NodeVerdict]):
     """A pod's verdict per candidate node, in the order asked, with the passing nodes' verdicts built only when
     someone reads them. kube-scheduler's answers need the failed nodes (kept built, in `failures`) and the
@@ -98,7 +174,7 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
         order: dict[str, None],
         allocations: Mapping[str, Allocation],
         per_node: Mapping[str, NodeQuota],
-        failures: Mapping[str, NodeVerdict],
+        failures: NodeFailures,
     ) -> None:
         self._order = order  # every candidate node, in the order asked
         self.allocations = allocations  # the device-feasible nodes' allocations
@@ -142,9 +218,9 @@ class PodDecision:
     claim_labels: tuple[str, ...] = ()
 
     @property
-    def failures(self) -> Mapping[str, NodeVerdict]:
-        """The verdicts of the nodes that failed: the answers read these, so a burst's answer costs a look per
-        failed node, not per node."""
+    def failures(self) -> NodeFailures:
+        """The verdicts of the nodes that failed: the answers read these (a group at a time where nodes fail
+        alike), so a burst's answer costs a look per failed node or group, not per node."""
         return self.verdicts.failures
 
     def claim_label(self, index: int, claim: ClaimAllocation) -> str:
@@ -153,12 +229,12 @@ class PodDecision:
 
     @property
     def passed(self) -> list[str]:
-        failures = self.failures
-        return [name for name in self.verdicts if name not in failures] if failures else list(self.verdicts)
+        failed = self.failures.names
+        return [name for name in self.verdicts if name not in failed] if failed else list(self.verdicts)
 
     def outcome_counts(self) -> Counter[str]:
         """How many nodes passed, and how many failed per category (the filter metrics)."""
-        counts = Counter(verdict.category for verdict in self.failures.values())
+        counts = self.failures.category_counts()
         passed = len(self.verdicts) - len(self.failures)
         if passed:
             counts["passed"] = passed
@@ -209,7 +285,7 @@ def score_nodes(
     reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor)."""
     scores: dict[str, ScoreBreakdown] = {}
     verdicts = decision.verdicts
-    allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures
+    allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures.names
     strategy = decision.strategy
     # Without quota no node fails with an allocation (device refusals carry none), and the headroom is 1.0.
     governed = bool(per_node)
@@ -298,7 +374,7 @@ def decide_pod(
         unknown: dict[str, NodeVerdict] = {}
         if not nodes.keys() >= order.keys():
             unknown = {name: _failed(unknown_node(name)) for name in names if name not in nodes}
-        verdicts = NodeVerdicts(order, {}, {}, unknown)
+        verdicts = NodeVerdicts(order, {}, {}, NodeFailures(unknown) if unknown else NO_FAILURES)
         return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
 
     pod_claims = resolve_pod_claims(snapshot, pod)
@@ -353,17 +429,18 @@ def decide_pod(
     )
     # The failed nodes: refused by the devices, or by quota (every node, or a bucket's nodes). The nodes that
     # pass need nothing here: NodeVerdicts builds their verdicts when read.
-    failures = {name: _failed(refusal) for name, refusal in refusals.items()}
+    built = {name: _failed(refusal) for name, refusal in refusals.items()}
     per_node = quota.per_node
     pod_rejection = quota.pod_rejection
+    groups: list[tuple[NodeVerdict, Sequence[str]]] = []
     if pod_rejection is not None:
-        for name, outcome in allocations.items():
-            failures[name] = _refused(name, pod_rejection, outcome, per_node.get(name))
+        if allocations:
+            groups.append((_refused("", pod_rejection, None, None), list(allocations)))
     else:
-        for name, node_quota in per_node.items():
-            rejection = node_quota.rejection
-            if rejection is not None:
-                failures[name] = _refused(name, rejection, allocations[name], node_quota)
+        for node_quota, refused_names in quota.refused_groups:
+            assert node_quota.rejection is not None
+            groups.append((_refused("", node_quota.rejection, None, None), refused_names))
+    failures = NodeFailures(built, groups, allocations, per_node)
     return PodDecision(
         pod.key,
         pod.uid,
@@ -376,8 +453,11 @@ def decide_pod(
     )
 
 
-def _refused(name: str, rejection: QuotaRejection, allocation: Allocation, node_quota: NodeQuota | None) -> NodeVerdict:
-    """The verdict of a device-feasible node that quota refuses (positional, as in `_failed`)."""
+def _refused(
+    name: str, rejection: QuotaRejection, allocation: Allocation | None, node_quota: NodeQuota | None
+) -> NodeVerdict:
+    """The verdict of a device-feasible node that quota refuses (positional, as in `_failed`); with no node, the
+    template of a group of them (NodeFailures)."""
     summary = rejection.summary
     return _new_verdict(
         (name, False, rejection.unresolvable, rejection.category, summary, summary, allocation, node_quota)

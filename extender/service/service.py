@@ -343,7 +343,7 @@ class SchedulingService:
                 )
             else:
                 self.reservations.release(identity)
-                if any(v.category in PARKED_FOR_QUOTA for v in decision.failures.values()):
+                if not PARKED_FOR_QUOTA.isdisjoint(decision.failures.category_counts()):
                     self._parked_for_quota += 1
                     self._parked_context = view.context
         self.history.remember_filter(identity, decision)

@@ -93,15 +93,21 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     unresolvable: dict[str, str] = {}
     decided = decision.verdicts.keys()  # a dict's view: membership tests in C
     failures = decision.failures  # only the failed nodes need a look at their verdict
-    passed = [name for name in args.node_names if name in decided and name not in failures]
+    failed_names = failures.names
+    passed = [name for name in args.node_names if name in decided and name not in failed_names]
     asked = set(args.node_names)
-    for name, failure in failures.items():
+    for name, failure in failures.built.items():
         if name not in asked:
             continue
         if failure.unresolvable:
             unresolvable[name] = failure.reason
         else:
             failed[name] = failure.reason
+    for template, group_names in failures.groups:  # nodes failing alike: their reason, a group at a time
+        answer = unresolvable if template.unresolvable else failed
+        answer.update(
+            dict.fromkeys(group_names if asked >= decided else asked.intersection(group_names), template.reason)
+        )
     result: dict[str, Any] = {
         "Nodes": None,
         "NodeNames": None,
