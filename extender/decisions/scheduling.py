@@ -286,6 +286,8 @@ def score_nodes(
     scores: dict[str, ScoreBreakdown] = {}
     verdicts = decision.verdicts
     allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures.names
+    if not allocations:  # a pod with nothing for us to decide, or refused everywhere: no node to score
+        return Ranking(decision, scores)
     strategy = decision.strategy
     # Without quota no node fails with an allocation (device refusals carry none), and the headroom is 1.0.
     governed = bool(per_node)
