@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -41,10 +42,13 @@ def held(service) -> list[tuple[str, dict, float]]:
 
 
 def click(browser, element) -> None:
-    """Click a link or submit button and wait until the next page replaced this one."""
+    """Click a link or submit button and wait until the next page replaced this one. While Chrome swaps the
+    documents, a look at the old element can fail with a generic "Node with given id does not belong to the
+    document" instead of a stale-element error (seen once in CI): the wait asks again, and the next look says
+    stale."""
     html = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, 30).until(staleness_of(html))
+    WebDriverWait(browser, 30, ignored_exceptions=(WebDriverException,)).until(staleness_of(html))
 
 
 def body_text(browser) -> str:
