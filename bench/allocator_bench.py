@@ -10,7 +10,7 @@ import argparse
 import statistics
 import time
 
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -33,14 +33,14 @@ def measure(nodes: int, template: str, repeat: int) -> dict[str, float]:
     pod = parse_pod(b.pod("bench-pod", "bench", templates={"gpu": template}))
     matcher = DeviceMatcher()
     claims = resolve_pod_claims(snapshot, pod)
-    device_feasibility(snapshot, claims, names, matcher)  # warm: CEL verdicts, node device lists
+    device_outcomes(snapshot, claims, names, matcher)  # warm: CEL verdicts, node device lists
     timings = []
     for _ in range(repeat):
         started = time.perf_counter()
         claims = resolve_pod_claims(snapshot, pod)
-        outcomes = device_feasibility(snapshot, claims, names, matcher)
+        outcomes = device_outcomes(snapshot, claims, names, matcher)
         timings.append(time.perf_counter() - started)
-    feasible = sum(1 for o in outcomes.values() if not hasattr(o, "category"))
+    feasible = len(outcomes.allocations)
     return {
         "p50_ms": statistics.median(timings) * 1000,
         "p90_ms": percentile(timings, 0.9) * 1000,

@@ -8,7 +8,7 @@ For N nodes x 8 GPUs with half of them allocated (testkit/clusters.py), and thre
 - pair:  two claims, one of them carrying a matchAttribute constraint over two requests (templates
          "pair-matched" + "one"),
 it times one whole decision, every node of the snapshot:
-- ours: `device_feasibility` in-process, as the filter verb calls it. "cold" is the first pod after the selector
+- ours: `device_outcomes` in-process, as the filter verb calls it. "cold" is the first pod after the selector
   memo and free-device index were emptied (the first pod of a process, or after every slice changed); "p50"/"p90"
   are the next pods (repeats), the steady state of a long-lived extender.
 - upstream: the oracle's -bench mode (tests/oracle): NewAllocator + Allocate on every node, one node after
@@ -32,8 +32,7 @@ import sys
 import time
 from typing import Any
 
-from extender.decisions.allocator import Allocation
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -138,19 +137,19 @@ def measure_ours(nodes: int, pods: int, repeat: int) -> dict[str, Any]:
         matcher = DeviceMatcher()
         started = time.perf_counter()
         claims = resolve_pod_claims(snapshot, pod)
-        outcomes = device_feasibility(snapshot, claims, names, matcher)
+        outcomes = device_outcomes(snapshot, claims, names, matcher)
         cold = time.perf_counter() - started
         timings = []
         for _ in range(repeat):
             started = time.perf_counter()
             claims = resolve_pod_claims(snapshot, pod)
-            outcomes = device_feasibility(snapshot, claims, names, matcher)
+            outcomes = device_outcomes(snapshot, claims, names, matcher)
             timings.append(time.perf_counter() - started)
         results["pods"][pod_name] = {
             "coldMs": cold * 1000,
             "p50Ms": statistics.median(timings) * 1000,
             "p90Ms": percentile(timings, 0.9) * 1000,
-            "feasible": sum(1 for outcome in outcomes.values() if isinstance(outcome, Allocation)),
+            "feasible": len(outcomes.allocations),
         }
         gc.collect()
     results["rssMB"] = rss_mb()
@@ -188,7 +187,7 @@ def main() -> None:
 
     ensure_oracle_binary()
     print("Per decision = one pod, every node of the cluster (8 GPUs per node, 50% allocated); ms per decision.")
-    print("ours: device_feasibility in-process; upstream: NewAllocator + Allocate per node (oracle -bench).")
+    print("ours: device_outcomes in-process; upstream: NewAllocator + Allocate per node (oracle -bench).")
     header = (
         f"{'nodes':>6} {'pod':<5}| {'ours cold':>9} {'ours p50':>9} {'ours p90':>9} {'us/node':>7} | "
         f"{'stable':>9} {'us/node':>7} | {'incub.':>9} {'us/node':>7} | {'ours/st':>7} {'ours/inc':>8} | "

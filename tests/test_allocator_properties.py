@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.decisions.allocator import Allocation
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
@@ -147,9 +147,8 @@ def check_allocation(instance: dict[str, Any], outcome: Allocation) -> None:
 def test_allocator_agrees_with_brute_force(instance):
     store, pod_obj = build(instance)
     snapshot = store.snapshot()
-    outcome = device_feasibility(snapshot, resolve_pod_claims(snapshot, parse_pod(pod_obj)), ["n1"], DeviceMatcher())[
-        "n1"
-    ]
+    found = device_outcomes(snapshot, resolve_pod_claims(snapshot, parse_pod(pod_obj)), ["n1"], DeviceMatcher())
+    outcome = found.by_node(["n1"])["n1"]
     expected = brute_force_feasible(instance)
     assert isinstance(outcome, Allocation) == expected, outcome
     if isinstance(outcome, Allocation):

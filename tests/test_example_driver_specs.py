@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from extender.decisions.allocator import Allocation, NotAllocatable
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
 from extender.state.core import parse_pod
@@ -61,7 +61,7 @@ def cluster_with(
 def decide(store: ClusterStore, pod_obj: dict[str, Any], nodes: tuple[str, ...] = ("node-a",)) -> dict:
     snapshot = store.snapshot()
     pod = parse_pod(pod_obj)
-    return device_feasibility(snapshot, resolve_pod_claims(snapshot, pod), nodes, DeviceMatcher())
+    return device_outcomes(snapshot, resolve_pod_claims(snapshot, pod), nodes, DeviceMatcher()).by_node(nodes)
 
 
 def chosen(outcome: Any) -> list[tuple[str, str]]:

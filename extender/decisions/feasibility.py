@@ -7,7 +7,7 @@ snapshot, selector verdicts come from the shared matcher's memo, and pods withou
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from extender.decisions.allocator import (
@@ -44,6 +44,11 @@ class DeviceOutcomes(NamedTuple):
 
     allocations: dict[str, Allocation]
     refusals: dict[str, NotAllocatable]
+
+    def by_node(self, node_names: Iterable[str]) -> dict[str, AllocationOutcome]:
+        """Each node's outcome in one mapping, in the order given (for callers that read nodes one by one)."""
+        allocations, refusals = self
+        return {name: allocations.get(name) or refusals[name] for name in node_names}
 
 
 def device_outcomes(
@@ -94,21 +99,3 @@ def device_outcomes(
                 refusals[name] = outcome  # type: ignore[assignment]  # the other kind of outcome
     allocator.remember(names)
     return DeviceOutcomes(allocations, refusals)
-
-
-def device_feasibility(
-    snapshot: ClusterSnapshot,
-    pod_claims: PodClaims,
-    node_names: Sequence[str],
-    matcher: DeviceMatcher,
-    *,
-    budget: int = DEFAULT_SEARCH_BUDGET,
-    deadline: float | None = None,
-    features: Features = DEFAULT_FEATURES,
-) -> dict[str, AllocationOutcome]:
-    """Each node's device outcome, in the order asked (device_outcomes, one mapping)."""
-    found = device_outcomes(
-        snapshot, pod_claims, node_names, matcher, budget=budget, deadline=deadline, features=features
-    )
-    allocations, refusals = found
-    return {name: allocations.get(name) or refusals[name] for name in node_names}

@@ -13,7 +13,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from extender.decisions.admission_holds import own_workload
-from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET, Allocation
+from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.device_charges import counts_devices_only, device_charge
 from extender.decisions.extended_resources import (
     EXTENDED_CLAIM_ANNOTATION,
@@ -23,7 +23,7 @@ from extender.decisions.extended_resources import (
     quota_resource,
     resolve_extended,
 )
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.quota_context import QuotaContext
@@ -163,17 +163,17 @@ def pending_charges(
         claims = PodClaims((*claims.pending, extended_claim), claims.allocated, claims.problems)
     if not claims.pending:
         return {}
-    outcome = device_feasibility(snapshot, claims, [node_name], matcher, budget=budget, features=features).get(
+    outcome = device_outcomes(snapshot, claims, [node_name], matcher, budget=budget, features=features).allocations.get(
         node_name
     )
-    if not isinstance(outcome, Allocation):
+    if outcome is None:
         # The view can show the node fuller than it is (an allocation released in the API whose event has not
         # arrived): kube-scheduler placed the pod there, so charge what the claims take on the node alone.
         empty = _without_allocations(snapshot)
-        outcome = device_feasibility(empty, claims, [node_name], matcher, budget=budget, features=features).get(
-            node_name
-        )
-    if not isinstance(outcome, Allocation):
+        outcome = device_outcomes(
+            empty, claims, [node_name], matcher, budget=budget, features=features
+        ).allocations.get(node_name)
+    if outcome is None:
         return {}
     extra, problem = extended_charges(served, context.mappings)
     if problem:

@@ -31,7 +31,7 @@ from extender.decisions.allocator import (
     NotAllocatable,
 )
 from extender.decisions.cel import SelectorError, compile_selector
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
@@ -137,7 +137,8 @@ def _run_on(snapshot: ClusterSnapshot, case: Mapping[str, Any], features: Featur
     pod = parse_pod(pod_object(case))
     pod_claims = resolve_pod_claims(snapshot, pod)
     matcher = DeviceMatcher()
-    outcomes = device_feasibility(snapshot, pod_claims, case["scenario"]["nodeNames"], matcher, features=features)
+    node_names = case["scenario"]["nodeNames"]
+    outcomes = device_outcomes(snapshot, pod_claims, node_names, matcher, features=features).by_node(node_names)
     return OurRun(snapshot, pod_claims, outcomes, features)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extender.decisions.feasibility import device_feasibility
+from extender.decisions.feasibility import device_outcomes
 from extender.decisions.features import DEFAULT_FEATURES
 from extender.decisions.pod_claims import resolve_pod_claims
 from extender.decisions.selection import DeviceMatcher
@@ -22,7 +22,8 @@ def decide(store, pod_obj, nodes=("n1",), matcher=None, budget=20_000, features=
     snapshot = store.snapshot()
     pod = parse_pod(pod_obj)
     claims = resolve_pod_claims(snapshot, pod)
-    return device_feasibility(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget, features=features)
+    found = device_outcomes(snapshot, claims, nodes, matcher or DeviceMatcher(), budget=budget, features=features)
+    return found.by_node(nodes)
 
 
 def template_pod(requests, constraints=None, *, name="p"):
