@@ -103,11 +103,11 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
             unresolvable[name] = failure.reason
         else:
             failed[name] = failure.reason
+    every_node_asked = asked >= decided  # so every group's nodes were asked about (the usual case)
     for template, group_names in failures.groups:  # nodes failing alike: their reason, a group at a time
         answer = unresolvable if template.unresolvable else failed
-        answer.update(
-            dict.fromkeys(group_names if asked >= decided else asked.intersection(group_names), template.reason)
-        )
+        in_answer = group_names if every_node_asked else asked.intersection(group_names)
+        answer.update(dict.fromkeys(in_answer, template.reason))
     result: dict[str, Any] = {
         "Nodes": None,
         "NodeNames": None,
