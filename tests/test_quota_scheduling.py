@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import pytest
 
+from extender.decisions.scheduling import score_nodes
 from extender.state.core import parse_pod
 from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
@@ -549,3 +550,5 @@ def test_verdicts_read_as_a_mapping_in_the_order_asked():
     refused = filter_pod(engine, gpu_pod("p2"), asked)
     assert refused.passed == [] and set(refused.failures) == set(asked)
     assert refused.verdicts["spot-0"].category == "queue-config" and refused.reservation == {}
+    # prioritize scores no node the pod may not take (a refused node scored above 0 would be chosen)
+    assert score_nodes(refused, asked, engine.snapshot(), engine.caches, engine.options.weights).scores == {}

@@ -285,11 +285,15 @@ def score_nodes(
     reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor)."""
     scores: dict[str, ScoreBreakdown] = {}
     verdicts = decision.verdicts
-    allocations, per_node, failures = verdicts.allocations, verdicts.per_node, verdicts.failures.names
+    allocations, per_node = verdicts.allocations, verdicts.per_node
     if not allocations:  # a pod with nothing for us to decide, or refused everywhere: no node to score
         return Ranking(decision, scores)
     strategy = decision.strategy
-    # Without quota no node fails with an allocation (device refusals carry none), and the headroom is 1.0.
+    # Only quota refuses nodes that have an allocation (device refusals carry none): by bucket, or every node
+    # when it refuses the pod itself (its queue is gone, ...; then there is no NodeQuota at all).
+    refused_by_quota = bool(verdicts.failures.groups)
+    failures = verdicts.failures.names
+    # Without NodeQuotas the headroom is 1.0 on every node.
     governed = bool(per_node)
     headrooms: dict[int, float] = {}
     by_headroom: dict[float, dict[int, ScoreBreakdown]] = {}
@@ -301,7 +305,7 @@ def score_nodes(
     allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(strategy).get
     for node in node_names:  # once per passing node: lookups only, on the methods bound above
         allocation = allocation_of(node)
-        if allocation is None or (governed and node in failures):
+        if allocation is None or (refused_by_quota and node in failures):
             continue
         remembered = parts_of(id(allocation))
         if remembered is not None and remembered[0] is allocation:
