@@ -552,3 +552,55 @@ def test_verdicts_read_as_a_mapping_in_the_order_asked():
     assert refused.verdicts["spot-0"].category == "queue-config" and refused.reservation == {}
     # prioritize scores no node the pod may not take (a refused node scored above 0 would be chosen)
     assert score_nodes(refused, asked, engine.snapshot(), engine.caches, engine.options.weights).scores == {}
+
+
+def test_a_shared_claim_stays_charged_while_any_consumer_runs():
+    """A shared claim is charged once, to its first consumer still running. When that consumer finishes or is
+    deleted, the resourceclaim controller drops it from reservedFor only afterwards, and the device stays with
+    the others: the charge must pass on at once (it used to lapse until the claim's event, and a filter in
+    between handed the same quota out again: the no-overcommit stress test caught it once). Pods arriving in
+    any order against reservedFor's order charge the claim once, and the index agrees with a recount."""
+    from extender.decisions.usage import pod_usage
+    from extender.state.indexes.usage import UsageIndex
+
+    gpu = ("team-a", "on-demand", RESOURCE)
+
+    def shared(reserved: list[str]) -> dict:
+        return b.claim(
+            "shared",
+            "team-a",
+            [b.exact_request("gpu", 1)],
+            allocated=[("gpu", "on-demand-0", "gpu-0")],
+            allocated_node="on-demand-0",
+            reserved_for=[(name, f"uid-team-a-{name}") for name in reserved],
+        )
+
+    def consumer(name: str, phase: str = "Running") -> dict:
+        return b.pod(name, "team-a", claims={"gpu": "shared"}, queue="q", node_name="on-demand-0", phase=phase)
+
+    def usage(engine) -> dict:
+        view = engine.quota_view()
+        context = view.context
+        fresh = UsageIndex().totals(view.snapshot, context, lambda at, pod: pod_usage(at, pod, context))
+        assert dict(view.usage) == dict(fresh)
+        return dict(view.usage)
+
+    engine = engine_for([*base_objects({"on-demand": {"nominal": 2}}), shared(["p1", "p2", "p3"])])
+    for name in ("p3", "p2", "p1"):  # the pods' events in the reverse order of reservedFor
+        engine.store.apply("Pod", "ADDED", consumer(name))
+        assert usage(engine) == {gpu: 1}
+    assert filter_pod(engine, gpu_pod("one-more", template="one")).passed  # 1 shared + 1 = 2
+    engine.reservations.release("uid-team-a-one-more")
+
+    engine.store.apply("Pod", "MODIFIED", consumer("p1", phase="Succeeded"))  # reservedFor still names it first
+    assert usage(engine) == {gpu: 1}
+    assert not filter_pod(engine, gpu_pod("two-more", template="two")).passed  # 1 still held: 2 would make 3
+    engine.store.apply("Pod", "DELETED", consumer("p2"))
+    assert usage(engine) == {gpu: 1}
+    engine.store.apply("ResourceClaim", "MODIFIED", shared(["p3"]))  # the controller catches up
+    assert usage(engine) == {gpu: 1}
+    engine.store.apply("Pod", "ADDED", consumer("p2"))  # a pod of the same name the claim no longer names
+    assert usage(engine) == {gpu: 1}
+
+    engine.store.apply("Pod", "DELETED", consumer("p3"))  # nobody running holds the claim any more
+    assert usage(engine) == {}

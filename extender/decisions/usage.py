@@ -59,13 +59,27 @@ def cluster_queue_of(pod: Pod, context: QuotaContext) -> str | None:
     return local_queue.cluster_queue if local_queue is not None else None
 
 
-def charges_claim(claim: ResourceClaim, pod: Pod, generated: bool) -> bool:
-    """A claim shared by several pods is charged once: to the first pod it is reserved for."""
+def charges_claim(snapshot: ClusterSnapshot, claim: ResourceClaim, pod: Pod, generated: bool) -> bool:
+    """A claim shared by several pods is charged once: to the first pod of its reservedFor that the view shows
+    and that has not finished.
+
+    The resourceclaim controller drops a finished or deleted consumer from reservedFor only after the fact
+    (pkg/controller/resourceclaim/controller.go syncClaim, on the pod's event), and the devices stay allocated
+    to the claim's other consumers meanwhile. Charging the first entry as such charged nobody in that window: a
+    filter could hand the freed quota to another pod, and usage came back when the controller caught up. An
+    entry for another resource than pods, or for a pod that is gone or was replaced (another uid), is passed
+    over the same way."""
     if generated or not claim.reserved_for:
         return True
-    return claim.reserved_for[0].uid == pod.uid or (
-        not claim.reserved_for[0].uid and claim.reserved_for[0].name == pod.name
-    )
+    pods = snapshot.pods
+    for consumer in claim.reserved_for:
+        if consumer.resource != "pods":
+            continue
+        holder = pods.get(f"{claim.namespace}/{consumer.name}")
+        if holder is None or holder.is_terminal or (consumer.uid and holder.uid and holder.uid != consumer.uid):
+            continue
+        return holder.key == pod.key and (not pod.uid or not holder.uid or holder.uid == pod.uid)
+    return False
 
 
 def in_flight_node(snapshot: ClusterSnapshot, pod: Pod) -> str:
@@ -282,7 +296,7 @@ def _allocated_charges(
             unallocated = True
         if claim is None or cluster_queue is None or node is None or claim.allocation is None:
             continue
-        if not charges_claim(claim, pod, generated=generated):
+        if not charges_claim(snapshot, claim, pod, generated=generated):
             continue
         extended_claim = claim.name == pod.extended_claim_name
         for result in claim.allocation.results:

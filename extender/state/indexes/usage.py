@@ -98,6 +98,16 @@ class UsageIndex:
         for change in changes:
             if change.kind == "Pod":
                 touched.add(change.key)
+                # A shared claim is charged to its first consumer still running (decisions/usage.py
+                # charges_claim): one coming, finishing or going passes the charge on to the claim's other pods.
+                old = self._by_pod.get(change.key)
+                for claim_key in old.claims if old is not None else ():
+                    touched.update(self._pods_by_claim.get(claim_key, ()))
+                changed = snapshot.pods.get(change.key)
+                if changed is not None:
+                    for ref in changed.claims:
+                        if ref.claim_name:
+                            touched.update(self._pods_by_claim.get(f"{changed.namespace}/{ref.claim_name}", ()))
             elif change.kind == "ResourceClaim":
                 touched.update(self._pods_by_claim.get(change.key, ()))
                 claim = snapshot.claims.get(change.key)
