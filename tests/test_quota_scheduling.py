@@ -604,3 +604,60 @@ def test_a_shared_claim_stays_charged_while_any_consumer_runs():
 
     engine.store.apply("Pod", "DELETED", consumer("p3"))  # nobody running holds the claim any more
     assert usage(engine) == {}
+
+
+def test_a_reconcile_looks_only_at_the_reservations_whose_pods_changed(monkeypatch):
+    """Every filter reconciles, and a burst whose bindings lag behind holds hundreds of reservations: a
+    reconcile asks about the new ones and those whose pod, or an allocated claim naming it, changed since the
+    last; everything when a ResourceSlice changed (pools and their nodes); the expired ones once the earliest
+    TTL has passed. What it lets go is what a look at every reservation would."""
+    import extender.service.service as service_module
+
+    asked: list[str] = []
+    real_state = service_module.reservation_state
+
+    def counting(snapshot, reservation):
+        asked.append(reservation.pod_key.split("/")[1])
+        return real_state(snapshot, reservation)
+
+    monkeypatch.setattr(service_module, "reservation_state", counting)
+    clock = Clock()
+    engine = engine_for(base_objects({"on-demand": {"nominal": 16}}), clock=clock)
+    names = [f"p{i}" for i in range(6)]
+    for name in names:
+        engine.store.apply("Pod", "ADDED", gpu_pod(name, template="one"))
+        assert filter_pod(engine, gpu_pod(name, template="one")).passed
+    engine.quota_view()
+    asked.clear()
+    engine.quota_view()
+    assert asked == []  # nothing changed: nobody asked about
+    assert len(engine.reservations) == 6
+
+    bound = gpu_pod("p3", template="one", node_name="on-demand-0", claim_statuses={"gpu": "p3-gpu"})
+    allocated = b.claim(
+        "p3-gpu",
+        "team-a",
+        [b.exact_request("gpu", 1)],
+        allocated=[("gpu", "on-demand-0", "gpu-0")],
+        reserved_for=[("p3", "uid-team-a-p3")],
+        owner_uid="uid-team-a-p3",
+    )
+    engine.store.apply("ResourceClaim", "ADDED", allocated)
+    engine.store.apply("Pod", "MODIFIED", bound)
+    view = engine.quota_view()
+    assert asked == ["p3"]
+    assert sorted(r.pod_key for r in view.reservations) == [f"team-a/{n}" for n in names if n != "p3"]
+    assert view.usage == {("team-a", "on-demand", RESOURCE): 1}
+
+    asked.clear()
+    engine.store.apply("Node", "MODIFIED", b.node("on-demand-1", {"example.com/capacity-type": "on-demand"}))
+    engine.store.apply("ResourceClaim", "ADDED", b.claim("unrelated", "team-a", [b.exact_request("gpu", 1)]))
+    engine.quota_view()
+    assert asked == []
+    engine.store.apply("ResourceSlice", "MODIFIED", b.gpu_slice("on-demand-1", 8))
+    engine.quota_view()
+    assert sorted(asked) == [n for n in names if n != "p3"]
+
+    clock.now += engine.reservations.ttl_seconds + 1
+    assert engine.quota_view().reservations == ()
+    assert engine.released_reservations == {"bound": 1, "expired": 5}

@@ -33,7 +33,7 @@ class QuotaView:
     context: QuotaContext
     usage: Mapping[QuotaKey, Fraction]  # what bound pods (and pods being bound) hold, from the API's claims
     reserved: Mapping[QuotaKey, Fraction]  # what pods that passed filter hold until seen bound
-    reservations: tuple[Reservation, ...]
+    held: Mapping[str, Reservation]  # those reservations by pod uid
     ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved + admitted holds
     at: float  # the reservation clock when the view was taken (for "expires in")
     # What admitted Workloads hold beyond what their pods hold on nodes (decisions/admission_holds.py): in
@@ -46,6 +46,10 @@ class QuotaView:
     provisional: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # their sum
 
     @property
+    def reservations(self) -> tuple[Reservation, ...]:
+        return tuple(self.held.values())
+
+    @property
     def governed(self) -> bool:
         return self.context.enabled and bool(self.context.cluster_queues)
 
@@ -53,7 +57,7 @@ class QuotaView:
         """The ledger without the pod's own charge: its reservation, the usage counted for it on a node it is
         nominated for (a pod nominated by preemption is filtered again), and the hold of the admitted Workload
         it belongs to (that hold is kept for its pods): never charged against itself."""
-        own = next((r for r in self.reservations if r.pod_uid == pod_id), None)
+        own = self.held.get(pod_id)
         counted = self.unbound_usage.get(pod_key, ())
         hold = self.workload_holds.get(workload) if workload else None
         if own is None and not counted and not hold:

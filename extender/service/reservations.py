@@ -8,10 +8,12 @@ quota view.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from extender.decisions.usage import in_flight_node
 from extender.state.core import Pod
 from extender.state.reservations import Reservation
-from extender.state.store import ClusterSnapshot
+from extender.state.store import NODE_DEVICES, Change, ClusterSnapshot
 
 KEEP = "pending"  # not seen in the view yet
 SEEN = "seen"  # in the view, not bound: keep, and remember it was seen (its disappearance means deletion)
@@ -48,3 +50,36 @@ def _extended_claim_seen(snapshot: ClusterSnapshot, pod: Pod) -> bool:
         return True
     claim = snapshot.claims.get(f"{pod.namespace}/{pod.extended_claim_name}")
     return claim is not None and claim.allocation is not None
+
+
+def pods_to_reconcile(snapshot: ClusterSnapshot, changes: Sequence[Change] | None) -> tuple[set[str], set[str]] | None:
+    """(pod keys, pod uids) whose reservations `changes` may let go; None when every reservation must be looked at.
+
+    `reservation_state` reads a reservation's pod, that pod's claims and the pools' nodes. A Pod change names its
+    pod. A claim can let a reservation go only once it is allocated, and then it names its pods: the in-tree
+    plugin writes the allocation and reservedFor in one update in PreBind (pkg/scheduler/framework/plugins/
+    dynamicresources/dynamicresources.go bindClaim), and a generated claim (or the scheduler's extended-resource
+    claim) is owned by its pod. A claim reserved for a consumer that is not a pod names none, and a changed
+    ResourceSlice (pools and their nodes) or a history that no longer reaches back (None) can concern any: all
+    of them then."""
+    if changes is None:
+        return None
+    keys: set[str] = set()
+    uids: set[str] = set()
+    for change in changes:
+        kind = change.kind
+        if kind == "Pod":
+            keys.add(change.key)
+        elif kind == "ResourceClaim":
+            claim = snapshot.claims.get(change.key)
+            if claim is None or claim.allocation is None:
+                continue  # a claim gone or not allocated lets nobody's reservation go
+            uids.update(claim.owner_uids)
+            for consumer in claim.reserved_for:
+                if consumer.resource != "pods":
+                    return None
+                uids.add(consumer.uid)
+                keys.add(f"{claim.namespace}/{consumer.name}")
+        elif kind in ("ResourceSlice", NODE_DEVICES):
+            return None
+    return keys, uids

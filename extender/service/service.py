@@ -37,13 +37,13 @@ from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.quota_view import QuotaView, add_amounts
-from extender.service.reservations import reservation_state
+from extender.service.reservations import pods_to_reconcile, reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue import Workload, pod_queue_name
 from extender.state.reservation_journal import ReservationJournal
-from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
+from extender.state.reservations import QuotaKey, ReservationLedger
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterSnapshot, ClusterStore
 
@@ -115,6 +115,7 @@ class SchedulingService:
         # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
+        self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
@@ -237,7 +238,16 @@ class SchedulingService:
             snapshot, context, lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher)
         )
         expired = False
-        for reservation, why in self.reservations.reconcile(partial(reservation_state, snapshot)):
+        # Only the reservations whose pods changed since the last reconcile can change state (and new ones).
+        reconciled = self._reconciled_version
+        changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
+        touched = pods_to_reconcile(snapshot, changes)
+        self._reconciled_version = snapshot.version
+        pod_keys, pod_uids = touched if touched is not None else (None, ())
+        released = self.reservations.reconcile(
+            partial(reservation_state, snapshot), pod_keys=pod_keys, pod_uids=pod_uids
+        )
+        for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
@@ -249,11 +259,10 @@ class SchedulingService:
                 self.requeues += 1
                 self.requeue()
         reserved = self.reservations.totals()
-        reservations = tuple(self.reservations.all())
-        admitted_holds, workload_holds = self._admission_holds(snapshot, context, reservations)
+        admitted_holds, workload_holds = self._admission_holds(snapshot, context)
         # What placed pods are about to hold that usage does not show yet, for pods this process holds no
         # reservation of (a reservation covers its pod until the allocation shows: never counted twice).
-        held = {reservation.pod_key for reservation in reservations}
+        held = self.reservations.pod_keys()
         unbound = {key: counted.amounts for key, counted in self.provisional_index.unbound().items() if key not in held}
         provisional: dict[QuotaKey, Fraction] = {}
         for amounts in unbound.values():
@@ -264,7 +273,7 @@ class SchedulingService:
             context=context,
             usage=usage,
             reserved=reserved,
-            reservations=reservations,
+            held=self.reservations.by_pod(),
             ledger=context.tree.ledger(add_amounts(usage, reserved, provisional, admitted_holds)),
             at=self.reservations.now(),
             admitted_holds=admitted_holds,
@@ -274,7 +283,7 @@ class SchedulingService:
         )
 
     def _admission_holds(
-        self, snapshot: ClusterSnapshot, context: QuotaContext, reservations: tuple[Reservation, ...]
+        self, snapshot: ClusterSnapshot, context: QuotaContext
     ) -> tuple[Mapping[QuotaKey, Fraction], Mapping[str, Mapping[QuotaKey, Fraction]]]:
         """What admitted Workloads hold beyond their pods' usage (the index, per event) and reservations."""
         governed: frozenset[str] | None = None
@@ -288,14 +297,12 @@ class SchedulingService:
             return admitted_quota(workload, context, governed)
 
         holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, remaining_hold)
-        reserved_by_workload: dict[str, dict[QuotaKey, Fraction]] = {}
-        for reservation in reservations:
-            if reservation.workload:
-                reserved_by_workload[reservation.workload] = add_amounts(
-                    reserved_by_workload.get(reservation.workload, {}), reservation.charges
-                )
         return holds_with_reservations(
-            holds.totals, holds.by_workload, holds.admitted, self.usage_index.workload_usage, reserved_by_workload
+            holds.totals,
+            holds.by_workload,
+            holds.admitted,
+            self.usage_index.workload_usage,
+            self.reservations.workload_totals(),
         )
 
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Protocol
@@ -48,7 +48,10 @@ class ReservationSink(Protocol):
 
 
 class ReservationLedger:
-    """Thread-safe. Totals are maintained incrementally so a quota check never sums all reservations.
+    """Thread-safe. Totals are maintained incrementally so a quota check never sums all reservations, and a
+    reconcile looks only at the reservations whose pods the caller says changed, those held since the last one
+    and, once the earliest deadline has passed, the expired ones: a burst whose bindings lag behind its filters
+    holds hundreds of reservations, and every filter reconciles.
 
     With a `sink`, every change is handed to it under the lock (so it sees them in order); `restore` puts back
     what a previous process's sink kept."""
@@ -62,12 +65,17 @@ class ReservationLedger:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._by_pod: dict[str, Reservation] = {}
+        self._uids_by_key: dict[str, set[str]] = {}  # pod key -> the uids holding reservations under it
+        self._unchecked: set[str] = set()  # held or replaced since the last reconcile
+        self._next_expiry = float("inf")  # no reservation expires before this (it may be an earlier one's)
         self._totals: dict[QuotaKey, Fraction] = {}
+        self._by_workload: dict[str, dict[QuotaKey, Fraction]] = {}  # what the pods of each Workload hold
         self.lock = threading.RLock()  # callers hold it across check-then-reserve
         self._sink = sink
 
     def _put(self, reservation: Reservation) -> None:
         """Caller holds the lock."""
+        self._next_expiry = min(self._next_expiry, reservation.expires)
         if self._sink is not None:
             self._sink.put(reservation, self._clock())
 
@@ -98,9 +106,7 @@ class ReservationLedger:
                 seen=seen,
                 workload=workload,
             )
-            self._by_pod[pod_uid] = reservation
-            for key, amount in reservation.quota_keys():
-                self._totals[key] = self._totals.get(key, Fraction(0)) + amount
+            self._hold(reservation)
             self._put(reservation)
             return reservation
 
@@ -133,11 +139,18 @@ class ReservationLedger:
                 seen=seen or (previous.seen if previous is not None else False),
                 workload=workload,
             )
-            self._by_pod[pod_uid] = reservation
-            for key, amount in reservation.quota_keys():
-                self._totals[key] = self._totals.get(key, Fraction(0)) + amount
+            self._hold(reservation)
             self._put(reservation)
             return reservation
+
+    def _hold(self, reservation: Reservation) -> None:
+        """Caller holds the lock and dropped the pod's previous reservation."""
+        self._by_pod[reservation.pod_uid] = reservation
+        self._uids_by_key.setdefault(reservation.pod_key, set()).add(reservation.pod_uid)
+        self._unchecked.add(reservation.pod_uid)
+        _add(self._totals, reservation.charges, 1)
+        if reservation.workload:
+            _add(self._by_workload.setdefault(reservation.workload, {}), reservation.charges, 1)
 
     def confirm(self, pod_uid: str, node: str) -> Reservation | None:
         """Bind chose a node: keep the reservation (fresh TTL) until the binding is seen."""
@@ -159,35 +172,62 @@ class ReservationLedger:
         """`replaced`: a put of the same pod follows at once (the sink needs no delete)."""
         reservation = self._by_pod.pop(pod_uid, None)
         if reservation is not None:
+            uids = self._uids_by_key.get(reservation.pod_key)
+            if uids is not None:
+                uids.discard(pod_uid)
+                if not uids:
+                    del self._uids_by_key[reservation.pod_key]
+            self._unchecked.discard(pod_uid)
             if self._sink is not None and not replaced:
                 self._sink.delete(pod_uid)
-            for key, amount in reservation.quota_keys():
-                remaining = self._totals.get(key, Fraction(0)) - amount
-                if remaining:
-                    self._totals[key] = remaining
-                else:
-                    self._totals.pop(key, None)
+            _add(self._totals, reservation.charges, -1)
+            if reservation.workload:
+                held = self._by_workload[reservation.workload]
+                _add(held, reservation.charges, -1)
+                if not held:
+                    del self._by_workload[reservation.workload]
         return reservation
 
     def expire(self) -> list[Reservation]:
+        """Release the reservations whose TTL ran out: a look at every one only once the earliest has."""
         with self.lock:
             now = self._clock()
+            if now < self._next_expiry:
+                return []
             expired = [r for r in self._by_pod.values() if r.expires <= now]
             for reservation in expired:
                 self._drop(reservation.pod_uid)
+            self._next_expiry = min((r.expires for r in self._by_pod.values()), default=float("inf"))
             return expired
 
-    def reconcile(self, pod_states: Callable[[Reservation], str]) -> list[tuple[Reservation, str]]:
+    def reconcile(
+        self,
+        pod_states: Callable[[Reservation], str],
+        *,
+        pod_keys: Collection[str] | None = None,
+        pod_uids: Collection[str] = (),
+    ) -> list[tuple[Reservation, str]]:
         """Release reservations whose pod the cluster view shows bound, finished or deleted.
 
         `pod_states` answers, per reservation: "pending" (keep), "seen" (keep, mark seen), or a release reason
-        ("bound", "finished", "deleted"). Expired ones are released too.
+        ("bound", "finished", "deleted"). It is asked about every reservation when `pod_keys` is None; else
+        about those of the pods named (by key or uid: what changed in the view since the last reconcile, whose
+        answers may have changed) and those held since the last reconcile. Expired ones are released too.
         """
         released: list[tuple[Reservation, str]] = []
         with self.lock:
             for reservation in self.expire():
                 released.append((reservation, "expired"))
-            for reservation in list(self._by_pod.values()):
+            if pod_keys is None:
+                due = list(self._by_pod.values())
+            else:
+                uids = set(self._unchecked)
+                uids.update(pod_uids)
+                for key in pod_keys:
+                    uids.update(self._uids_by_key.get(key, ()))
+                due = [found for uid in uids if (found := self._by_pod.get(uid)) is not None]
+            self._unchecked.clear()
+            for reservation in due:
                 state = pod_states(reservation)
                 if state == "seen" and not reservation.seen:
                     marked = replace(reservation, seen=True)
@@ -223,5 +263,30 @@ class ReservationLedger:
         with self.lock:
             return list(self._by_pod.values())
 
+    def by_pod(self) -> dict[str, Reservation]:
+        """Pod uid -> its reservation, a copy."""
+        with self.lock:
+            return dict(self._by_pod)
+
+    def pod_keys(self) -> set[str]:
+        """The keys (namespace/name) of the pods holding reservations."""
+        with self.lock:
+            return set(self._uids_by_key)
+
+    def workload_totals(self) -> dict[str, dict[QuotaKey, Fraction]]:
+        """What the reservations of each admitted Workload's pods hold together, by Workload key (a copy)."""
+        with self.lock:
+            return {workload: dict(held) for workload, held in self._by_workload.items()}
+
     def __len__(self) -> int:
         return len(self._by_pod)
+
+
+def _add(totals: dict[QuotaKey, Fraction], charges: Mapping[QuotaKey, Fraction], sign: int) -> None:
+    """totals += sign * charges, dropping what reaches zero."""
+    for key, amount in charges.items():
+        remaining = totals.get(key, Fraction(0)) + sign * amount
+        if remaining:
+            totals[key] = remaining
+        else:
+            totals.pop(key, None)
