@@ -91,7 +91,14 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
         )
     cluster = str(getattr(getattr(source, "config", None), "host", "") or "")  # a live source's API server
     journal = _journal(args, config, binder, cluster)
-    service = SchedulingService(source, config, binder=binder, requeue=requeue, journal=journal)
+    service = SchedulingService(
+        source,
+        config,
+        binder=binder,
+        requeue=requeue,
+        journal=journal,
+        keep_view_current=binder is not None and args.command == "serve",  # a live cluster, served
+    )
     if start:
         service.start()
     return service

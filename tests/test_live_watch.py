@@ -209,6 +209,7 @@ def test_ready_and_synced_only_after_every_initial_list(fake_api: FakeApiServer,
         wait_for(lambda: sum(s.listed for s in source.stats().values()) == 12, message="other lists")
         health = source.health()
         assert not health.ready
+        assert not source.ready_for_verdicts(60.0)  # the verbs' quick check agrees
         assert "waiting for the initial list of pods" in health.message
         assert "pods" not in health.freshness_seconds and "nodes" in health.freshness_seconds
         assert not store.snapshot().synced
@@ -217,6 +218,7 @@ def test_ready_and_synced_only_after_every_initial_list(fake_api: FakeApiServer,
         synced(source)
         assert store.snapshot().synced
         assert source.health().ready
+        assert source.ready_for_verdicts(60.0)
 
 
 def test_not_ready_while_disconnected_longer_than_the_grace(fake_api: FakeApiServer, tmp_path: Path) -> None:
@@ -225,11 +227,14 @@ def test_not_ready_while_disconnected_longer_than_the_grace(fake_api: FakeApiSer
         synced(source)
         fake_api.fail_watches("nodes", 500)
         fake_api.drop("nodes")
+        wait_for(lambda: not source.ready_for_verdicts(0.01), message="past a verdict grace of 10 ms")
         health = wait_for(lambda: (h := source.health()) and not h.ready and h, message="stale")
         assert "disconnected longer than 0.2s: nodes" in health.message
         assert "500" in health.message
+        assert not source.ready_for_verdicts(60.0)  # past the stale grace, whatever the verdict grace
         fake_api.fail_watches("nodes", None)
         wait_for(lambda: source.health().ready, message="ready again")
+        wait_for(lambda: source.ready_for_verdicts(60.0), message="verdicts again")
         fake_api.put(b.node("n5"))
         assert_converges(store, fake_api)
 

@@ -523,7 +523,8 @@ class FrozenClock:
 
 def test_no_overcommit_under_concurrent_scheduling_and_watch_events():
     started = time.perf_counter()
-    engine = engine_for(cluster_objects(), clock=FrozenClock())
+    # The view keeper catches up on watch events in its own thread, as in `serve` against a live cluster.
+    engine = engine_for(cluster_objects(), clock=FrozenClock(), keep_view_current=True)
     # Small per-pod caches, so evictions (which a long-running extender sees after a few thousand pods) race too.
     engine.history = DecisionHistory(max_pods=8, max_verdicts=250_000, last_filter_kept=8)
     tally = Tally()

@@ -661,3 +661,35 @@ def test_a_reconcile_looks_only_at_the_reservations_whose_pods_changed(monkeypat
     clock.now += engine.reservations.ttl_seconds + 1
     assert engine.quota_view().reservations == ()
     assert engine.released_reservations == {"bound": 1, "expired": 5}
+
+
+def test_the_view_keeper_lets_a_bound_pods_reservation_go_without_a_verb():
+    """With keep_view_current (serve against a live cluster), the usage indexes and the reservations follow the
+    watch events in their own thread: a binding's events release the pod's reservation before any filter asks,
+    so the next filter inside kube-scheduler's cycle finds that work done."""
+    import time
+
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}), keep_view_current=True)
+    try:
+        assert filter_pod(engine, gpu_pod("p1")).passed
+        engine.store.apply("Pod", "ADDED", gpu_pod("p1"))
+        engine.store.apply(
+            "ResourceClaim",
+            "ADDED",
+            b.claim(
+                "p1-gpu",
+                "team-a",
+                [b.exact_request("gpu", 2)],
+                allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+                reserved_for=[("p1", "uid-team-a-p1")],
+            ),
+        )
+        engine.store.apply("Pod", "MODIFIED", gpu_pod("p1", node_name="on-demand-0", claim_statuses={"gpu": "p1-gpu"}))
+        deadline = time.monotonic() + 5
+        while engine.reservations.get("uid-team-a-p1") is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.reservations.get("uid-team-a-p1") is None
+        assert engine.released_reservations == {"bound": 1}
+        assert engine.quota_view().usage == {("team-a", "on-demand", RESOURCE): 2}
+    finally:
+        engine.stop()

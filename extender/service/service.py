@@ -70,6 +70,8 @@ class NotSyncedError(RuntimeError):
 
 # Refusals that quota freed elsewhere can lift (kube-scheduler sees no event for it): see _quota_view_locked.
 PARKED_FOR_QUOTA = frozenset((CATEGORY_QUOTA,))
+# How long the view keeper waits for a change before looking again whether it is stopping.
+VIEW_KEEPER_IDLE_SECONDS = 1.0
 
 
 def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
@@ -99,6 +101,7 @@ class SchedulingService:
         requeue: Callable[[], None] | None = None,
         journal: ReservationJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
+        keep_view_current: bool = False,
     ) -> None:
         self.source = source
         self.config = config
@@ -129,6 +132,7 @@ class SchedulingService:
         self._parked_context: QuotaContext | None = None
         self._stopping = threading.Event()
         self.requeues = 0
+        self.keep_view_current = keep_view_current
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -143,6 +147,8 @@ class SchedulingService:
         freeze_loaded_state()
         if self.requeue is not None or self.journal is not None:
             threading.Thread(target=self._housekeeping, name="reservations", daemon=True).start()
+        if self.keep_view_current:
+            threading.Thread(target=self._keep_view_current, name="view-keeper", daemon=True).start()
 
     def _restore_reservations(self) -> None:
         """What the previous process on this listen address promised and kube-scheduler may still be binding:
@@ -183,11 +189,34 @@ class SchedulingService:
                 except Exception:
                     log.exception("reconciling reservations failed")
 
+    def _keep_view_current(self) -> None:
+        """Bring the usage indexes and the reservations to each new snapshot as its watch events arrive, not at
+        the next filter: that work (a binding's pod and claim events re-attributing the pod, a pod placed before
+        its allocation shows costing an allocator run) then happens while kube-scheduler does its own, and a
+        filter or prioritize inside its serial cycle finds the view caught up. Under the reservation lock, as
+        the verbs catch up: a verb arriving meanwhile waits only for the rest of the same work."""
+        version = self.store.version
+        while not self._stopping.is_set():
+            changed = self.store.wait_for_change(version, VIEW_KEEPER_IDLE_SECONDS)
+            if changed == version or self._stopping.is_set() or self.sync_problem():
+                continue
+            version = changed
+            try:
+                with self.reservations.lock:
+                    self._caught_up(self.snapshot())
+            except Exception:
+                log.exception("keeping the quota view current failed")
+
     def health(self) -> SourceHealth:
         return self.source.health()
 
     def sync_problem(self) -> str:
-        """Why verdicts cannot be given now ("" when the view is complete): the same test as /readyz."""
+        """Why verdicts cannot be given now ("" when the view is complete): the same test as /readyz. A source
+        that can tell it cheaply (LiveSource.ready_for_verdicts) is asked first: health() builds a report over
+        every watched collection, and this runs on every call of every verb."""
+        quick = getattr(self.source, "ready_for_verdicts", None)
+        if quick is not None and quick(self.config.source.verdict_grace_seconds) and self.store.snapshot().synced:
+            return ""
         health = self.source.health()
         if not health.ready:
             return health.message
@@ -230,6 +259,14 @@ class SchedulingService:
         # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
         # reconcile has since turned from a reservation into usage, and would then count neither.
         snapshot = self.snapshot()
+        context, usage = self._caught_up(snapshot)
+        reserved = self.reservations.totals()
+        return self._view(snapshot, context, usage, reserved)
+
+    def _caught_up(self, snapshot: ClusterSnapshot) -> tuple[QuotaContext, Mapping[QuotaKey, Fraction]]:
+        """The quota context, usage and the reservations brought to `snapshot` (caller holds the reservation
+        lock): the indexes apply the snapshot's changes since they last looked, the ledger lets go of what they
+        show bound, finished or deleted, or what expired."""
         context = self.quota_context(snapshot)
         matcher = self.matcher
         usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
@@ -258,7 +295,15 @@ class SchedulingService:
             if self.requeue is not None:
                 self.requeues += 1
                 self.requeue()
-        reserved = self.reservations.totals()
+        return context, usage
+
+    def _view(
+        self,
+        snapshot: ClusterSnapshot,
+        context: QuotaContext,
+        usage: Mapping[QuotaKey, Fraction],
+        reserved: Mapping[QuotaKey, Fraction],
+    ) -> QuotaView:
         admitted_holds, workload_holds = self._admission_holds(snapshot, context)
         # What placed pods are about to hold that usage does not show yet, for pods this process holds no
         # reservation of (a reservation covers its pod until the allocation shows: never counted twice).

@@ -249,6 +249,7 @@ class ClusterStore:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # notified when a watch event or a list made a new version
         self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME if kind not in PERSISTENT_KINDS}
         self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
         self._raw_versions: dict[str, dict[str, str]] = {kind: {} for kind in KINDS_BY_NAME}
@@ -306,6 +307,7 @@ class ClusterStore:
                     self._set_queue_status(key, raw)
             if len(self._pending_changes) != before:  # a no-op (a Node heartbeat) makes no new snapshot
                 self._version += 1
+                self._changed.notify_all()
 
     def upsert_parsed(self, kind: str, obj: Any) -> None:
         info = KINDS_BY_NAME[kind]
@@ -343,6 +345,7 @@ class ClusterStore:
                 for key in parsed:
                     self._set_queue_status(key, raw_by_key.get(key))
             self._version += 1
+            self._changed.notify_all()
         return errors
 
     def set_kueue_enabled(self, enabled: bool) -> None:
@@ -563,6 +566,13 @@ class ClusterStore:
     @property
     def version(self) -> int:
         return self._version
+
+    def wait_for_change(self, version: int, timeout: float) -> int:
+        """The store's version once it differs from `version` (a watch event or a list changed something), or
+        after `timeout` seconds."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != version, timeout)
+            return self._version
 
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:

@@ -35,10 +35,16 @@ __all__ = [
 
 
 def engine_for(
-    objects: list[dict[str, Any]], config: ExtenderConfig | None = None, clock: Any = None
+    objects: list[dict[str, Any]],
+    config: ExtenderConfig | None = None,
+    clock: Any = None,
+    *,
+    keep_view_current: bool = False,
 ) -> SchedulingService:
     text = yaml.safe_dump_all(objects)
     kwargs = {"clock": clock} if clock is not None else {}
-    engine = SchedulingService(SnapshotSource(text=text), config or ExtenderConfig(), **kwargs)
+    engine = SchedulingService(
+        SnapshotSource(text=text), config or ExtenderConfig(), keep_view_current=keep_view_current, **kwargs
+    )
     engine.start()
     return engine

@@ -110,6 +110,18 @@ class LiveSource:
         if self._api is not None:
             self._api.close()
 
+    def ready_for_verdicts(self, grace_seconds: float) -> bool:
+        """True when health() would say ready and no watch has been reconnecting for more than `grace_seconds`:
+        the verbs' check on every call, in a few attribute reads per watched collection. False says only "ask
+        health()" (which has the reason)."""
+        with self._lock:
+            if self._supervisor is None or self._discovery is None or self._kueue_pending:
+                return False
+            watchers = tuple(self._watchers.values())
+        now = time.monotonic()
+        grace = min(grace_seconds, self.stale_grace_seconds)
+        return all(watcher.quiet_since_listed(now, grace) for watcher in watchers)
+
     def health(self) -> SourceHealth:
         now = time.monotonic()
         with self._lock:

@@ -175,6 +175,12 @@ class ResourceWatcher:
                 return None
             return max(0.0, (now if now is not None else time.monotonic()) - self._last_fresh)
 
+    def quiet_since_listed(self, now: float, grace: float) -> bool:
+        """Listed, and not without a watch for longer than `grace` seconds: what a verdict needs, read without
+        the lock (two attribute reads; the verbs ask it on every call, health() asks far more)."""
+        since = self._disconnected_since
+        return self._listed and (since is None or now - since <= grace)
+
     def disconnected_for(self, now: float | None = None) -> float:
         with self._lock:
             if self._disconnected_since is None:
