@@ -10,7 +10,7 @@ from extender.decisions.scheduling import score_nodes
 from extender.state.core import parse_pod
 from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
-from tests.support.quota import base_objects, filter_pod
+from tests.support.quota import allocated_claim, base_objects, filter_pod
 from tests.support.scenarios import (
     RESOURCE,
     cluster_queue,
@@ -208,13 +208,7 @@ def test_reservation_released_when_pod_seen_bound_and_usage_takes_over():
     engine.store.apply(
         "ResourceClaim",
         "ADDED",
-        b.claim(
-            "p1-gpu",
-            "team-a",
-            [b.exact_request("gpu", 2)],
-            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
-            reserved_for=[("p1", "uid-team-a-p1")],
-        ),
+        allocated_claim("p1", 2),
     )
     engine.store.apply("Pod", "MODIFIED", bound)
     decision = filter_pod(engine, gpu_pod("p2"))
@@ -482,13 +476,7 @@ def test_in_flight_allocation_replaces_the_reservation_without_double_counting()
     engine.store.apply(
         "ResourceClaim",
         "ADDED",
-        b.claim(
-            "p1-gpu",
-            "team-a",
-            [b.exact_request("gpu", 2)],
-            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
-            reserved_for=[("p1", "uid-team-a-p1")],
-        ),
+        allocated_claim("p1", 2),
     )
     assert filter_pod(engine, gpu_pod("p2")).passed  # 2 in flight + 2 for p2 = 4: not 2 + 2 + 2
     assert engine.reservations.get("uid-team-a-p1") is None
@@ -673,17 +661,7 @@ def test_the_view_keeper_lets_a_bound_pods_reservation_go_without_a_verb():
     try:
         assert filter_pod(engine, gpu_pod("p1")).passed
         engine.store.apply("Pod", "ADDED", gpu_pod("p1"))
-        engine.store.apply(
-            "ResourceClaim",
-            "ADDED",
-            b.claim(
-                "p1-gpu",
-                "team-a",
-                [b.exact_request("gpu", 2)],
-                allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
-                reserved_for=[("p1", "uid-team-a-p1")],
-            ),
-        )
+        engine.store.apply("ResourceClaim", "ADDED", allocated_claim("p1", 2))
         engine.store.apply("Pod", "MODIFIED", gpu_pod("p1", node_name="on-demand-0", claim_statuses={"gpu": "p1-gpu"}))
         deadline = time.monotonic() + 5
         while engine.reservations.get("uid-team-a-p1") is not None and time.monotonic() < deadline:

@@ -22,7 +22,7 @@ from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS
 from testkit import builders as b
-from tests.support.quota import ONE_QUEUE_KEY, one_queue_objects
+from tests.support.quota import ONE_QUEUE_KEY, allocated_claim, one_queue_objects
 from tests.support.scenarios import (
     cluster_queue,
     engine_for,
@@ -81,15 +81,7 @@ def test_metrics_and_diagnostics_read_the_same_quota_view():
     service.store.apply(
         "ResourceClaim",
         "ADDED",
-        b.claim(
-            "p1-gpu",
-            "team-a",
-            [b.exact_request("gpu", 2)],
-            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
-            reserved_for=[("p1", uid)],
-            owner_uid=uid,
-            pod_claim_name="gpu",
-        ),
+        allocated_claim("p1", 2, uid=uid, owner_uid=uid, pod_claim_name="gpu"),
     )
     service.store.apply("Pod", "MODIFIED", {**pod, "spec": {**pod["spec"], "nodeName": "on-demand-0"}})
     metrics, queues = both()

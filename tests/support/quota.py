@@ -44,6 +44,18 @@ def filter_pod(engine, pod_obj, nodes=None):
     return engine.filter(pod, nodes or all_nodes(engine))
 
 
+def allocated_claim(pod_name: str, gpus: int, node: str = "on-demand-0", namespace: str = "team-a", **extra) -> dict:
+    """The claim `<pod>-gpu` with `gpus` GPUs of `node` allocated and reserved for the pod (as PreBind writes it)."""
+    return b.claim(
+        f"{pod_name}-gpu",
+        namespace,
+        [b.exact_request("gpu", gpus)],
+        allocated=[("gpu", node, f"gpu-{i}") for i in range(gpus)],
+        reserved_for=[(pod_name, extra.pop("uid", f"uid-{namespace}-{pod_name}"))],
+        **extra,
+    )
+
+
 # One ClusterQueue team-a with one flavor of two 4-GPU nodes (the service tests' setup), for the issue 15 tests.
 ONE_QUEUE_KEY = ("team-a", "on-demand", "example.com/gpu")
 
