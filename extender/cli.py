@@ -97,7 +97,7 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
         binder=binder,
         requeue=requeue,
         journal=journal,
-        keep_view_current=binder is not None and args.command == "serve",  # a live cluster, served
+        keep_view_current=binder is not None and getattr(args, "command", "") == "serve",  # a live cluster, served
     )
     if start:
         service.start()
