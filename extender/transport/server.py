@@ -278,9 +278,18 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
 
     def _evict_idle(self, listener: _Listener) -> bool:
         """Close the oldest connection of this listener that has no request in progress: first those that never
-        sent a byte, then kept-alive ones (Go's HTTP client retries a request on a closed idle connection)."""
+        sent a byte, then kept-alive ones (Go's HTTP client retries a request on a closed idle connection). One
+        whose request bytes are already waiting in its socket is not idle (the poller has not reported it yet):
+        under a flood of idle connections it would be a real request dropped."""
         for idle in (self.pending_conns, self.keepalived_conns):
-            victim = next((conn for conn in idle if getattr(conn, "listener", None) is listener), None)
+            victim = next(
+                (
+                    conn
+                    for conn in idle
+                    if getattr(conn, "listener", None) is listener and not _request_waiting(conn.sock)
+                ),
+                None,
+            )
             if victim is None:
                 continue
             idle.remove(victim)
@@ -337,6 +346,17 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         super().load_wsgi()
         apps = {s.address.rpartition(":")[2]: s.app for s in self.listeners.values()}
         self.wsgi = _Dispatch(apps, self.wsgi, self.limits.max_body_bytes)
+
+
+def _request_waiting(sock: Any) -> bool:
+    """Whether the client has sent bytes not read yet (a peek at the plain socket, also under TLS, without
+    blocking). A closed or failed connection has none: it is the first to go."""
+    try:
+        return bool(socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return False
 
 
 def _tls_pending(sock: Any) -> bool:
