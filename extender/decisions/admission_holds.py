@@ -26,9 +26,8 @@ from extender.decisions.extended_resources import quota_resource
 from extender.decisions.quota_context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
 from extender.state.core import Pod
 from extender.state.dra import DeviceClass
-from extender.state.indexes.usage import add_signed
 from extender.state.kueue import Workload
-from extender.state.reservations import QuotaKey
+from extender.state.reservations import QuotaKey, add_signed
 from extender.state.store import ClusterSnapshot
 
 

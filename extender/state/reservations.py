@@ -148,9 +148,9 @@ class ReservationLedger:
         self._by_pod[reservation.pod_uid] = reservation
         self._uids_by_key.setdefault(reservation.pod_key, set()).add(reservation.pod_uid)
         self._unchecked.add(reservation.pod_uid)
-        _add(self._totals, reservation.charges, 1)
+        add_signed(self._totals, reservation.charges.items(), 1)
         if reservation.workload:
-            _add(self._by_workload.setdefault(reservation.workload, {}), reservation.charges, 1)
+            add_signed(self._by_workload.setdefault(reservation.workload, {}), reservation.charges.items(), 1)
 
     def confirm(self, pod_uid: str, node: str) -> Reservation | None:
         """Bind chose a node: keep the reservation (fresh TTL) until the binding is seen."""
@@ -180,10 +180,10 @@ class ReservationLedger:
             self._unchecked.discard(pod_uid)
             if self._sink is not None and not replaced:
                 self._sink.delete(pod_uid)
-            _add(self._totals, reservation.charges, -1)
+            add_signed(self._totals, reservation.charges.items(), -1)
             if reservation.workload:
                 held = self._by_workload[reservation.workload]
-                _add(held, reservation.charges, -1)
+                add_signed(held, reservation.charges.items(), -1)
                 if not held:
                     del self._by_workload[reservation.workload]
         return reservation
@@ -282,11 +282,12 @@ class ReservationLedger:
         return len(self._by_pod)
 
 
-def _add(totals: dict[QuotaKey, Fraction], charges: Mapping[QuotaKey, Fraction], sign: int) -> None:
-    """totals += sign * charges, dropping what reaches zero."""
-    for key, amount in charges.items():
-        remaining = totals.get(key, Fraction(0)) + sign * amount
-        if remaining:
-            totals[key] = remaining
+def add_signed(totals: dict[QuotaKey, Fraction], amounts: Iterable[tuple[QuotaKey, Fraction]], sign: int) -> None:
+    """totals += sign * amounts, dropping keys that reach zero (the one rule of every running total of quota:
+    the ledger's, the usage index's, the admission holds')."""
+    for quota_key, amount in amounts:
+        value = totals.get(quota_key, Fraction(0)) + sign * amount
+        if value:
+            totals[quota_key] = value
         else:
-            totals.pop(key, None)
+            totals.pop(quota_key, None)

@@ -353,9 +353,7 @@ def _request_waiting(sock: Any) -> bool:
     blocking). A closed or failed connection has none: it is the first to go."""
     try:
         return bool(socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
+    except OSError:  # nothing waiting (BlockingIOError), or the connection failed
         return False
 
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from extender.state.indexes.usage import UsageIndex, add_signed
+from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue import Workload
-from extender.state.reservations import QuotaKey
+from extender.state.reservations import QuotaKey, add_signed
 from extender.state.store import ClusterSnapshot
 
 AdmittedQuota = Callable[[Workload], Mapping[QuotaKey, Fraction]]

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
 from extender.state.core import Pod
-from extender.state.reservations import QuotaKey
+from extender.state.reservations import QuotaKey, add_signed
 from extender.state.store import Change, ClusterSnapshot
 
 # Kinds whose change can re-attribute every pod (mappings, flavors, queues, classes); the rest is incremental.
@@ -175,13 +175,3 @@ class UsageIndex:
     def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
         with self._lock:
             return dict(self._by_workload.get(key, {}))
-
-
-def add_signed(totals: dict[QuotaKey, Fraction], amounts: Iterable[tuple[QuotaKey, Fraction]], sign: int) -> None:
-    """totals += sign * amounts, dropping keys that reach zero (the one rule of every running total here)."""
-    for quota_key, amount in amounts:
-        value = totals.get(quota_key, Fraction(0)) + sign * amount
-        if value:
-            totals[quota_key] = value
-        else:
-            totals.pop(quota_key, None)
