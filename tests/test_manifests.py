@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.service import ExtenderConfig
 from extender.state.live import DEFAULT_KUEUE_CONFIGMAP
 from tests.support.manifest_checks import (
     ALL_CHECKS,
@@ -24,6 +25,7 @@ from tests.support.manifest_checks import (
     CONFIG,
     KUBECTL,
     MANIFESTS,
+    REQUEUE_CLASS,
     RESTRICT,
     SERVICE_ACCOUNT,
     Doc,
@@ -133,6 +135,8 @@ def test_configs_agree_with_the_deployment() -> None:
     assert [e["urlPrefix"] for e in scheduler_config["extenders"]] == ["http://127.0.0.1:8888"]
     kueue_configmap = extender_config.get("quota", {}).get("kueueConfigMap", {})
     assert kueue_configmap.get("name", DEFAULT_KUEUE_CONFIGMAP[1]) == DEFAULT_KUEUE_CONFIGMAP[1]
+    # the class the config requeues through is the one the base ships and grants patch on
+    assert extender_config["requeue"]["deviceClassName"] == REQUEUE_CLASS == ExtenderConfig().requeue.device_class_name
 
 
 def test_restrict_ingress_component_admits_only_labelled_namespaces() -> None:

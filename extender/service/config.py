@@ -180,7 +180,7 @@ class DiagnosticsSection:
 
 @dataclass(frozen=True, slots=True)
 class RequeueSection:
-    device_class_name: str = option("deviceClassName", "")
+    device_class_name: str = option("deviceClassName", "dra-extender-requeue")  # config/extender.yaml says why
     min_interval_seconds: float = option("minIntervalSeconds", 1.0, minimum=0.1)
 
 

@@ -35,6 +35,7 @@ class QuotaView:
     reserved: Mapping[QuotaKey, Fraction]  # what pods that passed filter hold until seen bound
     held: Mapping[str, Reservation]  # those reservations by pod uid
     ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved + admitted holds
+    charged: Mapping[QuotaKey, Fraction]  # what the ledger is built from: usage + reserved + provisional + holds
     at: float  # the reservation clock when the view was taken (for "expires in")
     # What admitted Workloads hold beyond what their pods hold on nodes (decisions/admission_holds.py): in
     # total, and per Workload key (its own pods are decided without it).

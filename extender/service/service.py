@@ -28,7 +28,6 @@ from extender.decisions.admission_holds import (
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.extended_resources import is_dra_backed
 from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
-from extender.decisions.quota_decision import CATEGORY_QUOTA
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
 from extender.decisions.selection import DeviceMatcher
 from extender.decisions.usage import cluster_queue_of, pending_charges, pod_usage, provisional_usage
@@ -36,6 +35,7 @@ from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
+from extender.service.parking import ParkedAgainst, ParkedPods
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reservations import pods_to_reconcile, reservation_state
 from extender.state.core import Pod
@@ -68,8 +68,6 @@ class NotSyncedError(RuntimeError):
     """
 
 
-# Refusals that quota freed elsewhere can lift (kube-scheduler sees no event for it): see _quota_view_locked.
-PARKED_FOR_QUOTA = frozenset((CATEGORY_QUOTA,))
 # How long the view keeper waits for a change before looking again whether it is stopping.
 VIEW_KEEPER_IDLE_SECONDS = 1.0
 
@@ -125,11 +123,10 @@ class SchedulingService:
         self._context_lock = threading.Lock()
         self._context_key: tuple[object, ...] | None = None
         self._context: QuotaContext | None = None
-        # Pods refused for quota since the last requeue, and the quota context they were refused under: when
-        # quota frees up without an event kube-scheduler reacts to, `requeue` (state/live/requeue.py) wakes them.
+        # Pods refused for quota or devices since the last requeue (service/parking.py): when a later view shows
+        # either freed, `requeue` (state/live/requeue.py) wakes them (kube-scheduler may see no event for it).
         self.requeue = requeue
-        self._parked_for_quota = 0
-        self._parked_context: QuotaContext | None = None
+        self.parked = ParkedPods()
         self._stopping = threading.Event()
         self.requeues = 0
         self.keep_view_current = keep_view_current
@@ -183,7 +180,7 @@ class SchedulingService:
         bound and deleted with no verb call in between (a quiet cluster) would otherwise hold its quota until the
         TTL. The journal then also follows the ledger promptly."""
         while not self._stopping.wait(period):
-            if (self._parked_for_quota or len(self.reservations)) and not self.sync_problem():
+            if (self.parked.count or len(self.reservations)) and not self.sync_problem():
                 try:
                     self.quota_view()
                 except Exception:
@@ -203,7 +200,11 @@ class SchedulingService:
             version = changed
             try:
                 with self.reservations.lock:
-                    self._caught_up(self.snapshot())
+                    snapshot = self.snapshot()
+                    context, usage, expired = self._caught_up(snapshot)
+                    if self.parked.count:  # the lagging-view case (service/parking.py) needs no verb to wait for
+                        view = self._view(snapshot, context, usage, self.reservations.totals())
+                        self._requeue_if_freed(view, expired)
             except Exception:
                 log.exception("keeping the quota view current failed")
 
@@ -259,14 +260,15 @@ class SchedulingService:
         # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
         # reconcile has since turned from a reservation into usage, and would then count neither.
         snapshot = self.snapshot()
-        context, usage = self._caught_up(snapshot)
-        reserved = self.reservations.totals()
-        return self._view(snapshot, context, usage, reserved)
+        context, usage, expired = self._caught_up(snapshot)
+        view = self._view(snapshot, context, usage, self.reservations.totals())
+        self._requeue_if_freed(view, expired)
+        return view
 
-    def _caught_up(self, snapshot: ClusterSnapshot) -> tuple[QuotaContext, Mapping[QuotaKey, Fraction]]:
+    def _caught_up(self, snapshot: ClusterSnapshot) -> tuple[QuotaContext, Mapping[QuotaKey, Fraction], bool]:
         """The quota context, usage and the reservations brought to `snapshot` (caller holds the reservation
         lock): the indexes apply the snapshot's changes since they last looked, the ledger lets go of what they
-        show bound, finished or deleted, or what expired."""
+        show bound, finished or deleted, or what expired (the third value: whether any did)."""
         context = self.quota_context(snapshot)
         matcher = self.matcher
         usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
@@ -288,14 +290,13 @@ class SchedulingService:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
-        if self._parked_for_quota and (expired or context is not self._parked_context):
-            # Quota may have freed up through what kube-scheduler does not watch (Kueue's objects, a lapsed
-            # reservation): pod deletions and claim deallocations it sees itself.
-            self._parked_for_quota = 0
-            if self.requeue is not None:
-                self.requeues += 1
-                self.requeue()
-        return context, usage
+        return context, usage, expired
+
+    def _requeue_if_freed(self, view: QuotaView, expired: bool) -> None:
+        freed = self.parked.freed(view.context, view.charged, view.snapshot.device_releases, expired=expired)
+        if freed and self.requeue is not None:
+            self.requeues += 1
+            self.requeue()
 
     def _view(
         self,
@@ -313,13 +314,15 @@ class SchedulingService:
         for amounts in unbound.values():
             for quota_key, amount in amounts:
                 provisional[quota_key] = provisional.get(quota_key, Fraction(0)) + amount
+        charged = add_amounts(usage, reserved, provisional, admitted_holds)
         return QuotaView(
             snapshot=snapshot,
             context=context,
             usage=usage,
             reserved=reserved,
             held=self.reservations.by_pod(),
-            ledger=context.tree.ledger(add_amounts(usage, reserved, provisional, admitted_holds)),
+            ledger=context.tree.ledger(charged),
+            charged=charged,
             at=self.reservations.now(),
             admitted_holds=admitted_holds,
             workload_holds=workload_holds,
@@ -395,9 +398,9 @@ class SchedulingService:
                 )
             else:
                 self.reservations.release(identity)
-                if not PARKED_FOR_QUOTA.isdisjoint(decision.failures.category_counts()):
-                    self._parked_for_quota += 1
-                    self._parked_context = view.context
+                if not decision.passed:  # refused everywhere: kube-scheduler parks the pod
+                    against = ParkedAgainst(view.context, view.charged, view.snapshot.device_releases)
+                    self.parked.park(decision.failures.category_counts(), against)
         self.history.remember_filter(identity, decision)
         self.history.record("filter", Ranking(decision, {}), started)
         return decision

@@ -114,6 +114,10 @@ class ClusterSnapshot:
     queue_status: Mapping[str, KueueQueueStatus]  # ClusterQueue -> what Kueue reports (kept apart from the spec)
     kueue_enabled: bool
     synced: bool
+    # Counts, over the store's life, events that may have freed devices: an allocation or a share let go, a pool
+    # rebuilt from its slices (published, changed, retainted). Read by the requeue of parked pods
+    # (service/parking.py): a device freed needs no event kube-scheduler requeues an extender's refusal on.
+    device_releases: int
     _changes: ChangeChunk | None = field(repr=False)
     _node_devices_cache: dict[str, _NodeDevicesCacheEntry] = field(repr=False, compare=False)
     # What node_devices answered for this snapshot: it cannot change within one snapshot, so later requests
@@ -281,6 +285,7 @@ class ClusterStore:
         # Whether alloc_versions changed since the last snapshot: a claim event that changes no allocation
         # (reservedFor, conditions, a new unallocated claim) shares the last snapshot's copy.
         self._allocations_dirty = True
+        self._device_releases = 0  # see ClusterSnapshot.device_releases
         self._admitted_by_owner: immutables.Map[str, str] = immutables.Map()
         self._queue_status: dict[str, KueueQueueStatus] = {}
         self._queue_status_dirty = True
@@ -442,6 +447,7 @@ class ClusterStore:
         self._rebuild_pool(pool_key)
 
     def _rebuild_pool(self, pool_key: PoolKey) -> None:
+        self._device_releases += 1
         old = self._pools.get(pool_key)
         slices: Iterable[ResourceSlice] = self._pool_slices[pool_key].values()
         if self._taint_rules:
@@ -498,6 +504,8 @@ class ClusterStore:
         previous_shares = self._claim_shares.pop(key, ())
         if previous != current or previous_shares != shares:
             self._allocations_dirty = True
+            if not set(previous) <= set(current) or not set(previous_shares) <= set(shares):
+                self._device_releases += 1
         if previous != current:
             for device_key in set(previous).symmetric_difference(current):
                 self._touch_allocation(device_key)
@@ -629,6 +637,7 @@ class ClusterStore:
                 admitted_workloads=self._admitted_by_owner,
                 kueue_enabled=self._kueue_enabled,
                 synced=self._synced,
+                device_releases=self._device_releases,
                 _changes=chunk,
                 _node_devices_cache=self._node_devices_cache,
                 # node_devices answers depend only on the Node objects and the topology: while both are the

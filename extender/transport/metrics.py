@@ -76,6 +76,18 @@ class _StateCollector(Collector):
         for reason, count in sorted(service.released_reservations.items()):
             released.add_metric([reason], count)
         yield released
+        parked = GaugeMetricFamily(
+            "dra_extender_parked_pods",
+            "Refusals for quota or devices since the last requeue: pods that wait for one (service/parking.py).",
+        )
+        parked.add_metric([], service.parked.count)
+        yield parked
+        requeues = CounterMetricFamily(
+            "dra_extender_requeues",
+            "Requeues asked for because quota or devices freed up for pods the extender refused (requeue).",
+        )
+        requeues.add_metric([], service.requeues)
+        yield requeues
         restored = GaugeMetricFamily(
             "dra_extender_reservations_restored",
             "Reservations taken over from the previous process's journal at start (reservations.journal).",

@@ -21,6 +21,8 @@ BIND = MANIFESTS / "components" / "bind"
 RESTRICT = MANIFESTS / "components" / "restrict-ingress"
 READ_VERBS = {"get", "list", "watch"}
 EXTENDER_ROLE = "dra-quota-extender:read"
+REQUEUE_ROLE = "dra-quota-extender:requeue"
+REQUEUE_CLASS = "dra-extender-requeue"  # config/extender.yaml requeue.deviceClassName
 SERVICE_ACCOUNT = ("kube-system", "dra-quota-scheduler")
 KUBECTL = shutil.which("kubectl")
 
@@ -92,13 +94,23 @@ def check_extender_role(docs: list[Doc]) -> None:
 
 
 def check_least_privilege(docs: list[Doc]) -> None:
-    """Reads only; the one write of the base is kube-scheduler's own lease, by name."""
+    """Reads only; the two writes of the base are by name: kube-scheduler's own lease, and the extender's patch of
+    the requeue DeviceClass the base ships (selecting no device)."""
     for role, rule in rules(docs, "Role", "ClusterRole"):
         if set(rule["verbs"]) <= READ_VERBS:
+            continue
+        if role == REQUEUE_ROLE:
+            assert rule["resources"] == ["deviceclasses"] and rule["resourceNames"] == [REQUEUE_CLASS]
+            assert rule["verbs"] == ["patch"]
             continue
         assert role == "dra-quota-scheduler:leader-election", f"{role} writes: {rule}"
         assert rule["resources"] == ["leases"] and rule["resourceNames"] == ["dra-quota-scheduler"]
         assert set(rule["verbs"]) == {"get", "update"}
+    requeue_class = one(docs, "DeviceClass", REQUEUE_CLASS)
+    assert "namespace" not in requeue_class["metadata"], "DeviceClass is cluster-scoped"
+    assert requeue_class["spec"] == {"selectors": [{"cel": {"expression": "false"}}]}, "selects no device"
+    binding = one(docs, "ClusterRoleBinding", REQUEUE_ROLE)
+    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [SERVICE_ACCOUNT]
     for _, rule in rules(docs, "Role", "ClusterRole"):
         assert not {"pods/binding", "bindings", "*"} & set(rule["resources"]), rule
         assert "*" not in rule["verbs"] and "*" not in rule["apiGroups"]

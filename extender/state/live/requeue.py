@@ -5,14 +5,15 @@ kube-scheduler gives extenders no queueing hints: a pod the extender rejected ge
 event of the unrolled wildcard list (framework/runtime/framework.go defaultEnqueueExtension,
 framework/types.go UnrollWildCardResource: Pods, Nodes, PVs, PVCs, CSI objects, StorageClasses,
 ResourceClaims, DeviceClasses; not ResourceSlices, not Kueue's objects, not ConfigMaps) with the default hint
-Queue. Quota that frees up without such an event (a ClusterQueue's nominal quota raised, a cohort changed, a
-reservation expiring) would leave those pods parked until the unschedulable pool is flushed (5 minutes).
+Queue. Quota or devices that free up without such an event (a ClusterQueue's nominal quota raised, a cohort
+changed, a reservation expiring, a slice published), or through one kube-scheduler saw before our view did,
+would leave those pods parked until the unschedulable pool is flushed (5 minutes): service/parking.py.
 
 An update of a DeviceClass no claim uses is such an event: pods parked by "Extender" go back to the queue (after
 their backoff), pods rejected by other plugins are unaffected (DynamicResources' DeviceClass hint skips pods
 whose claims do not name the class). So the extender owns one DeviceClass that selects nothing and bumps an
-annotation on it, at most once per `min_interval_seconds`, when the service says quota may have freed up for
-pods it refused. Needs create and patch on deviceclasses (that one name).
+annotation on it, at most once per `min_interval_seconds`, when the service says quota or devices may have freed
+up for pods it refused. Needs patch on that DeviceClass (the manifests ship it), and create where it is missing.
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ class Requeuer:
         self._wanted = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._created = False
         self.bumps = 0
         self.failures = 0
 
@@ -89,13 +89,23 @@ class Requeuer:
             self._stopping.wait(self.min_interval_seconds)
 
     def _bump(self) -> None:
-        if not self._created:
+        """Patch the class; create it first where it is missing (the manifests ship it, and grant patch on it by
+        name only: `resourceNames` cannot restrict create)."""
+        try:
+            self._patch()
+        except ApiError as error:
+            if error.status != 404:
+                raise
             try:
                 self._api.post_json(DEVICE_CLASSES, requeue_class(self.class_name), read_timeout=10)
-            except ApiError as error:
-                if error.status != 409:
+            except ApiError as create_error:
+                if create_error.status != 409:  # 409: another replica created it meanwhile
                     raise
-            self._created = True
+            self._patch()
+        self.bumps += 1
+        log.info("requeued parked pods (DeviceClass %s updated)", self.class_name)
+
+    def _patch(self) -> None:
         patch = {"metadata": {"annotations": {REQUEUE_ANNOTATION: str(time.time_ns())}}}
         response = self._api.request(
             "PATCH",
@@ -105,5 +115,3 @@ class Requeuer:
             read_timeout=10,
         )
         response.release_conn()
-        self.bumps += 1
-        log.info("requeued parked pods (DeviceClass %s updated)", self.class_name)
