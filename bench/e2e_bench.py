@@ -153,6 +153,14 @@ def extender_metrics(url: str) -> dict[str, tuple[float, float]]:
     return {verb: (float(sums[verb]), float(counts.get(verb, 0))) for verb in sums}
 
 
+def thread_cpu(url: str) -> dict[str, float]:
+    """The extender's CPU seconds per thread (dra_extender_thread_cpu_seconds_total)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    rows = re.findall(r'thread_cpu_seconds_total\{thread="([^"]+)"\} (\S+)', text)
+    return {name: float(value) for name, value in rows}
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and of its children running now (the extender: gunicorn's master and
     worker), from /proc; 0.0 once it has gone."""
@@ -268,12 +276,17 @@ def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: i
         # CPU per pod of the round's kube-scheduler and of the extender, measured over each whole round (the
         # burst, then the namespace's deletion: the extender follows every event of both)
         cpu: dict[str, list[float]] = {f"{mode} {who}": [] for mode in MODES for who in ("scheduler", "extender")}
+        threads: dict[str, dict[str, float]] = {mode: {} for mode in MODES}  # mode -> thread -> CPU seconds
         pids = {mode: plane.components[f"kube-scheduler-{mode}"].process.pid for mode in MODES}
         for index in range(rounds):
             order = MODES if index % 2 == 0 else MODES[::-1]
             for mode in order:
                 scheduler_cpu, extender_cpu = cpu_seconds(pids[mode]), cpu_seconds(extender.process.pid)
+                threads_before = thread_cpu(extender.url)
                 elapsed = run_round(plane, mode, index, pods)
+                for name, value in thread_cpu(extender.url).items():
+                    spent = value - threads_before.get(name, 0.0)
+                    threads[mode][name] = threads[mode].get(name, 0.0) + spent
                 cpu[f"{mode} scheduler"].append((cpu_seconds(pids[mode]) - scheduler_cpu) / pods * 1000)
                 cpu[f"{mode} extender"].append((cpu_seconds(extender.process.pid) - extender_cpu) / pods * 1000)
                 seconds[mode].append(elapsed)
@@ -291,6 +304,10 @@ def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: i
             f"the extender {statistics.median(cpu[f'{extender_mode} extender']):.2f} ms in its rounds, "
             f"{statistics.median(cpu[f'{plain_mode} extender']):.2f} ms in the others (watch events only)"
         )
+        for mode in MODES:
+            busiest = sorted(threads[mode].items(), key=lambda item: -item[1])[:6]
+            shown = ", ".join(f"{name} {spent / (pods * rounds) * 1000:.2f}" for name, spent in busiest if spent > 0)
+            print(f"        extender threads in the {mode} rounds, ms per pod: {shown}")
         for verb in ("filter", "prioritize"):
             if verb in after:
                 total = after[verb][0] - before.get(verb, (0.0, 0.0))[0]

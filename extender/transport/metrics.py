@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 from extender.service import SchedulingService
 from extender.transport.diagnostics import queue_rows
+from extender.transport.thread_cpu import thread_cpu_seconds
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -109,6 +110,14 @@ class _StateCollector(Collector):
         stats = getattr(service.source, "stats_dicts", None)
         if stats is not None:
             yield from _watch_families(stats())
+        threads = CounterMetricFamily(
+            "dra_extender_thread_cpu_seconds",
+            "CPU seconds per thread of the process alive now (pool threads summed; Linux only).",
+            labels=["thread"],
+        )
+        for name, seconds in sorted(thread_cpu_seconds().items()):
+            threads.add_metric([name], seconds)
+        yield threads
         version = GaugeMetricFamily("dra_extender_state_version", "Change counter of the cluster view.")
         version.add_metric([], view.snapshot.version)
         yield version
