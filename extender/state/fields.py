@@ -31,7 +31,7 @@ def get_map(obj: Mapping[str, Any], key: str, path: str, *, required: bool = Fal
         if required:
             raise ObjectError(child_path(path, key), "is required")
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # decoded JSON: the ABC check only off it
         raise ObjectError(child_path(path, key), f"must be an object, got {type_name(value)}")
     return value
 
@@ -127,7 +127,7 @@ def map_items(
     list_path = child_path(path, key)
     for index, item in enumerate(get_list(obj, key, path, required=required)):
         item_path = child_path(list_path, index)
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             raise ObjectError(item_path, f"must be an object, got {type_name(item)}")
         items.append((item_path, item))
     return items
