@@ -80,8 +80,10 @@ def _journal(
 
 def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> SchedulingService:
     source, binder = _source(args, config)
+    # Only `serve` of a live cluster keeps a view current and writes; the kubectl plugin's arguments name no command.
+    serving_live = binder is not None and getattr(args, "command", "") == "serve"
     requeue = None
-    if config.requeue.device_class_name and binder is not None and args.command == "serve":
+    if config.requeue.device_class_name and serving_live:
         from extender.state.live.requeue import Requeuer
 
         requeue = Requeuer(
@@ -97,7 +99,7 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
         binder=binder,
         requeue=requeue,
         journal=journal,
-        keep_view_current=binder is not None and getattr(args, "command", "") == "serve",  # a live cluster, served
+        keep_view_current=serving_live,
     )
     if start:
         service.start()
