@@ -46,6 +46,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+from extender.transport.thread_cpu import stat_cpu_seconds
 from testkit.control_plane import (
     DEVICE_CLASS,
     KUEUE_CRD_DIR,
@@ -168,13 +169,9 @@ def cpu_seconds(pid: int) -> float:
     worker), from /proc; 0.0 once it has gone."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        ticks = 0
-        for process in (pid, *map(int, children)):
-            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])
+        return sum(stat_cpu_seconds(f"/proc/{process}/stat") for process in (pid, *map(int, children)))
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def claim(namespace: str, name: str) -> dict[str, Any]:

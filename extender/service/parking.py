@@ -30,6 +30,7 @@ from fractions import Fraction
 from extender.decisions.allocator import CATEGORY_NO_DEVICES, CATEGORY_POOL, CATEGORY_TAKEN
 from extender.decisions.quota_context import QuotaContext
 from extender.decisions.quota_decision import CATEGORY_QUOTA
+from extender.service.quota_view import QuotaView
 from extender.state.reservations import QuotaKey
 
 # Refusals that quota or devices freed later can lift.
@@ -57,26 +58,24 @@ class ParkedPods:
         self.count = 0  # parking refusals since the last requeue
         self.against: ParkedAgainst | None = None
 
-    def park(self, categories: Mapping[str, int], against: ParkedAgainst) -> bool:
-        """Remember a refusal when one of its categories is one freed quota or devices can lift."""
+    def park(self, categories: Mapping[str, int], view: QuotaView) -> None:
+        """Remember a refusal decided against `view` when one of its categories is one freed quota or devices
+        can lift."""
         if QUOTA_CATEGORIES.isdisjoint(categories) and DEVICE_CATEGORIES.isdisjoint(categories):
-            return False
+            return
         self.count += 1
-        self.against = against
-        return True
+        self.against = ParkedAgainst(view.context, view.charged, view.snapshot.device_releases)
 
-    def freed(
-        self, context: QuotaContext, charged: Mapping[QuotaKey, Fraction], device_releases: int, *, expired: bool
-    ) -> bool:
+    def freed(self, view: QuotaView, *, expired: bool) -> bool:
         """Whether to requeue now, given a view brought up to date; forgets the parked pods when so."""
-        against = self.against
-        if not self.count or against is None:
+        against = self.against  # set exactly while count > 0
+        if against is None:
             return False
         if not (
             expired
-            or context is not against.context
-            or device_releases != against.device_releases
-            or charges_fell(against.charged, charged)
+            or view.context is not against.context
+            or view.snapshot.device_releases != against.device_releases
+            or charges_fell(against.charged, view.charged)
         ):
             return False
         self.count = 0

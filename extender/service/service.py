@@ -35,7 +35,7 @@ from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
-from extender.service.parking import ParkedAgainst, ParkedPods
+from extender.service.parking import ParkedPods
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reservations import pods_to_reconcile, reservation_state
 from extender.state.core import Pod
@@ -293,8 +293,7 @@ class SchedulingService:
         return context, usage, expired
 
     def _requeue_if_freed(self, view: QuotaView, expired: bool) -> None:
-        freed = self.parked.freed(view.context, view.charged, view.snapshot.device_releases, expired=expired)
-        if freed and self.requeue is not None:
+        if self.parked.freed(view, expired=expired) and self.requeue is not None:
             self.requeues += 1
             self.requeue()
 
@@ -399,8 +398,7 @@ class SchedulingService:
             else:
                 self.reservations.release(identity)
                 if not decision.passed:  # refused everywhere: kube-scheduler parks the pod
-                    against = ParkedAgainst(view.context, view.charged, view.snapshot.device_releases)
-                    self.parked.park(decision.failures.category_counts(), against)
+                    self.parked.park(decision.failures.category_counts(), view)
         self.history.remember_filter(identity, decision)
         self.history.record("filter", Ranking(decision, {}), started)
         return decision

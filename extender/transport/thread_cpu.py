@@ -12,6 +12,14 @@ _POOL_SUFFIX = re.compile(r"_\d+$")  # ThreadPoolExecutor-0_3: the pool's thread
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def stat_cpu_seconds(stat_path: str) -> float:
+    """User + system seconds of one /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat (utime and stime, fields 14
+    and 15 of proc(5); the command name before them may hold spaces and parentheses)."""
+    with open(stat_path, encoding="ascii", errors="replace") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
 def thread_cpu_seconds(task_dir: str = "/proc/self/task") -> dict[str, float]:
     """User + system seconds per thread name (threads of one pool summed), threads alive now; {} off Linux."""
     names = {thread.native_id: _POOL_SUFFIX.sub("", thread.name) for thread in threading.enumerate()}
@@ -22,10 +30,9 @@ def thread_cpu_seconds(task_dir: str = "/proc/self/task") -> dict[str, float]:
         return {}
     for tid in tids:
         try:
-            with open(f"{task_dir}/{tid}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            seconds = stat_cpu_seconds(f"{task_dir}/{tid}/stat")
         except (OSError, IndexError):
             continue  # the thread ended meanwhile
         name = names.get(int(tid), "other")
-        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / _TICKS
+        totals[name] = totals.get(name, 0.0) + seconds
     return totals
