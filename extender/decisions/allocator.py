@@ -1339,6 +1339,13 @@ def gate_failure(
     return None
 
 
+def _in_order(names: set[str], asked: list[str]) -> list[str]:
+    """`names` (some of `asked`) in the order asked: by position for a few (a search in C each), else one pass."""
+    if len(names) <= 8:
+        return sorted(names, key=asked.index)
+    return [name for name in asked if name in names]
+
+
 class PodAllocator:
     """One pod's claims, prepared once and asked about many nodes.
 
@@ -1499,7 +1506,7 @@ class PodAllocator:
                 return None  # the full search says it, with the unusable devices named
             shortfall = Shortfall(node_name, found.selectable, len(chosen_devices))
             found.allocations[self._shared_key] = shortfall
-            return self._refusal(shortfall)
+            return _new_not_allocatable((node_name, *self._refusal((shortfall.selectable, shortfall.free))[1:]))
         allocation = found.allocations.get(self._shared_key)
         if not isinstance(allocation, Allocation) or allocation.node != node_name:
             claim_allocation = _new_claim_allocation((self._shared_claim, chosen_devices, self._alternatives))
@@ -1509,47 +1516,64 @@ class PodAllocator:
 
     def settle_remembered(
         self, node_names: Iterable[str]
-    ) -> tuple[dict[str, Allocation], dict[str, NotAllocatable], list[str]]:
+    ) -> tuple[dict[str, Allocation], list[tuple[NotAllocatable, list[str]]], list[str]]:
         """The commonest pod on every node whose answer is remembered from an earlier pod of its shape: its
-        allocations and its refusals (full nodes), in the order asked, in one pass. Returns those and the other
-        nodes, in order, for `decide`; the caller hands them to `remember` afterwards.
+        allocations, and its refusals on full nodes as groups (one refusal with no node, and the nodes full
+        the same way: the texts name the pod's claim and the numbers, never the node). Returns those and the
+        other nodes, in the order asked, for `decide`; the caller hands them to `remember` afterwards. The
+        allocations follow the memo's order, not the order asked (every reader looks nodes up, or goes by the
+        order asked itself).
 
         Where the answers come from: a node's answer lives in its free-list entry, valid while the node's
         allocations stay as they were (on a full node it is the numbers of the pod's refusal). Checking that
         per node costs a burst more than all the rest of its device step, so the answers are also kept per
         shape in `caches.settled` (SettledNodes) with the snapshot version they hold at: a later snapshot
-        drops the nodes its change list names and keeps the others, and a node costs one lookup. Without
-        a usable memo (the first pod, pools spanning nodes changed, the change history ran out, an older
-        snapshot than the memo's), each node's entry is checked instead."""
+        drops the nodes its change list names and keeps the others. When every remembered node is asked about
+        (kube-scheduler's filter), the allocations are one dict copy and only the other nodes are looked at;
+        otherwise (explain or a test asking about a few nodes) a node costs one lookup. Without a usable memo
+        (the first pod, pools spanning nodes changed, the change history ran out, an older snapshot than the
+        memo's), each node's entry is checked instead."""
         allocations: dict[str, Allocation] = {}
-        refusals: dict[str, NotAllocatable] = {}
+        full_nodes: dict[tuple[int, int], list[str]] = {}  # (selectable, free) -> the nodes full that way
         if not self._takes_shortcut:
-            return allocations, refusals, list(node_names)
+            return allocations, [], list(node_names)
         memo = self._memo = self.matcher.caches.settled.get(self._settled_key)
         if memo is None:
             shared = (self.snapshot.shared_alloc_version, self.snapshot.topology.shared_version)
-            known = SettledNodes(self.snapshot.version, shared, {})
+            known = SettledNodes(self.snapshot.version, shared, {}, {})
         else:
             known = memo.brought_to(self.snapshot)
-        answer_of = known.answers.get
+        names = node_names if isinstance(node_names, list) else list(node_names)
+        asked = dict.fromkeys(names).keys()
+        remembered, full = known.allocations, known.shortfalls
         unknown: list[str] = []
-        for name in node_names:  # once per node: a lookup and a store
-            answer = answer_of(name)
-            if answer is None:
-                unknown.append(name)
-            elif type(answer) is Shortfall:
-                refusals[name] = self._refusal(answer)  # each pod's own refusal, naming its claim
-            else:
-                allocations[name] = answer  # type: ignore[assignment]  # the other kind of answer
+        if asked >= remembered.keys() and asked >= full.keys():
+            # Every remembered node is asked about (kube-scheduler asks about all of them): the allocations are
+            # one copy, and only the nodes not remembered (the ones the last bindings changed) are looked at.
+            allocations = dict(remembered)
+            for name, shortfall in full.items():
+                full_nodes.setdefault((shortfall.selectable, shortfall.free), []).append(name)
+            if len(remembered) + len(full) < len(asked):
+                unknown = _in_order(asked - remembered.keys() - full.keys(), names)
+        else:
+            answer_of, full_of = remembered.get, full.get
+            for name in names:  # once per node: a lookup and a store
+                answer = answer_of(name)
+                if answer is not None:
+                    allocations[name] = answer
+                elif (held := full_of(name)) is not None:
+                    full_nodes.setdefault((held.selectable, held.free), []).append(name)
+                else:
+                    unknown.append(name)
         hits: dict[str, Allocation | Shortfall] = {}
         rest = self._look_up_entries(unknown, hits)
         self._settled = known.with_answers(hits)
-        for name, answer in hits.items():
-            if type(answer) is Shortfall:
-                refusals[name] = self._refusal(answer)
+        for name, found in hits.items():
+            if type(found) is Shortfall:
+                full_nodes.setdefault((found.selectable, found.free), []).append(name)
             else:
-                allocations[name] = answer  # type: ignore[assignment]
-        return allocations, refusals, rest
+                allocations[name] = found  # type: ignore[assignment]  # the other kind of answer
+        return allocations, [(self._refusal(numbers), group) for numbers, group in full_nodes.items()], rest
 
     def remember(self, decided: Sequence[str]) -> None:
         """After `decide` ran on these nodes: what it left in their free-list entries joins the answers, and
@@ -1586,17 +1610,16 @@ class PodAllocator:
                 rest.append(name)
         return rest
 
-    def _refusal(self, shortfall: Shortfall) -> NotAllocatable:
-        """The pod's own refusal on a full node: built once per pod and numbers, then only the node changes
-        (nodes full the same way get the same texts: they name the pod's claim, not the node)."""
-        numbers = (shortfall.selectable, shortfall.free)
+    def _refusal(self, numbers: tuple[int, int]) -> NotAllocatable:
+        """The pod's own refusal on the nodes full the same way, with no node: built once per pod and numbers
+        (the texts name the pod's claim and the numbers, not the node)."""
         refusal = self._refusals.get(numbers)
         if refusal is None:
             step = self.simple[0]  # type: ignore[index]
             refusal = self._refusals[numbers] = count_shortfall(
-                "", self.pending[0].label, step.request_name, step.sub, shortfall.selectable, shortfall.free
+                "", self.pending[0].label, step.request_name, step.sub, numbers[0], numbers[1]
             )
-        return _new_not_allocatable((shortfall.node, *refusal[1:]))
+        return refusal
 
     def _first_free(self, question: NodeQuestion) -> AllocationOutcome | None:
         assert self.simple is not None

@@ -14,7 +14,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
-| allocation_scores | strategy / an allocation (of one free-list entry) | as node_scores |
+| allocation_scores | (strategy, weights) / an allocation (of one free-list entry) | as node_scores |
 | score_parts | - / (device fit, firstAvailable) | nothing: interning only |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
@@ -46,6 +46,7 @@ from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
 
 if TYPE_CHECKING:
     from extender.decisions.allocator import Allocation, ChosenDevice
+    from extender.decisions.scoring import ScoreBreakdown
     from extender.decisions.selection import Selectable, Verdict
 
 MAX_VERDICTS = 500_000
@@ -70,11 +71,15 @@ class SettledNodes(NamedTuple):
     """The commonest pod's remembered answers for one request shape and (class, selectors), node by node, as
     of one snapshot (PodAllocator.settle_remembered). A later snapshot keeps those of the nodes its change list
     does not name (state/store.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
-    were: one lookup per node, no per-node version checks."""
+    were: one lookup per node, no per-node version checks. The nodes that can take the pod and the full ones
+    are kept apart, so that a pod asked about every remembered node (kube-scheduler asks about all of them)
+    gets its allocations as one copy of `allocations`, with no Python work per node."""
 
     version: int  # the snapshot version the answers hold at
     shared_versions: tuple[int, int]  # (allocations on, devices of) pools spanning nodes at that version
-    answers: Mapping[str, Allocation | Shortfall]  # never changed: additions make a new SettledNodes
+    # never changed: additions make a new SettledNodes
+    allocations: Mapping[str, Allocation]
+    shortfalls: Mapping[str, Shortfall]
 
     def brought_to(self, snapshot: ClusterSnapshot) -> SettledNodes:
         """The answers that hold for `snapshot`: these less the nodes its change list names since; none when
@@ -84,19 +89,33 @@ class SettledNodes(NamedTuple):
             return self
         changes = snapshot.changes_since(self.version) if self.version < snapshot.version else None
         if changes is None or self.shared_versions != shared:
-            return SettledNodes(snapshot.version, shared, {})
+            return SettledNodes(snapshot.version, shared, {}, {})
         changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
         if not changed:
             return self._replace(version=snapshot.version)
-        kept = dict(self.answers)
-        for name in changed:
-            kept.pop(name, None)
-        return SettledNodes(snapshot.version, shared, kept)
+        allocations, shortfalls = self.allocations, self.shortfalls
+        if not changed.isdisjoint(allocations):
+            allocations = dict(allocations)
+            for name in changed:
+                allocations.pop(name, None)
+        if not changed.isdisjoint(shortfalls):
+            shortfalls = dict(shortfalls)
+            for name in changed:
+                shortfalls.pop(name, None)
+        return SettledNodes(snapshot.version, shared, allocations, shortfalls)
 
     def with_answers(self, found: Mapping[str, Allocation | Shortfall]) -> SettledNodes:
         if not found:
             return self
-        return self._replace(answers={**self.answers, **found})
+        allocations, shortfalls = dict(self.allocations), dict(self.shortfalls)
+        for name, answer in found.items():
+            if type(answer) is Shortfall:
+                shortfalls[name] = answer
+                allocations.pop(name, None)
+            else:
+                allocations[name] = answer  # type: ignore[assignment]  # the other kind of answer
+                shortfalls.pop(name, None)
+        return self._replace(allocations=allocations, shortfalls=shortfalls)
 
 
 class FreeSelectable(NamedTuple):
@@ -134,9 +153,10 @@ class DecisionCaches:
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
     # The same parts by the allocation's identity (the commonest pod's allocation lives in a free-list entry and
-    # is handed to every pod of its shape): one lookup per node in score_nodes. Allocations built afresh per pod
+    # is handed to every pod of its shape), with the score at full quota headroom: one lookup per node in
+    # score_nodes. Allocations built afresh per pod
     # (several requests in one claim) also land here until the memo clears: hence its own, smaller bound.
-    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[float, float]]] = field(
+    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[float, float], ScoreBreakdown]] = field(
         default_factory=lambda: BoundedMemo("allocation_scores", MAX_ALLOCATION_SCORES)
     )
     # (device fit, firstAvailable) -> itself: one object per distinct pair, so that score_nodes can combine per

@@ -40,15 +40,23 @@ def unknown_node(node_name: str) -> NotAllocatable:
 
 
 class DeviceOutcomes(NamedTuple):
-    """One pod's device answers over candidate nodes: the nodes that can take it and the ones that cannot."""
+    """One pod's device answers over candidate nodes: the nodes that can take it and the ones that cannot,
+    the latter node by node or in groups (nodes full the same way for the commonest pod: one refusal with no
+    node, and its nodes; a cluster half full refuses hundreds of nodes per pod, each a refusal built and
+    thrown away)."""
 
     allocations: dict[str, Allocation]
     refusals: dict[str, NotAllocatable]
+    refused_groups: tuple[tuple[NotAllocatable, list[str]], ...] = ()
 
     def by_node(self, node_names: Iterable[str]) -> dict[str, AllocationOutcome]:
         """Each node's outcome in one mapping, in the order given (for callers that read nodes one by one)."""
-        allocations, refusals = self
-        return {name: allocations.get(name) or refusals[name] for name in node_names}
+        allocations, refusals, groups = self
+        grouped = {name: template for template, names in groups for name in names}
+        return {
+            name: allocations.get(name) or refusals.get(name) or grouped[name]._replace(node=name)
+            for name in node_names
+        }
 
 
 def device_outcomes(
@@ -77,7 +85,8 @@ def device_outcomes(
     )
     node_devices = snapshot.node_devices
     decide = allocator.decide
-    allocations, refusals, names = allocator.settle_remembered(node_names)
+    allocations, refused_groups, names = allocator.settle_remembered(node_names)
+    refusals: dict[str, NotAllocatable] = {}
     for start in range(0, len(names), DEADLINE_CHECK_EVERY):
         if deadline is not None and time.perf_counter() > deadline:
             late = NotAllocatable(
@@ -98,4 +107,4 @@ def device_outcomes(
             else:
                 refusals[name] = outcome  # type: ignore[assignment]  # the other kind of outcome
     allocator.remember(names)
-    return DeviceOutcomes(allocations, refusals)
+    return DeviceOutcomes(allocations, refusals, tuple(refused_groups))

@@ -279,19 +279,54 @@ def score_nodes(
     node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
     (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
     The commonest pod's allocation on a node is itself kept in that entry and handed to every pod of its shape,
-    so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument):
-    a node costs one lookup. The parts are interned (`caches.score_parts`): nodes with equal parts share one
-    combined breakdown per quota headroom, looked up by identity. Only the headroom, which moves with every
-    reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor)."""
-    scores: dict[str, ScoreBreakdown] = {}
+    so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument),
+    with the whole score at full quota headroom: a pod outside quota (headroom 1.0 everywhere) costs one lookup
+    per node, in a comprehension. The parts are interned (`caches.score_parts`): under quota, nodes with equal
+    parts share one combined breakdown per headroom, looked up by identity. Only the headroom, which moves with
+    every reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor)."""
     verdicts = decision.verdicts
     allocations, per_node = verdicts.allocations, verdicts.per_node
     if not allocations:  # a pod with nothing for us to decide, or refused everywhere: no node to score
-        return Ranking(decision, scores)
+        return Ranking(decision, {})
     strategy = decision.strategy
+    names = node_names if isinstance(node_names, list) else list(node_names)
     # Only quota refuses nodes that have an allocation (device refusals carry none): by bucket, or every node
     # when it refuses the pod itself (its queue is gone, ...; then there is no NodeQuota at all).
-    refused_by_quota = bool(verdicts.failures.groups)
+    quota = decision.quota
+    refused_by_quota = quota.pod_rejection is not None or bool(quota.refused_groups)
+    allocation_of = allocations.get
+    part = (strategy, weights)
+    if not per_node and not refused_by_quota:  # outside quota: the score at full headroom, remembered
+        remembered_of = caches.allocation_scores.table(part).get
+        scores = {
+            node: remembered[2]
+            for node in names
+            if (allocation := allocation_of(node)) is not None
+            and (remembered := remembered_of(id(allocation))) is not None
+            and remembered[0] is allocation
+        }
+        if len(scores) < len(names):  # nodes without an allocation, or not remembered yet
+            for node in set(names).difference(scores):
+                allocation = allocation_of(node)
+                if allocation is not None:
+                    scores[node] = _remembered_score(allocation, snapshot, node, caches, part)[2]
+        return Ranking(decision, scores)
+    return Ranking(decision, _scores_under_quota(decision, names, snapshot, caches, part, refused_by_quota))
+
+
+def _scores_under_quota(
+    decision: PodDecision,
+    names: list[str],
+    snapshot: ClusterSnapshot,
+    caches: DecisionCaches,
+    part: tuple[str, ScoringWeights],
+    refused_by_quota: bool,
+) -> dict[str, ScoreBreakdown]:
+    """score_nodes for a pod under quota: the node parts remembered, combined per headroom (see score_nodes)."""
+    strategy, weights = part
+    scores: dict[str, ScoreBreakdown] = {}
+    verdicts = decision.verdicts
+    allocations, per_node = verdicts.allocations, verdicts.per_node
     failures = verdicts.failures.names
     # Without NodeQuotas the headroom is 1.0 on every node.
     governed = bool(per_node)
@@ -302,17 +337,16 @@ def score_nodes(
     combined_parts: list[tuple[float, float]] = []  # keeps the parts keyed by id alive for this call
     last_quota: object = _NOT_LOOKED_UP
     by_allocation = caches.allocation_scores
-    allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(strategy).get
-    for node in node_names:  # once per passing node: lookups only, on the methods bound above
+    allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(part).get
+    for node in names:  # once per passing node: lookups only, on the methods bound above
         allocation = allocation_of(node)
         if allocation is None or (refused_by_quota and node in failures):
             continue
         remembered = parts_of(id(allocation))
-        if remembered is not None and remembered[0] is allocation:
-            parts = remembered[1]
-        else:
-            parts = _score_parts(allocation, snapshot, node, caches, strategy)
-            parts_of = by_allocation.table(strategy).get
+        if remembered is None or remembered[0] is not allocation:
+            remembered = _remembered_score(allocation, snapshot, node, caches, part)
+            parts_of = by_allocation.table(part).get
+        parts = remembered[1]
         if governed:
             node_quota = quota_of(node)
             if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
@@ -328,17 +362,24 @@ def score_nodes(
             score = combined[id(parts)] = combine(parts[0], parts[1], headroom, strategy, weights)
             combined_parts.append(parts)
         scores[node] = score
-    return Ranking(decision, scores)
+    return scores
 
 
-def _score_parts(
-    allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
-) -> tuple[float, float]:
-    """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
-    shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
+def _remembered_score(
+    allocation: Allocation,
+    snapshot: ClusterSnapshot,
+    node: str,
+    caches: DecisionCaches,
+    part: tuple[str, ScoringWeights],
+) -> tuple[Allocation, tuple[float, float], ScoreBreakdown]:
+    """A node's (device fit, firstAvailable) parts, interned, and its score at full headroom; remembered for
+    one-claim allocations of the shortcut, by the devices taken and by the allocation itself (see score_nodes).
+    """
+    strategy, weights = part
     claims = allocation.claims
     if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
-        return caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        return allocation, parts, combine(parts[0], parts[1], 1.0, strategy, weights)
     memo = caches.node_scores
     taken = claims[0].devices
     remembered = memo.get(id(taken), strategy)
@@ -347,8 +388,8 @@ def _score_parts(
         memo.put(id(taken), (taken, parts), strategy)
     else:
         parts = remembered[1]
-    caches.allocation_scores.put(id(allocation), (allocation, parts), strategy)
-    return parts
+    entry = (allocation, parts, combine(parts[0], parts[1], 1.0, strategy, weights))
+    return caches.allocation_scores.put(id(allocation), entry, part)
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
@@ -387,7 +428,7 @@ def decide_pod(
     if extended.problems:
         pod_claims = PodClaims(pod_claims.pending, pod_claims.allocated, pod_claims.problems + extended.problems)
     if not extended.resources:
-        allocations, refusals = device_outcomes(
+        allocations, refusals, device_groups = device_outcomes(
             snapshot,
             pod_claims,
             names,
@@ -405,6 +446,7 @@ def decide_pod(
             served = extended.served_by_dra(node) if node is not None else extended.resources
             variants.setdefault(tuple(item.resource for item in served), []).append(name)
         allocations, refusals = {}, {}
+        device_groups = ()
         for served_names, variant_nodes in variants.items():
             claim = extended.claim_for(tuple(i for i in extended.resources if i.resource in served_names))
             claims_here = (
@@ -423,6 +465,7 @@ def decide_pod(
             )
             allocations.update(found.allocations)
             refusals.update(found.refusals)
+            device_groups += found.refused_groups
     quota = decide_quota(
         snapshot,
         pod,
@@ -433,12 +476,13 @@ def decide_pod(
         extended=extended,
         matcher=matcher,
     )
-    # The failed nodes: refused by the devices, or by quota (every node, or a bucket's nodes). The nodes that
-    # pass need nothing here: NodeVerdicts builds their verdicts when read.
+    # The failed nodes: refused by the devices (node by node, or the nodes full alike a group at a time), or by
+    # quota (every node, or a bucket's nodes). The nodes that pass need nothing here: NodeVerdicts builds their
+    # verdicts when read.
     built = {name: _failed(refusal) for name, refusal in refusals.items()}
     per_node = quota.per_node
     pod_rejection = quota.pod_rejection
-    groups: list[tuple[NodeVerdict, Sequence[str]]] = []
+    groups: list[tuple[NodeVerdict, Sequence[str]]] = [(_failed(template), names) for template, names in device_groups]
     if pod_rejection is not None:
         if allocations:
             groups.append((_refused("", pod_rejection, None, None), list(allocations)))
