@@ -1540,7 +1540,7 @@ class PodAllocator:
         memo = self._memo = self.matcher.caches.settled.get(self._settled_key)
         if memo is None:
             shared = (self.snapshot.shared_alloc_version, self.snapshot.topology.shared_version)
-            known = SettledNodes(self.snapshot.version, shared, {}, {})
+            known = SettledNodes(self.snapshot.version, shared, {}, {}, {})
         else:
             known = memo.brought_to(self.snapshot)
         names = node_names if isinstance(node_names, list) else list(node_names)
@@ -1575,16 +1575,18 @@ class PodAllocator:
                 allocations[name] = found  # type: ignore[assignment]  # the other kind of answer
         return allocations, [(self._refusal(numbers), group) for numbers, group in full_nodes.items()], rest
 
-    def remember(self, decided: Sequence[str]) -> None:
+    def remember(self, decided: Sequence[str]) -> SettledNodes | None:
         """After `decide` ran on these nodes: what it left in their free-list entries joins the answers, and
-        the memo gets them if they differ from what it held (a new SettledNodes, never a change to one)."""
+        the memo gets them if they differ from what it held (a new SettledNodes, never a change to one).
+        Returns the answers as they now stand (None for a pod the shortcut does not serve)."""
         if not self._takes_shortcut or self._settled is None:
-            return
+            return None
         hits: dict[str, Allocation | Shortfall] = {}
         self._look_up_entries(decided, hits)
-        settled = self._settled.with_answers(hits)
+        settled = self._settled = self._settled.with_answers(hits)
         if settled is not self._memo:
             self.matcher.caches.settled.put(self._settled_key, settled)
+        return settled
 
     def _look_up_entries(self, node_names: Sequence[str], hits: dict[str, Allocation | Shortfall]) -> list[str]:
         """Each node's remembered answer in its free-list entry, if the entry holds for this snapshot, into

@@ -67,19 +67,51 @@ class Shortfall(NamedTuple):
     free: int  # how many of those are free
 
 
+class ScoreGroups(NamedTuple):
+    """The nodes of one SettledNodes grouped by their score parts (device fit, firstAvailable; interned), for
+    one (strategy, weights): nodes with equal parts and equal quota headroom get the same score, so score_nodes
+    answers a group at a time in C instead of a node at a time. Never changed: a new value replaces it."""
+
+    by_parts: Mapping[tuple[float, float], frozenset[str]]
+    scored: frozenset[str]  # every node in by_parts
+
+    def without(self, names: set[str]) -> ScoreGroups:
+        if self.scored.isdisjoint(names):
+            return self
+        kept = {parts: nodes - names for parts, nodes in self.by_parts.items()}
+        return ScoreGroups({parts: nodes for parts, nodes in kept.items() if nodes}, self.scored - names)
+
+    def with_nodes(self, found: Mapping[str, tuple[float, float]]) -> ScoreGroups:
+        """These plus `found` (node -> its parts)."""
+        added: dict[tuple[float, float], list[str]] = {}
+        for node, parts in found.items():
+            added.setdefault(parts, []).append(node)
+        by_parts = dict(self.by_parts)
+        for parts, nodes in added.items():
+            by_parts[parts] = by_parts.get(parts, frozenset()).union(nodes)
+        return ScoreGroups(by_parts, self.scored.union(found))
+
+
+NO_SCORE_GROUPS = ScoreGroups({}, frozenset())
+
+
 class SettledNodes(NamedTuple):
     """The commonest pod's remembered answers for one request shape and (class, selectors), node by node, as
     of one snapshot (PodAllocator.settle_remembered). A later snapshot keeps those of the nodes its change list
     does not name (state/store.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
     were: one lookup per node, no per-node version checks. The nodes that can take the pod and the full ones
     are kept apart, so that a pod asked about every remembered node (kube-scheduler asks about all of them)
-    gets its allocations as one copy of `allocations`, with no Python work per node."""
+    gets its allocations as one copy of `allocations`, with no Python work per node; `scores` groups those
+    nodes by their score parts per (strategy, weights), filled by score_nodes when it first needs them (each
+    group a pure function of the allocations here) and carried to later snapshots less the nodes that changed."""
 
     version: int  # the snapshot version the answers hold at
     shared_versions: tuple[int, int]  # (allocations on, devices of) pools spanning nodes at that version
     # never changed: additions make a new SettledNodes
     allocations: Mapping[str, Allocation]
     shortfalls: Mapping[str, Shortfall]
+    # (strategy, weights) -> the score groups of `allocations`' nodes (score_nodes publishes a completed value)
+    scores: dict[object, ScoreGroups]
 
     def brought_to(self, snapshot: ClusterSnapshot) -> SettledNodes:
         """The answers that hold for `snapshot`: these less the nodes its change list names since; none when
@@ -89,7 +121,7 @@ class SettledNodes(NamedTuple):
             return self
         changes = snapshot.changes_since(self.version) if self.version < snapshot.version else None
         if changes is None or self.shared_versions != shared:
-            return SettledNodes(snapshot.version, shared, {}, {})
+            return SettledNodes(snapshot.version, shared, {}, {}, {})
         changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
         if not changed:
             return self._replace(version=snapshot.version)
@@ -102,7 +134,8 @@ class SettledNodes(NamedTuple):
             shortfalls = dict(shortfalls)
             for name in changed:
                 shortfalls.pop(name, None)
-        return SettledNodes(snapshot.version, shared, allocations, shortfalls)
+        scores = {part: groups.without(changed) for part, groups in self.scores.items()}
+        return SettledNodes(snapshot.version, shared, allocations, shortfalls, scores)
 
     def with_answers(self, found: Mapping[str, Allocation | Shortfall]) -> SettledNodes:
         if not found:
@@ -115,7 +148,8 @@ class SettledNodes(NamedTuple):
             else:
                 allocations[name] = answer  # type: ignore[assignment]  # the other kind of answer
                 shortfalls.pop(name, None)
-        return self._replace(allocations=allocations, shortfalls=shortfalls)
+        scores = {part: groups.without(set(found)) for part, groups in self.scores.items()}
+        return self._replace(allocations=allocations, shortfalls=shortfalls, scores=scores)
 
 
 class FreeSelectable(NamedTuple):

@@ -17,6 +17,7 @@ from extender.decisions.allocator import (
     NotAllocatable,
     PodAllocator,
 )
+from extender.decisions.caches import SettledNodes
 from extender.decisions.features import DEFAULT_FEATURES, Features
 from extender.decisions.pod_claims import PodClaims
 from extender.decisions.selection import DeviceMatcher
@@ -48,10 +49,13 @@ class DeviceOutcomes(NamedTuple):
     allocations: dict[str, Allocation]
     refusals: dict[str, NotAllocatable]
     refused_groups: tuple[tuple[NotAllocatable, list[str]], ...] = ()
+    # The remembered answers of the pod's shape when `allocations` is exactly theirs (the commonest pod asked
+    # about every node): score_nodes reads its score groups from there.
+    settled: SettledNodes | None = None
 
     def by_node(self, node_names: Iterable[str]) -> dict[str, AllocationOutcome]:
         """Each node's outcome in one mapping, in the order given (for callers that read nodes one by one)."""
-        allocations, refusals, groups = self
+        allocations, refusals, groups, _settled = self
         grouped = {name: template for template, names in groups for name in names}
         return {
             name: allocations.get(name) or refusals.get(name) or grouped[name]._replace(node=name)
@@ -106,5 +110,9 @@ def device_outcomes(
                 allocations[name] = outcome
             else:
                 refusals[name] = outcome  # type: ignore[assignment]  # the other kind of outcome
-    allocator.remember(names)
-    return DeviceOutcomes(allocations, refusals, tuple(refused_groups))
+    settled = allocator.remember(names)
+    if settled is not None and (
+        len(settled.allocations) != len(allocations) or settled.allocations.keys() != allocations.keys()
+    ):
+        settled = None  # some allocations are not the remembered ones (a full search, a node not asked)
+    return DeviceOutcomes(allocations, refusals, tuple(refused_groups), settled)

@@ -82,6 +82,8 @@ class QuotaDecision:
     # The nodes of `per_node` whose NodeQuota refuses them, by that NodeQuota (nodes of one charge and flavor
     # share it): the caller answers them a group at a time instead of a node at a time.
     refused_groups: tuple[tuple[NodeQuota, list[str]], ...] = ()
+    # The other nodes of `per_node` (they pass), by their NodeQuota: scoring goes a group at a time too.
+    passed_groups: tuple[tuple[NodeQuota, list[str]], ...] = ()
 
 
 NOT_GOVERNED = QuotaDecision(governed=False)
@@ -493,11 +495,13 @@ def decide_quota(
 
     # 4. Each bucket's verdict against the chosen flavors (one per bucket; every node of it shares it).
     admissible: list[NodeQuota] = []
+    passed_groups: list[tuple[NodeQuota, list[str]]] = []
     for charge, helds, names in buckets:
         quota = _node_verdict(cluster_queue, charge, helds, choices, fit_memo, ledger_for)
         per_node.update(dict.fromkeys(names, quota))
         if quota.rejection is None:
             admissible.append(quota)
+            passed_groups.append((quota, names))
         else:
             refused_groups.append((quota, names))
 
@@ -513,6 +517,7 @@ def decide_quota(
         chosen_flavor=chosen,
         reservation=reservation,
         refused_groups=tuple(refused_groups),
+        passed_groups=tuple(passed_groups),
     )
 
 

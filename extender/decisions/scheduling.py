@@ -22,7 +22,7 @@ from extender.decisions.allocator import (
     ClaimAllocation,
     NotAllocatable,
 )
-from extender.decisions.caches import DecisionCaches
+from extender.decisions.caches import NO_SCORE_GROUPS, DecisionCaches, SettledNodes
 from extender.decisions.extended_resources import resolve_extended
 from extender.decisions.feasibility import device_outcomes, unknown_node
 from extender.decisions.features import DEFAULT_FEATURES, Features
@@ -216,6 +216,9 @@ class PodDecision:
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
     # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
+    # The remembered answers of the pod's shape when the allocations are exactly theirs: score_nodes scores
+    # their nodes a group of equal parts at a time.
+    settled: SettledNodes | None = None
 
     @property
     def failures(self) -> NodeFailures:
@@ -226,6 +229,11 @@ class PodDecision:
     def claim_label(self, index: int, claim: ClaimAllocation) -> str:
         """Who the index-th claim of one of this decision's allocations is."""
         return self.claim_labels[index] if index < len(self.claim_labels) else claim.claim.label
+
+    @property
+    def any_passed(self) -> bool:
+        """Whether some node passed (without listing them)."""
+        return len(self.failures) < len(self.verdicts)
 
     @property
     def passed(self) -> list[str]:
@@ -296,6 +304,12 @@ def score_nodes(
     refused_by_quota = quota.pod_rejection is not None or bool(quota.refused_groups)
     allocation_of = allocations.get
     part = (strategy, weights)
+    settled = decision.settled
+    if settled is not None and (not refused_by_quota or quota.pod_rejection is None):
+        grouped = _scores_by_group(decision, settled, snapshot, caches, part)
+        if len(grouped) == len(names) and grouped.keys() == dict.fromkeys(names).keys():
+            return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
+        return Ranking(decision, {node: score for node in names if (score := grouped.get(node)) is not None})
     if not per_node and not refused_by_quota:  # outside quota: the score at full headroom, remembered
         remembered_of = caches.allocation_scores.table(part).get
         scores = {
@@ -312,6 +326,40 @@ def score_nodes(
                     scores[node] = _remembered_score(allocation, snapshot, node, caches, part)[2]
         return Ranking(decision, scores)
     return Ranking(decision, _scores_under_quota(decision, names, snapshot, caches, part, refused_by_quota))
+
+
+def _scores_by_group(
+    decision: PodDecision,
+    settled: SettledNodes,
+    snapshot: ClusterSnapshot,
+    caches: DecisionCaches,
+    part: tuple[str, ScoringWeights],
+) -> dict[str, ScoreBreakdown]:
+    """Every passing node's score, for a decision whose allocations are the remembered ones (`settled`): the
+    nodes of one score group (equal parts) and one quota headroom (one NodeQuota) share a score, so the scores
+    are a few dict updates in C. The groups are completed here for the nodes they lack (the ones the last
+    changes dropped) and published for the next pod of this shape."""
+    strategy, weights = part
+    groups = settled.scores.get(part, NO_SCORE_GROUPS)
+    if len(groups.scored) != len(settled.allocations):
+        missing = settled.allocations.keys() - groups.scored
+        allocation_of = settled.allocations.__getitem__
+        found = {node: _remembered_score(allocation_of(node), snapshot, node, caches, part)[1] for node in missing}
+        groups = settled.scores[part] = groups.with_nodes(found)
+    scores: dict[str, ScoreBreakdown] = {}
+    quota = decision.quota
+    if not quota.per_node:  # outside quota: full headroom everywhere
+        for parts, nodes in groups.by_parts.items():
+            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], 1.0, strategy, weights)))
+        return scores
+    for node_quota, names in quota.passed_groups:
+        headroom = quota_headroom(node_quota)
+        bucket = set(names)
+        for parts, nodes in groups.by_parts.items():
+            common = nodes & bucket
+            if common:
+                scores.update(dict.fromkeys(common, combine(parts[0], parts[1], headroom, strategy, weights)))
+    return scores
 
 
 def _scores_under_quota(
@@ -428,7 +476,7 @@ def decide_pod(
     if extended.problems:
         pod_claims = PodClaims(pod_claims.pending, pod_claims.allocated, pod_claims.problems + extended.problems)
     if not extended.resources:
-        allocations, refusals, device_groups = device_outcomes(
+        allocations, refusals, device_groups, settled = device_outcomes(
             snapshot,
             pod_claims,
             names,
@@ -447,6 +495,7 @@ def decide_pod(
             variants.setdefault(tuple(item.resource for item in served), []).append(name)
         allocations, refusals = {}, {}
         device_groups = ()
+        settled = None
         for served_names, variant_nodes in variants.items():
             claim = extended.claim_for(tuple(i for i in extended.resources if i.resource in served_names))
             claims_here = (
@@ -500,6 +549,7 @@ def decide_pod(
         strategy=strategy,
         reservation=quota.reservation if len(failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
+        settled=settled,
     )
 
 

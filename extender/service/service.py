@@ -397,7 +397,7 @@ class SchedulingService:
                 )
             else:
                 self.reservations.release(identity)
-                if not decision.passed:  # refused everywhere: kube-scheduler parks the pod
+                if not decision.any_passed:  # refused everywhere: kube-scheduler parks the pod
                     self.parked.park(decision.failures.category_counts(), view)
         self.history.remember_filter(identity, decision)
         self.history.record("filter", Ranking(decision, {}), started)

@@ -1,0 +1,98 @@
+"""Scores a group at a time (decisions/scheduling.py `_scores_by_group`, caches.ScoreGroups) against a look at
+every node: the commonest pod's remembered answers carry their nodes grouped by score parts, and a decision
+whose allocations are exactly those is scored per group and quota headroom with dict updates. Over a seeded
+burst whose state changes between every two pods (bindings, releases, slices growing), with pods inside and
+outside quota, both packing strategies and kube-scheduler's rotating node order, every prioritize must give
+the scores the per-node path gives for the same decision."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+from extender.decisions.scheduling import score_nodes
+from extender.service import ExtenderConfig, SchedulingService
+from extender.state.core import parse_pod
+from extender.state.sources import SnapshotSource
+from testkit import builders as b
+from testkit.clusters import cluster_objects
+from testkit.scenarios import cluster_queue
+
+NODES = 24
+STRATEGY = "dra-extender.kueue.x-k8s.io/scoring-strategy"
+
+
+def burst_engine() -> tuple[SchedulingService, list[str], dict[str, list[int]]]:
+    objects = cluster_objects(NODES, with_quota=True, seed=3)
+    # tight quota, so that headroom differs between the flavors' buckets and moves with every reservation
+    quota = {"on-demand": {"nominal": 60}, "spot": {"nominal": 30}}
+    objects["ClusterQueue"] = [cluster_queue("bench", quota, cohort=None)]
+    free: dict[str, list[int]] = {}
+    taken = {
+        (result["pool"], result["device"])
+        for claim in objects["ResourceClaim"]
+        for result in claim["status"]["allocation"]["devices"]["results"]
+    }
+    for node in objects["Node"]:
+        name = node["metadata"]["name"]
+        free[name] = [index for index in range(8) if (name, f"gpu-{index}") not in taken]
+    text = "---\n".join(__import__("yaml").safe_dump(obj) for kind in objects.values() for obj in kind)
+    service = SchedulingService(SnapshotSource(text=text), ExtenderConfig())
+    service.start()
+    return service, sorted(free), free
+
+
+def pod_object(index: int, rng: random.Random) -> dict[str, Any]:
+    template = rng.choice(["one", "one", "two-big"])
+    queue = rng.choice(["q", "q", None])
+    pod = b.pod(f"burst-{index}", "bench", templates={"gpu": template}, queue=queue)
+    if rng.random() < 0.3:
+        pod["metadata"].setdefault("annotations", {})[STRATEGY] = "LeastAllocated"
+    return pod
+
+
+def per_node_scores(service: SchedulingService, decision: Any, names: list[str]) -> dict[str, Any]:
+    """The same decision scored node by node (no remembered answers to group by)."""
+    unsettled = dataclasses.replace(decision, settled=None)
+    snapshot = service.snapshot()
+    return dict(score_nodes(unsettled, names, snapshot, service.caches, service.options.weights).scores)
+
+
+def test_group_scores_equal_a_look_at_every_node_while_the_cluster_changes():
+    rng = random.Random(14)
+    service, names, free = burst_engine()
+    grouped_decisions = 0
+    for index in range(70):
+        raw = pod_object(index, rng)
+        pod = parse_pod(raw)
+        start = index % len(names)  # kube-scheduler starts each cycle at another node
+        asked = names[start:] + names[:start]
+        decision = service.filter(pod, asked)
+        passed = decision.passed
+        if rng.random() < 0.2:
+            passed = passed[: len(passed) // 2]  # a prioritize over part of them
+        ranking = service.prioritize(pod, passed)
+        grouped_decisions += decision.settled is not None
+        assert dict(ranking.scores) == per_node_scores(service, decision, passed), index
+        if not ranking.scores:
+            continue
+        best = max(ranking.scores, key=lambda node: (ranking.scores[node].total, node))
+        count = 2 if "two-big" in str(raw) else 1
+        if len(free[best]) < count:
+            continue
+        devices = [free[best].pop(0) for _ in range(count)]
+        claim = b.claim(
+            f"burst-{index}-gpu",
+            "bench",
+            [b.exact_request("gpu", count)],
+            allocated=[("gpu", best, f"gpu-{device}") for device in devices],
+            allocated_node=best,
+            reserved_for=[(raw["metadata"]["name"], raw["metadata"]["uid"])],
+        )
+        service.store.apply("ResourceClaim", "ADDED", claim)
+        service.store.apply("Pod", "MODIFIED", {**raw, "spec": {**raw["spec"], "nodeName": best}})
+        if index % 9 == 8:  # a release elsewhere: that node's answers and scores must be dropped
+            service.store.apply("ResourceClaim", "DELETED", claim)
+            free[best].extend(devices)
+    assert grouped_decisions > 40  # the grouped path was the one under test
