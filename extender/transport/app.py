@@ -140,13 +140,13 @@ def answer_filter(service: SchedulingService, metrics: ExtenderMetrics, body: An
     try:
         decision = service.filter(args.pod, args.node_names)
     except NotSyncedError as error:
-        metrics.filter_outcomes.labels("not-synced").inc()
+        metrics.child(metrics.filter_outcomes, "not-synced").inc()
         return filter_error(str(error))
-    metrics.nodes_evaluated.labels("filter").inc(len(args.node_names))
+    metrics.child(metrics.nodes_evaluated, "filter").inc(len(args.node_names))
     if decision.fast_path:
-        metrics.fast_path.labels("filter").inc()
+        metrics.child(metrics.fast_path, "filter").inc()
     for category, count in decision.outcome_counts().items():
-        metrics.filter_outcomes.labels(category).inc(count)
+        metrics.child(metrics.filter_outcomes, category).inc(count)
     return filter_result(args, decision)
 
 
@@ -154,9 +154,9 @@ def answer_prioritize(service: SchedulingService, metrics: ExtenderMetrics, body
     """HostPriorityList for a parsed ExtenderArgs body; raises NotSyncedError when verdicts cannot be given."""
     args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
     ranking = service.prioritize(args.pod, args.node_names)
-    metrics.nodes_evaluated.labels("prioritize").inc(len(args.node_names))
+    metrics.child(metrics.nodes_evaluated, "prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:
-        metrics.fast_path.labels("prioritize").inc()
+        metrics.child(metrics.fast_path, "prioritize").inc()
     return prioritize_result(args, ranking)
 
 
@@ -371,8 +371,8 @@ def _observe(response: Response) -> Response:
     verb = TIMED_ENDPOINTS.get(request.endpoint or "")
     if verb is not None and "started" in g:
         metrics = _metrics()
-        metrics.request_seconds.labels(verb).observe(time.perf_counter() - g.started)
-        metrics.requests.labels(verb, str(response.status_code)).inc()
+        metrics.child(metrics.request_seconds, verb).observe(time.perf_counter() - g.started)
+        metrics.child(metrics.requests, verb, str(response.status_code)).inc()
     return response
 
 
@@ -469,8 +469,8 @@ class SchedulingVerbs:
             self.in_flight.end(token)
         encoded = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
         headers.append(("Content-Length", str(len(encoded))))
-        self.metrics.request_seconds.labels(verb).observe(time.perf_counter() - started)
-        self.metrics.requests.labels(verb, str(status)).inc()
+        self.metrics.child(self.metrics.request_seconds, verb).observe(time.perf_counter() - started)
+        self.metrics.child(self.metrics.requests, verb, str(status)).inc()
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [encoded]
 
