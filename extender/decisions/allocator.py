@@ -1528,9 +1528,10 @@ class PodAllocator:
         allocations stay as they were (on a full node it is the numbers of the pod's refusal). Checking that
         per node costs a burst more than all the rest of its device step, so the answers are also kept per
         shape in `caches.settled` (SettledNodes) with the snapshot version they hold at: a later snapshot
-        drops the nodes its change list names and keeps the others. When every remembered node is asked about
-        (kube-scheduler's filter), the allocations are one dict copy and only the other nodes are looked at;
-        otherwise (explain or a test asking about a few nodes) a node costs one lookup. Without a usable memo
+        drops the nodes its change list names and keeps the others. When most remembered nodes are asked about
+        (kube-scheduler's filter), the allocations are one dict copy less the nodes not asked, and only the
+        nodes not remembered are looked at; otherwise (explain or a test asking about a few nodes) a node costs
+        one lookup. Without a usable memo
         (the first pod, pools spanning nodes changed, the change history ran out, an older snapshot than the
         memo's), each node's entry is checked instead."""
         allocations: dict[str, Allocation] = {}
@@ -1547,13 +1548,17 @@ class PodAllocator:
         asked = dict.fromkeys(names).keys()
         remembered, full = known.allocations, known.shortfalls
         unknown: list[str] = []
-        if asked >= remembered.keys() and asked >= full.keys():
-            # Every remembered node is asked about (kube-scheduler asks about all of them): the allocations are
-            # one copy, and only the nodes not remembered (the ones the last bindings changed) are looked at.
+        if 2 * len(asked) >= len(remembered) + len(full):
+            # Most remembered nodes are asked about (kube-scheduler asks about every node its own plugins let
+            # through): the allocations are one copy less the nodes not asked, and only the nodes not
+            # remembered (the ones the last bindings changed) are looked at.
             allocations = dict(remembered)
+            for name in remembered.keys() - asked:
+                del allocations[name]
             for name, shortfall in full.items():
-                full_nodes.setdefault((shortfall.selectable, shortfall.free), []).append(name)
-            if len(remembered) + len(full) < len(asked):
+                if name in asked:
+                    full_nodes.setdefault((shortfall.selectable, shortfall.free), []).append(name)
+            if len(allocations) + sum(map(len, full_nodes.values())) < len(asked):
                 unknown = _in_order(asked - remembered.keys() - full.keys(), names)
         else:
             answer_of, full_of = remembered.get, full.get

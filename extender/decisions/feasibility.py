@@ -49,8 +49,8 @@ class DeviceOutcomes(NamedTuple):
     allocations: dict[str, Allocation]
     refusals: dict[str, NotAllocatable]
     refused_groups: tuple[tuple[NotAllocatable, list[str]], ...] = ()
-    # The remembered answers of the pod's shape when `allocations` is exactly theirs (the commonest pod asked
-    # about every node): score_nodes reads its score groups from there.
+    # The remembered answers of the pod's shape when every allocation in `allocations` is theirs (the commonest
+    # pod): score_nodes reads its score groups from there.
     settled: SettledNodes | None = None
 
     def by_node(self, node_names: Iterable[str]) -> dict[str, AllocationOutcome]:
@@ -111,8 +111,6 @@ def device_outcomes(
             else:
                 refusals[name] = outcome  # type: ignore[assignment]  # the other kind of outcome
     settled = allocator.remember(names)
-    if settled is not None and (
-        len(settled.allocations) != len(allocations) or settled.allocations.keys() != allocations.keys()
-    ):
-        settled = None  # some allocations are not the remembered ones (a full search, a node not asked)
+    if settled is not None and not settled.allocations.keys() >= allocations.keys():
+        settled = None  # some allocations are not the remembered ones (a full search)
     return DeviceOutcomes(allocations, refusals, tuple(refused_groups), settled)

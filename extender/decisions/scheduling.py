@@ -216,8 +216,8 @@ class PodDecision:
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
     # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
-    # The remembered answers of the pod's shape when the allocations are exactly theirs: score_nodes scores
-    # their nodes a group of equal parts at a time.
+    # The remembered answers of the pod's shape when every allocation is theirs: score_nodes scores the nodes
+    # a group of equal parts at a time.
     settled: SettledNodes | None = None
 
     @property
@@ -335,10 +335,11 @@ def _scores_by_group(
     caches: DecisionCaches,
     part: tuple[str, ScoringWeights],
 ) -> dict[str, ScoreBreakdown]:
-    """Every passing node's score, for a decision whose allocations are the remembered ones (`settled`): the
-    nodes of one score group (equal parts) and one quota headroom (one NodeQuota) share a score, so the scores
-    are a few dict updates in C. The groups are completed here for the nodes they lack (the ones the last
-    changes dropped) and published for the next pod of this shape."""
+    """The passing nodes' scores, for a decision whose allocations are remembered ones (`settled`): the nodes
+    of one score group (equal parts) and one quota headroom (one NodeQuota) share a score, so the scores are a
+    few dict updates in C. Outside quota every remembered node gets one (the caller keeps the ones asked about).
+    The groups are completed here for the nodes they lack (the ones the last changes dropped) and published for
+    the next pod of this shape."""
     strategy, weights = part
     groups = settled.scores.get(part, NO_SCORE_GROUPS)
     if len(groups.scored) != len(settled.allocations):
@@ -524,6 +525,7 @@ def decide_pod(
         unmapped=options.unmapped_classes,
         extended=extended,
         matcher=matcher,
+        same_counts=settled is not None,
     )
     # The failed nodes: refused by the devices (node by node, or the nodes full alike a group at a time), or by
     # quota (every node, or a bucket's nodes). The nodes that pass need nothing here: NodeVerdicts builds their
