@@ -20,7 +20,8 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
 | | | out new tokens; answers under the old ones are never found again and leave with their entries) |
 | settled | - / (class signature, request-shape token) | carries its snapshot version; a later snapshot drops |
-| | | the nodes its change list names (claim, slice, Node events on them), or all (pools spanning nodes) |
+| | | the nodes its change list names (claim, slice, Node events on them), or all (pools spanning nodes); |
+| | | its score groups (ScoreGroups) follow it, less the nodes dropped |
 
 The gates (decisions/features.py) are one value for the service's life; the memos whose answers depend on
 them are keyed by objects of the gated view (`gated` hands out one NodeDevices, with its own Device objects,
