@@ -11,7 +11,10 @@ import dataclasses
 import random
 from typing import Any
 
+import yaml
+
 from extender.decisions.scheduling import score_nodes
+from extender.decisions.scoring import STRATEGY_ANNOTATION
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.sources import SnapshotSource
@@ -20,7 +23,6 @@ from testkit.clusters import cluster_objects
 from testkit.scenarios import cluster_queue
 
 NODES = 24
-STRATEGY = "dra-extender.kueue.x-k8s.io/scoring-strategy"
 
 
 def burst_engine() -> tuple[SchedulingService, list[str], dict[str, list[int]]]:
@@ -37,7 +39,7 @@ def burst_engine() -> tuple[SchedulingService, list[str], dict[str, list[int]]]:
     for node in objects["Node"]:
         name = node["metadata"]["name"]
         free[name] = [index for index in range(8) if (name, f"gpu-{index}") not in taken]
-    text = "---\n".join(__import__("yaml").safe_dump(obj) for kind in objects.values() for obj in kind)
+    text = yaml.safe_dump_all([obj for kind in objects.values() for obj in kind])
     service = SchedulingService(SnapshotSource(text=text), ExtenderConfig())
     service.start()
     return service, sorted(free), free
@@ -48,7 +50,7 @@ def pod_object(index: int, rng: random.Random) -> dict[str, Any]:
     queue = rng.choice(["q", "q", None])
     pod = b.pod(f"burst-{index}", "bench", templates={"gpu": template}, queue=queue)
     if rng.random() < 0.3:
-        pod["metadata"].setdefault("annotations", {})[STRATEGY] = "LeastAllocated"
+        pod["metadata"].setdefault("annotations", {})[STRATEGY_ANNOTATION] = "LeastAllocated"
     return pod
 
 
