@@ -14,7 +14,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
-| allocation_scores | (strategy, weights) / an allocation (of one free-list entry) | as node_scores |
+| allocation_scores | strategy / an allocation (of one free-list entry) | as node_scores |
 | score_parts | - / (device fit, firstAvailable) | nothing: interning only |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
@@ -47,7 +47,6 @@ from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
 
 if TYPE_CHECKING:
     from extender.decisions.allocator import Allocation, ChosenDevice
-    from extender.decisions.scoring import ScoreBreakdown
     from extender.decisions.selection import Selectable, Verdict
 
 MAX_VERDICTS = 500_000
@@ -70,7 +69,7 @@ class Shortfall(NamedTuple):
 
 class ScoreGroups(NamedTuple):
     """The nodes of one SettledNodes grouped by their score parts (device fit, firstAvailable; interned), for
-    one (strategy, weights): nodes with equal parts and equal quota headroom get the same score, so score_nodes
+    one strategy: nodes with equal parts and equal quota headroom get the same score, so score_nodes
     answers a group at a time in C instead of a node at a time. Never changed: a new value replaces it."""
 
     by_parts: Mapping[tuple[float, float], frozenset[str]]
@@ -103,7 +102,7 @@ class SettledNodes(NamedTuple):
     were: one lookup per node, no per-node version checks. The nodes that can take the pod and the full ones
     are kept apart, so that a pod asked about every remembered node (kube-scheduler asks about all of them)
     gets its allocations as one copy of `allocations`, with no Python work per node; `scores` groups those
-    nodes by their score parts per (strategy, weights), filled by score_nodes when it first needs them (each
+    nodes by their score parts per strategy, filled by score_nodes when it first needs them (each
     group a pure function of the allocations here) and carried to later snapshots less the nodes that changed."""
 
     version: int  # the snapshot version the answers hold at
@@ -111,8 +110,8 @@ class SettledNodes(NamedTuple):
     # never changed: additions make a new SettledNodes
     allocations: Mapping[str, Allocation]
     shortfalls: Mapping[str, Shortfall]
-    # (strategy, weights) -> the score groups of `allocations`' nodes (score_nodes publishes a completed value)
-    scores: dict[object, ScoreGroups]
+    # strategy -> the score groups of `allocations`' nodes (score_nodes publishes a completed value)
+    scores: dict[str, ScoreGroups]
 
     def brought_to(self, snapshot: ClusterSnapshot) -> SettledNodes:
         """The answers that hold for `snapshot`: these less the nodes its change list names since; none when
@@ -188,10 +187,9 @@ class DecisionCaches:
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
     # The same parts by the allocation's identity (the commonest pod's allocation lives in a free-list entry and
-    # is handed to every pod of its shape), with the score at full quota headroom: one lookup per node in
-    # score_nodes. Allocations built afresh per pod
+    # is handed to every pod of its shape): one lookup per node in score_nodes. Allocations built afresh per pod
     # (several requests in one claim) also land here until the memo clears: hence its own, smaller bound.
-    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[float, float], ScoreBreakdown]] = field(
+    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[float, float]]] = field(
         default_factory=lambda: BoundedMemo("allocation_scores", MAX_ALLOCATION_SCORES)
     )
     # (device fit, firstAvailable) -> itself: one object per distinct pair, so that score_nodes can combine per

@@ -287,45 +287,23 @@ def score_nodes(
     node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
     (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
     The commonest pod's allocation on a node is itself kept in that entry and handed to every pod of its shape,
-    so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument),
-    with the whole score at full quota headroom: a pod outside quota (headroom 1.0 everywhere) costs one lookup
-    per node, in a comprehension. The parts are interned (`caches.score_parts`): under quota, nodes with equal
-    parts share one combined breakdown per headroom, looked up by identity. Only the headroom, which moves with
-    every reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor)."""
-    verdicts = decision.verdicts
-    allocations, per_node = verdicts.allocations, verdicts.per_node
-    if not allocations:  # a pod with nothing for us to decide, or refused everywhere: no node to score
+    so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument):
+    a node costs one lookup. The parts are interned (`caches.score_parts`): nodes with equal parts share one
+    combined breakdown per headroom, looked up by identity. Only the headroom, which moves with every
+    reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor).
+    A decision made of the remembered answers of its shape (`PodDecision.settled`) skips even that lookup: its
+    nodes are scored a group of equal parts at a time (`_scores_by_group`)."""
+    if not decision.verdicts.allocations:  # nothing for us to decide, or refused everywhere: no node to score
         return Ranking(decision, {})
     strategy = decision.strategy
     names = node_names if isinstance(node_names, list) else list(node_names)
-    # Only quota refuses nodes that have an allocation (device refusals carry none): by bucket, or every node
-    # when it refuses the pod itself (its queue is gone, ...; then there is no NodeQuota at all).
-    quota = decision.quota
-    refused_by_quota = quota.pod_rejection is not None or bool(quota.refused_groups)
-    allocation_of = allocations.get
-    part = (strategy, weights)
     settled = decision.settled
-    if settled is not None and (not refused_by_quota or quota.pod_rejection is None):
-        grouped = _scores_by_group(decision, settled, snapshot, caches, part)
+    if settled is not None and decision.quota.pod_rejection is None:
+        grouped = _scores_by_group(decision, settled, snapshot, caches, strategy, weights)
         if len(grouped) == len(names) and grouped.keys() == dict.fromkeys(names).keys():
             return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
         return Ranking(decision, {node: score for node in names if (score := grouped.get(node)) is not None})
-    if not per_node and not refused_by_quota:  # outside quota: the score at full headroom, remembered
-        remembered_of = caches.allocation_scores.table(part).get
-        scores = {
-            node: remembered[2]
-            for node in names
-            if (allocation := allocation_of(node)) is not None
-            and (remembered := remembered_of(id(allocation))) is not None
-            and remembered[0] is allocation
-        }
-        if len(scores) < len(names):  # nodes without an allocation, or not remembered yet
-            for node in set(names).difference(scores):
-                allocation = allocation_of(node)
-                if allocation is not None:
-                    scores[node] = _remembered_score(allocation, snapshot, node, caches, part)[2]
-        return Ranking(decision, scores)
-    return Ranking(decision, _scores_under_quota(decision, names, snapshot, caches, part, refused_by_quota))
+    return Ranking(decision, _scores_node_by_node(decision, names, snapshot, caches, strategy, weights))
 
 
 def _scores_by_group(
@@ -333,20 +311,20 @@ def _scores_by_group(
     settled: SettledNodes,
     snapshot: ClusterSnapshot,
     caches: DecisionCaches,
-    part: tuple[str, ScoringWeights],
+    strategy: str,
+    weights: ScoringWeights,
 ) -> dict[str, ScoreBreakdown]:
     """The passing nodes' scores, for a decision whose allocations are remembered ones (`settled`): the nodes
     of one score group (equal parts) and one quota headroom (one NodeQuota) share a score, so the scores are a
     few dict updates in C. Outside quota every remembered node gets one (the caller keeps the ones asked about).
     The groups are completed here for the nodes they lack (the ones the last changes dropped) and published for
     the next pod of this shape."""
-    strategy, weights = part
-    groups = settled.scores.get(part, NO_SCORE_GROUPS)
+    groups = settled.scores.get(strategy, NO_SCORE_GROUPS)
     if len(groups.scored) != len(settled.allocations):
         missing = settled.allocations.keys() - groups.scored
         allocation_of = settled.allocations.__getitem__
-        found = {node: _remembered_score(allocation_of(node), snapshot, node, caches, part)[1] for node in missing}
-        groups = settled.scores[part] = groups.with_nodes(found)
+        found = {node: _score_parts(allocation_of(node), snapshot, node, caches, strategy) for node in missing}
+        groups = settled.scores[strategy] = groups.with_nodes(found)
     scores: dict[str, ScoreBreakdown] = {}
     quota = decision.quota
     if not quota.per_node:  # outside quota: full headroom everywhere
@@ -363,16 +341,19 @@ def _scores_by_group(
     return scores
 
 
-def _scores_under_quota(
+def _scores_node_by_node(
     decision: PodDecision,
     names: list[str],
     snapshot: ClusterSnapshot,
     caches: DecisionCaches,
-    part: tuple[str, ScoringWeights],
-    refused_by_quota: bool,
+    strategy: str,
+    weights: ScoringWeights,
 ) -> dict[str, ScoreBreakdown]:
-    """score_nodes for a pod under quota: the node parts remembered, combined per headroom (see score_nodes)."""
-    strategy, weights = part
+    """score_nodes for a decision without remembered score groups: a lookup per node (see score_nodes)."""
+    quota = decision.quota
+    # Only quota refuses nodes that have an allocation (device refusals carry none): by bucket, or every node
+    # when it refuses the pod itself (its queue is gone, ...; then there is no NodeQuota at all).
+    refused_by_quota = quota.pod_rejection is not None or bool(quota.refused_groups)
     scores: dict[str, ScoreBreakdown] = {}
     verdicts = decision.verdicts
     allocations, per_node = verdicts.allocations, verdicts.per_node
@@ -386,16 +367,17 @@ def _scores_under_quota(
     combined_parts: list[tuple[float, float]] = []  # keeps the parts keyed by id alive for this call
     last_quota: object = _NOT_LOOKED_UP
     by_allocation = caches.allocation_scores
-    allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(part).get
+    allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(strategy).get
     for node in names:  # once per passing node: lookups only, on the methods bound above
         allocation = allocation_of(node)
         if allocation is None or (refused_by_quota and node in failures):
             continue
         remembered = parts_of(id(allocation))
-        if remembered is None or remembered[0] is not allocation:
-            remembered = _remembered_score(allocation, snapshot, node, caches, part)
-            parts_of = by_allocation.table(part).get
-        parts = remembered[1]
+        if remembered is not None and remembered[0] is allocation:
+            parts = remembered[1]
+        else:
+            parts = _score_parts(allocation, snapshot, node, caches, strategy)
+            parts_of = by_allocation.table(strategy).get
         if governed:
             node_quota = quota_of(node)
             if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
@@ -414,21 +396,14 @@ def _scores_under_quota(
     return scores
 
 
-def _remembered_score(
-    allocation: Allocation,
-    snapshot: ClusterSnapshot,
-    node: str,
-    caches: DecisionCaches,
-    part: tuple[str, ScoringWeights],
-) -> tuple[Allocation, tuple[float, float], ScoreBreakdown]:
-    """A node's (device fit, firstAvailable) parts, interned, and its score at full headroom; remembered for
-    one-claim allocations of the shortcut, by the devices taken and by the allocation itself (see score_nodes).
-    """
-    strategy, weights = part
+def _score_parts(
+    allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
+) -> tuple[float, float]:
+    """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
+    shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
     claims = allocation.claims
     if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
-        parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
-        return allocation, parts, combine(parts[0], parts[1], 1.0, strategy, weights)
+        return caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
     memo = caches.node_scores
     taken = claims[0].devices
     remembered = memo.get(id(taken), strategy)
@@ -437,8 +412,8 @@ def _remembered_score(
         memo.put(id(taken), (taken, parts), strategy)
     else:
         parts = remembered[1]
-    entry = (allocation, parts, combine(parts[0], parts[1], 1.0, strategy, weights))
-    return caches.allocation_scores.put(id(allocation), entry, part)
+    caches.allocation_scores.put(id(allocation), (allocation, parts), strategy)
+    return parts
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
