@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
 from http import HTTPStatus
 from importlib import resources
 from typing import Any, Protocol
@@ -34,6 +35,7 @@ from extender.transport.views import web
 from extender.transport.wire import (
     DIAGNOSTICS_ELSEWHERE,
     DIAGNOSTICS_ELSEWHERE_MESSAGE,
+    HostPriorityEncoder,
     WireError,
     filter_error,
     filter_result,
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+# A verb's answer to a parsed request body: a payload to encode, or bytes encoded already.
+VerbAnswer = Callable[[SchedulingService, ExtenderMetrics, Any], Any]
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
 
@@ -150,13 +154,18 @@ def answer_filter(service: SchedulingService, metrics: ExtenderMetrics, body: An
     return filter_result(args, decision)
 
 
-def answer_prioritize(service: SchedulingService, metrics: ExtenderMetrics, body: Any) -> Any:
-    """HostPriorityList for a parsed ExtenderArgs body; raises NotSyncedError when verdicts cannot be given."""
+def answer_prioritize(
+    service: SchedulingService, metrics: ExtenderMetrics, body: Any, encoder: HostPriorityEncoder | None = None
+) -> Any:
+    """HostPriorityList for a parsed ExtenderArgs body; raises NotSyncedError when verdicts cannot be given.
+    With an `encoder`, the list comes encoded already (bytes)."""
     args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
     ranking = service.prioritize(args.pod, args.node_names)
     metrics.child(metrics.nodes_evaluated, "prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:
         metrics.child(metrics.fast_path, "prioritize").inc()
+    if encoder is not None:
+        return encoder.encode(args, ranking)
     return prioritize_result(args, ranking)
 
 
@@ -436,7 +445,11 @@ class SchedulingVerbs:
         self.metrics: ExtenderMetrics = app.extensions["dra_metrics"]
         self.in_flight: InFlight = app.extensions["dra_in_flight"]
         self.max_body_bytes: int = app.config["MAX_CONTENT_LENGTH"]
-        self.verbs = {"/filter": ("filter", answer_filter), "/prioritize": ("prioritize", answer_prioritize)}
+        self.host_priorities = HostPriorityEncoder()
+        self.verbs: dict[str, tuple[str, VerbAnswer]] = {
+            "/filter": ("filter", answer_filter),
+            "/prioritize": ("prioritize", partial(answer_prioritize, encoder=self.host_priorities)),
+        }
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         route = self.verbs.get(environ.get("PATH_INFO", ""))
@@ -467,7 +480,7 @@ class SchedulingVerbs:
             headers.append(("X-Request-Id", request_id))
         finally:
             self.in_flight.end(token)
-        encoded = orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
+        encoded = payload if type(payload) is bytes else orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS)
         headers.append(("Content-Length", str(len(encoded))))
         self.metrics.child(self.metrics.request_seconds, verb).observe(time.perf_counter() - started)
         self.metrics.child(self.metrics.requests, verb, str(status)).inc()

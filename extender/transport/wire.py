@@ -12,10 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from extender.decisions.scheduling import PodDecision, Ranking
+from extender.decisions.scoring import MAX_SCORE, ScoreBreakdown
 from extender.state.core import Pod, parse_pod
 from extender.state.errors import ObjectError
 from extender.state.fields import type_name
+from extender.state.indexes.memo import BoundedMemo
 
 # The reason of a 404 for /diagnostics or /ui on a listener that does not serve them (the deployment's metrics
 # listener on the pod IP): the kubectl plugin, reaching it through the Service proxy, computes locally instead.
@@ -152,6 +156,55 @@ def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, An
     return [
         {"Host": name, "Score": score.total if (score := score_of(name)) is not None else 0} for name in args.node_names
     ]
+
+
+# Node names whose encoded HostPriority entries are kept (a cluster has a few thousand; churn clears them).
+MAX_ENCODED_HOSTS = 50_000
+
+
+class HostPriorityEncoder:
+    """prioritize's answer as JSON bytes, from each node's HostPriority entries encoded once.
+
+    kube-scheduler asks prioritize about every node that passed (a thousand and more), and the answer names each
+    with its score. A dict per node handed to orjson cost about 130 us of the pair at 1000 nodes (the answer
+    is built and encoded inside kube-scheduler's serial cycle, for every pod); a node's entry differs only by
+    its score, an integer 0..MAX_SCORE, so each node's entries for every score are encoded once and an answer
+    is one lookup per node and a join (about 55 us). The bytes equal orjson's encoding of `prioritize_result`
+    (what the tests compare). The entries live in a BoundedMemo (its eviction and locking rules); the names
+    come from the request and are encoded by orjson, so any string is escaped as JSON requires."""
+
+    __slots__ = ("_memo",)
+
+    def __init__(self, max_hosts: int = MAX_ENCODED_HOSTS) -> None:
+        self._memo: BoundedMemo[str, Mapping[int, bytes]] = BoundedMemo("host_priorities", max_hosts)
+
+    def encode(self, args: ExtenderArgs, ranking: Ranking) -> bytes:
+        names, scores = args.node_names, ranking.scores
+        try:
+            return self._join(names, scores, self._memo.table())
+        except KeyError:  # a name not seen yet (or the memo was cleared meanwhile), or a score out of range
+            known = self._memo.table()
+            entries = {name: known.get(name) or self._entries(name) for name in names}
+            try:
+                return self._join(names, scores, entries)
+            except KeyError:  # every name is in `entries`: a score outside 0..MAX_SCORE (combine makes none)
+                return orjson.dumps(prioritize_result(args, ranking))
+
+    @staticmethod
+    def _join(
+        names: list[str], scores: Mapping[str, ScoreBreakdown], entries: Mapping[str, Mapping[int, bytes]]
+    ) -> bytes:
+        if not scores:
+            parts = [entries[name][0] for name in names]
+        else:
+            score_of = scores.get
+            parts = [entries[name][score.total if (score := score_of(name)) is not None else 0] for name in names]
+        return b"[" + b",".join(parts) + b"]"
+
+    def _entries(self, name: str) -> Mapping[int, bytes]:
+        host = orjson.dumps(name)
+        encoded = {score: b'{"Host":%b,"Score":%d}' % (host, score) for score in range(MAX_SCORE + 1)}
+        return self._memo.put(name, encoded)
 
 
 @dataclass(frozen=True, slots=True)

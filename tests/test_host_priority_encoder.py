@@ -1,0 +1,59 @@
+"""prioritize's answer encoded from remembered per-node entries must be byte for byte what orjson makes of
+the HostPriorityList (transport/wire.py HostPriorityEncoder)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.decisions.scoring import MAX_SCORE
+from extender.transport.wire import ExtenderArgs, HostPriorityEncoder, prioritize_result
+
+
+def ranking(scores: dict[str, int]) -> Any:
+    """What the encoder reads of a Ranking: the scores by node, each with its total."""
+    return SimpleNamespace(scores={name: SimpleNamespace(total=total) for name, total in scores.items()})
+
+
+def args(names: list[str]) -> ExtenderArgs:
+    return ExtenderArgs(pod=None, node_names=names, node_objects=None)  # type: ignore[arg-type]
+
+
+def expected(names: list[str], scores: dict[str, int]) -> bytes:
+    return orjson.dumps(prioritize_result(args(names), ranking(scores)))
+
+
+names_strategy = st.lists(st.text(min_size=1, max_size=12), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=names_strategy, data=st.data())
+def test_encoded_answer_equals_the_dict_answer(names: list[str], data: st.DataObject) -> None:
+    """Any names (quotes, backslashes, control characters, non-ASCII, repeats) and any subset scored."""
+    scored = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
+    scores = {name: data.draw(st.integers(0, MAX_SCORE)) for name in scored}
+    encoder = HostPriorityEncoder(max_hosts=8)  # small: the answers outgrow it and it clears meanwhile
+    for _ in range(2):  # the second answer comes from the remembered entries
+        encoded = encoder.encode(args(names), ranking(scores))
+        assert encoded == expected(names, scores)
+        assert orjson.loads(encoded) == [{"Host": name, "Score": scores.get(name, 0)} for name in names]
+
+
+def test_no_scores_answers_zero_for_every_node_asked() -> None:
+    names = ["node-1", 'we"ird\\name', "node-1", "nöde-é"]
+    encoder = HostPriorityEncoder()
+    assert encoder.encode(args(names), ranking({})) == expected(names, {})
+    assert orjson.loads(encoder.encode(args(names), ranking({}))) == [{"Host": n, "Score": 0} for n in names]
+
+
+def test_score_outside_the_range_falls_back_to_encoding_the_list() -> None:
+    """scoring.combine clamps every total into 0..MAX_SCORE; should one ever escape, the answer still says it."""
+    names = ["a", "b"]
+    encoder = HostPriorityEncoder()
+    encoder.encode(args(names), ranking({"a": 1}))  # remembered entries for both names
+    for scores in ({"a": MAX_SCORE + 1}, {"b": -1}, {"a": 2, "b": -MAX_SCORE - 1}):
+        assert encoder.encode(args(names), ranking(scores)) == expected(names, scores)
