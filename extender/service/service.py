@@ -198,6 +198,7 @@ class SchedulingService:
             if changed == version or self._stopping.is_set() or self.sync_problem():
                 continue
             version = changed
+            self.store.foreground.step_aside()  # a verb running now catches the view up itself
             try:
                 with self.reservations.lock:
                     snapshot = self.snapshot()

@@ -29,6 +29,7 @@ from extender.state.dra import (
     apply_taint_rules,
 )
 from extender.state.errors import ObjectError
+from extender.state.foreground import ForegroundWork
 from extender.state.inventory import (
     EMPTY_NODE_DEVICES,
     NodeDevices,
@@ -254,6 +255,8 @@ class ClusterStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified when a watch event or a list made a new version
+        # Verbs mark themselves running here; the watch threads and the view keeper step aside meanwhile.
+        self.foreground = ForegroundWork()
         self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME if kind not in PERSISTENT_KINDS}
         self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
         self._raw_versions: dict[str, dict[str, str]] = {kind: {} for kind in KINDS_BY_NAME}

@@ -28,6 +28,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.state.foreground import ForegroundWork
 from extender.transport.diagnostics import decision_json, node_json, queues_json
 from extender.transport.liveness import InFlight, probe_listener
 from extender.transport.metrics import ExtenderMetrics
@@ -462,13 +463,26 @@ class SchedulingVerbs:
         ):
             return self.wsgi_app(environ, start_response)
         verb, answer = route
+        # kube-scheduler waits for this answer: the extender's background threads hold off meanwhile
+        # (state/foreground.py), from the body's parse until the server has written the answer and closes it.
+        foreground = self.service.store.foreground
+        foreground.begin()
+        try:
+            return _WrittenAnswer(self._serve(verb, answer, int(length), environ, start_response), foreground)
+        except BaseException:
+            foreground.end()
+            raise
+
+    def _serve(
+        self, verb: str, answer: VerbAnswer, length: int, environ: dict[str, Any], start_response: StartResponse
+    ) -> Iterable[bytes]:
         started = time.perf_counter()
         token = self.in_flight.begin()
         headers = [("Content-Type", "application/json")]
         try:
             status, payload = (
                 200,
-                answer(self.service, self.metrics, json_body(environ["wsgi.input"].read(int(length)))),
+                answer(self.service, self.metrics, json_body(environ["wsgi.input"].read(length))),
             )
         except WireError as error:
             status, payload = 400, {"error": str(error)}
@@ -486,6 +500,24 @@ class SchedulingVerbs:
         self.metrics.child(self.metrics.requests, verb, str(status)).inc()
         start_response(f"{status} {HTTPStatus(status).phrase}", headers)
         return [encoded]
+
+
+class _WrittenAnswer(list[bytes]):
+    """A verb's answer as the WSGI iterable; the server calls `close` once it has written it (PEP 3333, also
+    when the write failed), which ends the verb's foreground mark. The server writes the headers and the body
+    with a system call each: a watch thread woken meanwhile would otherwise take the interpreter between them
+    and hold kube-scheduler's answer back by one event's work."""
+
+    __slots__ = ("_foreground",)
+
+    def __init__(self, answer: Iterable[bytes], foreground: ForegroundWork | None) -> None:
+        super().__init__(answer)
+        self._foreground = foreground
+
+    def close(self) -> None:
+        foreground, self._foreground = self._foreground, None
+        if foreground is not None:
+            foreground.end()
 
 
 def create_app(

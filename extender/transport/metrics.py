@@ -129,6 +129,19 @@ class _StateCollector(Collector):
         for name, seconds in sorted(thread_cpu_seconds().items()):
             threads.add_metric([name], seconds)
         yield threads
+        foreground = service.store.foreground
+        stepped_aside = CounterMetricFamily(
+            "dra_extender_background_stepped_aside",
+            "Times a watch thread or the view keeper waited for a running filter or prioritize to finish.",
+        )
+        stepped_aside.add_metric([], foreground.stepped_aside)
+        yield stepped_aside
+        waited = CounterMetricFamily(
+            "dra_extender_background_wait_seconds",
+            "Seconds watch threads and the view keeper spent waiting for running verbs (at most 50 ms per gap).",
+        )
+        waited.add_metric([], foreground.waited_seconds)
+        yield waited
         version = GaugeMetricFamily("dra_extender_state_version", "Change counter of the cluster view.")
         version.add_metric([], view.snapshot.version)
         yield version
