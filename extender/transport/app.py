@@ -510,9 +510,9 @@ class _WrittenAnswer(list[bytes]):
 
     __slots__ = ("_foreground",)
 
-    def __init__(self, answer: Iterable[bytes], foreground: ForegroundWork | None) -> None:
+    def __init__(self, answer: Iterable[bytes], foreground: ForegroundWork) -> None:
         super().__init__(answer)
-        self._foreground = foreground
+        self._foreground: ForegroundWork | None = foreground  # None once closed: a second close ends nothing
 
     def close(self) -> None:
         foreground, self._foreground = self._foreground, None

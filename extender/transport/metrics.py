@@ -79,37 +79,34 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         service = self.service
         view = service.quota_view()
-        held = GaugeMetricFamily("dra_extender_reservations_held", "Pods holding a quota reservation.")
-        held.add_metric([], len(view.reservations))
-        yield held
+        yield GaugeMetricFamily(
+            "dra_extender_reservations_held", "Pods holding a quota reservation.", value=len(view.reservations)
+        )
         released = CounterMetricFamily(
             "dra_extender_reservations_released", "Reservations let go, by reason.", labels=["reason"]
         )
         for reason, count in sorted(service.released_reservations.items()):
             released.add_metric([reason], count)
         yield released
-        parked = GaugeMetricFamily(
+        yield GaugeMetricFamily(
             "dra_extender_parked_pods",
             "Refusals for quota or devices since the last requeue: pods that wait for one (service/parking.py).",
+            value=service.parked.count,
         )
-        parked.add_metric([], service.parked.count)
-        yield parked
-        requeues = CounterMetricFamily(
+        yield CounterMetricFamily(
             "dra_extender_requeues",
             "Requeues asked for because quota or devices freed up for pods the extender refused (requeue).",
+            value=service.requeues,
         )
-        requeues.add_metric([], service.requeues)
-        yield requeues
-        restored = GaugeMetricFamily(
+        yield GaugeMetricFamily(
             "dra_extender_reservations_restored",
             "Reservations taken over from the previous process's journal at start (reservations.journal).",
+            value=service.restored_reservations,
         )
-        restored.add_metric([], service.restored_reservations)
-        yield restored
         health = service.health()
-        ready = GaugeMetricFamily("dra_extender_ready", "1 when the cluster view is loaded and in sync.")
-        ready.add_metric([], 1.0 if health.ready else 0.0)
-        yield ready
+        yield GaugeMetricFamily(
+            "dra_extender_ready", "1 when the cluster view is loaded and in sync.", value=1.0 if health.ready else 0.0
+        )
         freshness = GaugeMetricFamily(
             "dra_extender_state_age_seconds",
             "Seconds since each watched resource last listed, received an event or a bookmark.",
@@ -129,22 +126,19 @@ class _StateCollector(Collector):
         for name, seconds in sorted(thread_cpu_seconds().items()):
             threads.add_metric([name], seconds)
         yield threads
-        foreground = service.store.foreground
-        stepped_aside = CounterMetricFamily(
+        yield CounterMetricFamily(
             "dra_extender_background_stepped_aside",
             "Times a watch thread or the view keeper waited for a running filter or prioritize to finish.",
+            value=service.store.foreground.stepped_aside,
         )
-        stepped_aside.add_metric([], foreground.stepped_aside)
-        yield stepped_aside
-        waited = CounterMetricFamily(
+        yield CounterMetricFamily(
             "dra_extender_background_wait_seconds",
             "Seconds watch threads and the view keeper spent waiting for running verbs (at most 50 ms per gap).",
+            value=service.store.foreground.waited_seconds,
         )
-        waited.add_metric([], foreground.waited_seconds)
-        yield waited
-        version = GaugeMetricFamily("dra_extender_state_version", "Change counter of the cluster view.")
-        version.add_metric([], view.snapshot.version)
-        yield version
+        yield GaugeMetricFamily(
+            "dra_extender_state_version", "Change counter of the cluster view.", value=view.snapshot.version
+        )
         memo_entries = GaugeMetricFamily("dra_extender_memo_entries", "Entries held per memo.", labels=["memo"])
         memo_clears = CounterMetricFamily(
             "dra_extender_memo_clears", "Wholesale clears of a full memo.", labels=["memo"]
