@@ -14,11 +14,18 @@ A round: a fresh namespace with one pre-created ResourceClaim (1 GPU) per pod an
 scheduling gate so that none is scheduled while the burst is still being created; then every gate is removed
 (8 threads) and the clock runs from the first removal until a watch has seen every pod bound. pods/s = pods /
 that time. Rounds alternate between the two schedulers (which one goes first alternates too); the namespace is
-deleted (and its claims deallocated) before the next round. One small warm-up round per scheduler goes first.
-Figures are medians over rounds; the ratio is median time with the extender / median time without (<= 1.10 is
-the goal of issue 14). kube-scheduler's own scheduling_algorithm_duration_seconds per pod, without and with the
-extender, says what the extender adds to the serial cycle (at 1000 nodes that part is nearly all of each pod's
-time; at 200 nodes on two cores the machine's CPU is the limit too, and every millisecond of CPU per pod counts).
+deleted, and its pods and claims are gone (devices deallocated) before the next round. One small warm-up round
+per scheduler goes first. Figures are medians over rounds; the ratio is median time with the extender / median
+time without (<= 1.10 is the goal of issue 14), and each round pair's ratio is printed too. kube-scheduler's
+own scheduling_algorithm_duration_seconds per pod, without and with the extender, says what the extender adds
+to the serial cycle (at 1000 nodes that part is nearly all of each pod's time; at 200 nodes on two cores the
+machine's CPU is the limit too, and every millisecond of CPU per pod counts).
+
+`--floor` adds rounds through a third kube-scheduler whose extender is bench/null_extender.py (every node passes,
+every score 0): the floor any extender served by gunicorn costs kube-scheduler at that node count, measured in
+the same control plane as ours. `--profile DIR` writes kube-scheduler's CPU
+profile of each round. Attempts that did not schedule a pod (result unschedulable or error) are printed per
+round: each is a whole cycle more.
 
 Both schedulers and the extender watch the cluster all the time, so each pays for the other's rounds too; the
 extender's own per-verb latency (its /metrics histogram) is printed as well, and its CPU per pod by thread
@@ -43,6 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -53,13 +61,17 @@ from extender.transport.thread_cpu import stat_cpu_seconds
 from testkit.control_plane import (
     DEVICE_CLASS,
     KUEUE_CRD_DIR,
+    LOOPBACK,
     REPO_ROOT,
+    Component,
     ControlPlane,
     free_port,
     pod_manifest,
     scheduler_config,
+    spawn,
     start_control_plane,
     start_extender,
+    wait_http_ready,
     wait_until,
 )
 
@@ -71,6 +83,8 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 GATE = "bench.dra-extender/hold"
 FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "bench-gpu", "bench", "bench"
 MODES = ("plain", "extender")  # scheduler profile names: without / with our extender
+NULL_MODE = "null"  # with bench/null_extender.py (--floor)
+MODE_LABELS = {"extender": "with our extender", NULL_MODE: "with the null extender (the floor)"}
 THREADS = 8
 
 
@@ -141,9 +155,23 @@ def populate(plane: ControlPlane, nodes: int, gpus: int) -> list[str]:
     return names
 
 
-def start_schedulers(plane: ControlPlane, extender_url: str, qps: int) -> None:
-    for mode in MODES:
-        config = scheduler_config(plane.kubeconfig, extender_url if mode == "extender" else None, mode)
+def start_null_extender(plane: ControlPlane) -> Component:
+    """bench/null_extender.py under gunicorn's gthread worker with our server's settings (one process, 16
+    threads, keep-alive 30 s): the protocol's floor."""
+    port = free_port()
+    gunicorn = REPO_ROOT / ".venv" / "bin" / "gunicorn"
+    args = [str(gunicorn), "--bind", f"{LOOPBACK}:{port}", "--worker-class", "gthread", "--workers", "1"]
+    args += ["--threads", "16", "--keep-alive", "30", "--chdir", str(REPO_ROOT), "bench.null_extender:app"]
+    component = spawn("null-extender", args, plane.log_dir)
+    component.url = f"http://{LOOPBACK}:{port}"
+    wait_http_ready(component, f"{component.url}/readyz")
+    return component
+
+
+def start_schedulers(plane: ControlPlane, extender_urls: dict[str, str], qps: int) -> None:
+    """One kube-scheduler for the plain mode and one per extender mode, each its own scheduler name."""
+    for mode in (MODES[0], *extender_urls):
+        config = scheduler_config(plane.kubeconfig, extender_urls.get(mode), mode)
         config["clientConnection"].update({"qps": qps, "burst": qps})
         path = plane.workdir / f"scheduler-{mode}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -170,22 +198,47 @@ def thread_cpu(url: str) -> dict[str, float]:
 ALGORITHM_METRIC = "scheduler_scheduling_algorithm_duration_seconds"
 
 
-def scheduling_algorithm(scheduler_url: str, token: str) -> tuple[float, float]:
-    """(sum seconds, count) of kube-scheduler's own scheduling_algorithm_duration_seconds: the part of each
-    pod's serial scheduling cycle that finds and ranks nodes (filter and score plugins, the extender's filter
-    and prioritize calls with their HTTP and JSON on kube-scheduler's side). Its per-pod mean with minus without
-    the extender is what the extender adds to the serial cycle, measured by kube-scheduler itself: steadier than
-    burst times on a shared machine, and it also counts what the extender's histogram cannot see (the Go
-    client's encoding and decoding, the wait for the extender's process to be given a core). The admin token
-    passes kube-scheduler's delegated authorization; the serving certificate is self-signed (loopback)."""
+def scheduler_get(scheduler_url: str, token: str, path: str, timeout: float = 10) -> bytes:
+    """GET from kube-scheduler's secure port: the admin token passes its delegated authorization; the serving
+    certificate is self-signed (loopback)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    request = urllib.request.Request(f"{scheduler_url}/metrics", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10, context=context) as response:
-        text = response.read().decode()
+    request = urllib.request.Request(f"{scheduler_url}{path}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        body: bytes = response.read()
+    return body
+
+
+def scheduling_algorithm(scheduler_url: str, token: str) -> tuple[float, float, dict[str, float]]:
+    """(sum seconds, count) of kube-scheduler's own scheduling_algorithm_duration_seconds, and its schedule
+    attempts by result. The algorithm is the part of each pod's serial scheduling cycle that finds and ranks
+    nodes (filter and score plugins, the extender's filter and prioritize calls with their HTTP and JSON on
+    kube-scheduler's side). Its per-pod mean with minus without the extender is what the extender adds to the
+    serial cycle, measured by kube-scheduler itself: steadier than burst times on a shared machine, and it also
+    counts what the extender's histogram cannot see (the Go client's encoding and decoding, the wait for the
+    extender's process to be given a core). Attempts beyond one per pod are pods scheduled again (a conflict or
+    an unschedulable verdict): each costs a whole cycle more."""
+    text = scheduler_get(scheduler_url, token, "/metrics").decode()
     found = dict(re.findall(rf"^{ALGORITHM_METRIC}_(sum|count) (\S+)$", text, re.MULTILINE))
-    return float(found.get("sum", 0.0)), float(found.get("count", 0.0))
+    attempts: dict[str, float] = {}
+    for result, value in re.findall(
+        r'^scheduler_schedule_attempts_total\{[^}]*result="(\w+)"[^}]*\} (\S+)$', text, re.MULTILINE
+    ):
+        attempts[result] = attempts.get(result, 0.0) + float(value)
+    return float(found.get("sum", 0.0)), float(found.get("count", 0.0)), attempts
+
+
+def capture_profile(scheduler_url: str, token: str, seconds: int, path: Path) -> threading.Thread:
+    """kube-scheduler's CPU profile (its /debug/pprof/profile) over the next `seconds`, written to `path` by a
+    thread; read it with `go tool pprof -top <kube-scheduler binary> <path>`."""
+
+    def fetch() -> None:
+        path.write_bytes(scheduler_get(scheduler_url, token, f"/debug/pprof/profile?seconds={seconds}", seconds + 30))
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    return thread
 
 
 def cpu_seconds(pid: int) -> float:
@@ -207,8 +260,8 @@ def claim(namespace: str, name: str) -> dict[str, Any]:
     }
 
 
-def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> float:
-    """Seconds from the first gate removed until every pod of the burst is bound."""
+def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[float, int]:
+    """Seconds from the first gate removed until every pod of the burst is bound, and on how many nodes."""
     namespace = plane.create_namespace(f"burst-{index if index >= 0 else 'warmup'}-{mode}")
     group, version = KUEUE
     plane.custom.create_namespaced_custom_object(
@@ -235,6 +288,7 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> float:
 
     parallel(create, names)
     bound: dict[str, float] = {}  # pod -> when this bench first saw it bound
+    placed: set[str] = set()  # the nodes they went to
     done = threading.Event()
     watch_client = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))
     watches = [0]  # watch connections the round took (more than one: the server ended one early)
@@ -242,6 +296,7 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> float:
     def record(pod: Any) -> None:
         if pod.spec.node_name and pod.metadata.name not in bound:
             bound[pod.metadata.name] = time.monotonic()
+            placed.add(pod.spec.node_name)
 
     def follow(resource_version: str) -> None:
         """Every pod seen bound, over as many watches as it takes: a watch the server ends (or expires) early
@@ -291,20 +346,39 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> float:
     watch_client.close()
     plane.delete_namespace(namespace)
 
-    def gone() -> bool:
-        try:
-            plane.core.read_namespace(namespace)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
+    def emptied() -> bool:
+        """The round's pods and claims are gone (so its devices are free again). The namespace object itself
+        lingers: the namespace controller retries its finalization with a backoff that took about 50 s a round
+        while nothing was left in it; the next round uses a new namespace, so it does not wait for that."""
+        claims = plane.resource.list_namespaced_resource_claim(namespace, limit=1, _preload_content=False)
+        left = plane.core.list_namespaced_pod(namespace, limit=1, _preload_content=False)
+        return not orjson.loads(claims.data)["items"] and not orjson.loads(left.data)["items"]
 
-    wait_until(gone, timeout=300, interval=0.5, message=f"namespace {namespace} deleted (claims deallocated)")
-    return elapsed
+    wait_until(emptied, timeout=300, interval=0.5, message=f"namespace {namespace} emptied (claims deallocated)")
+    return elapsed, len(placed)
 
 
-def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: int, qps: int) -> None:
+def round_order(modes: tuple[str, ...], index: int) -> tuple[str, ...]:
+    """The modes of round `index`, rotated by one each round: each goes first as often as the others, and
+    with two modes they alternate (plain, extender; extender, plain; ...)."""
+    shift = index % len(modes)
+    return modes[shift:] + modes[:shift]
+
+
+def bench(
+    binaries: dict[str, Path],
+    nodes: int,
+    gpus: int,
+    pods: int,
+    rounds: int,
+    qps: int,
+    profile_dir: Path | None = None,
+    profile_seconds: int = 10,
+    floor: bool = False,
+) -> None:
     workdir = Path(tempfile.mkdtemp(prefix=f"dra-bench-e2e-{nodes}-"))
     plane = start_control_plane(workdir, binaries, start_scheduler=False)
+    modes = (*MODES, NULL_MODE) if floor else MODES
     try:
         plane.apply_crds(KUEUE_CRD_DIR)
         t = time.monotonic()
@@ -313,56 +387,56 @@ def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: i
         print(f"  {nodes} nodes x {gpus} GPUs created in {time.monotonic() - t:.1f}s", flush=True)
         extender = start_extender(plane.kubeconfig, free_port(), log_dir=plane.log_dir, timeout=300)
         plane.components["extender"] = extender
-        start_schedulers(plane, extender.url, qps)
-        seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
-        for mode in MODES:  # warm-up (not counted): informers, connections, the extender's memos
+        extenders = {mode: extender for mode in MODES}  # whose CPU a round counts (ours follows every round)
+        urls_of_extenders = {MODES[1]: extender.url}
+        if floor:
+            extenders[NULL_MODE] = plane.components["null-extender"] = start_null_extender(plane)
+            urls_of_extenders[NULL_MODE] = extenders[NULL_MODE].url
+        start_schedulers(plane, urls_of_extenders, qps)
+        seconds: dict[str, list[float]] = {mode: [] for mode in modes}
+        for mode in modes:  # warm-up (not counted): informers, connections, the extender's memos
             run_round(plane, mode, -1, max(10, pods // 8))
         before = extender_metrics(extender.url)
         # CPU per pod of the round's kube-scheduler and of the extender, measured over each whole round (the
         # burst, then the namespace's deletion: the extender follows every event of both)
-        cpu: dict[str, list[float]] = {f"{mode} {who}": [] for mode in MODES for who in ("scheduler", "extender")}
-        threads: dict[str, dict[str, float]] = {mode: {} for mode in MODES}  # mode -> thread -> CPU seconds
-        pids = {mode: plane.components[f"kube-scheduler-{mode}"].process.pid for mode in MODES}
-        urls = {mode: plane.components[f"kube-scheduler-{mode}"].url for mode in MODES}
-        cycle: dict[str, list[float]] = {mode: [] for mode in MODES}  # ms per pod of the scheduling algorithm
+        cpu: dict[str, list[float]] = {f"{mode} {who}": [] for mode in modes for who in ("scheduler", "extender")}
+        threads: dict[str, dict[str, float]] = {mode: {} for mode in modes}  # mode -> thread -> CPU seconds
+        pids = {mode: plane.components[f"kube-scheduler-{mode}"].process.pid for mode in modes}
+        urls = {mode: plane.components[f"kube-scheduler-{mode}"].url for mode in modes}
+        cycle: dict[str, list[float]] = {mode: [] for mode in modes}  # ms per pod of the scheduling algorithm
         for index in range(rounds):
-            order = MODES if index % 2 == 0 else MODES[::-1]
-            for mode in order:
-                scheduler_cpu, extender_cpu = cpu_seconds(pids[mode]), cpu_seconds(extender.process.pid)
+            for mode in round_order(modes, index):
+                extender_pid = extenders[mode].process.pid
+                scheduler_cpu, extender_cpu = cpu_seconds(pids[mode]), cpu_seconds(extender_pid)
                 threads_before = thread_cpu(extender.url)
                 algorithm_before = scheduling_algorithm(urls[mode], plane.token)
-                elapsed = run_round(plane, mode, index, pods)
+                if profile_dir is not None:
+                    profiling = capture_profile(
+                        urls[mode], plane.token, profile_seconds, profile_dir / f"{nodes}-{mode}-{index}.pprof"
+                    )
+                elapsed, used = run_round(plane, mode, index, pods)
                 algorithm_after = scheduling_algorithm(urls[mode], plane.token)
+                if profile_dir is not None:
+                    profiling.join()
                 attempts = algorithm_after[1] - algorithm_before[1]
                 if attempts:
                     cycle[mode].append((algorithm_after[0] - algorithm_before[0]) / attempts * 1000)
+                retried = {
+                    result: count - algorithm_before[2].get(result, 0.0)
+                    for result, count in algorithm_after[2].items()
+                    if result != "scheduled" and count > algorithm_before[2].get(result, 0.0)
+                }
                 for name, value in thread_cpu(extender.url).items():
                     spent = value - threads_before.get(name, 0.0)
                     threads[mode][name] = threads[mode].get(name, 0.0) + spent
                 cpu[f"{mode} scheduler"].append((cpu_seconds(pids[mode]) - scheduler_cpu) / pods * 1000)
-                cpu[f"{mode} extender"].append((cpu_seconds(extender.process.pid) - extender_cpu) / pods * 1000)
+                cpu[f"{mode} extender"].append((cpu_seconds(extender_pid) - extender_cpu) / pods * 1000)
                 seconds[mode].append(elapsed)
-                print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {pods / elapsed:6.1f} pods/s", flush=True)
+                again = "".join(f", {count:.0f} attempts {result}" for result, count in sorted(retried.items()))
+                rate = f"{pods / elapsed:6.1f} pods/s on {used} nodes"
+                print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {rate}{again}", flush=True)
         after = extender_metrics(extender.url)
-        plain, extended = (statistics.median(seconds[m]) for m in MODES)
-        print(
-            f"{nodes:>6} nodes: without {pods / plain:6.1f} pods/s, with extender {pods / extended:6.1f} pods/s, "
-            f"time ratio {extended / plain:.2f}x (medians of {rounds} rounds)"
-        )
-        plain_mode, extender_mode = MODES
-        print(
-            f"        CPU per pod (medians): kube-scheduler {statistics.median(cpu[f'{plain_mode} scheduler']):.2f} ms "
-            f"without, {statistics.median(cpu[f'{extender_mode} scheduler']):.2f} ms with the extender; "
-            f"the extender {statistics.median(cpu[f'{extender_mode} extender']):.2f} ms in its rounds, "
-            f"{statistics.median(cpu[f'{plain_mode} extender']):.2f} ms in the others (watch events only)"
-        )
-        if all(cycle.values()):
-            without, with_extender = (statistics.median(cycle[m]) for m in MODES)
-            print(
-                f"        kube-scheduler's scheduling algorithm per pod (its own histogram, medians): "
-                f"{without:.2f} ms without, {with_extender:.2f} ms with the extender "
-                f"(+{with_extender - without:.2f} ms in the serial cycle)"
-            )
+        report(nodes, pods, rounds, modes, seconds, cpu, cycle)
         for mode in MODES:
             busiest = sorted(threads[mode].items(), key=lambda item: -item[1])[:6]
             shown = ", ".join(f"{name} {spent / (pods * rounds) * 1000:.2f}" for name, spent in busiest if spent > 0)
@@ -378,6 +452,48 @@ def bench(binaries: dict[str, Path], nodes: int, gpus: int, pods: int, rounds: i
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def report(
+    nodes: int,
+    pods: int,
+    rounds: int,
+    modes: tuple[str, ...],
+    seconds: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+    cycle: dict[str, list[float]],
+) -> None:
+    """Each scheduler with an extender against the plain one: pods/s, the ratio of the median times and each
+    round pair's ratio (the rounds of one index run back to back: the machine's drift over a run moves both
+    alike, so the pairs' ratios are steadier than the ratio of the medians), CPU per pod on both sides and
+    kube-scheduler's scheduling algorithm per pod."""
+    plain = modes[0]
+    base = statistics.median(seconds[plain])
+    print(f"{nodes:>6} nodes: without {pods / base:6.1f} pods/s (medians of {rounds} rounds)")
+    scheduler_cpu = statistics.median(cpu[f"{plain} scheduler"])
+    base_cycle = statistics.median(cycle[plain]) if cycle[plain] else None
+    for mode in modes[1:]:
+        with_it = statistics.median(seconds[mode])
+        pairs = sorted(e / p for p, e in zip(seconds[plain], seconds[mode], strict=True))
+        label = MODE_LABELS[mode]
+        print(
+            f"        {label}: {pods / with_it:6.1f} pods/s, time ratio {with_it / base:.2f}x; per round pair "
+            f"{', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.2f}x"
+        )
+        print(
+            f"          CPU per pod (medians): kube-scheduler {scheduler_cpu:.2f} ms without, "
+            f"{statistics.median(cpu[f'{mode} scheduler']):.2f} ms with; the extender "
+            f"{statistics.median(cpu[f'{mode} extender']):.2f} ms in these rounds"
+        )
+        if base_cycle is not None and cycle[mode]:
+            extended = statistics.median(cycle[mode])
+            print(
+                f"          kube-scheduler's scheduling algorithm per pod (its own histogram, medians): "
+                f"{base_cycle:.2f} ms without, {extended:.2f} ms with ({extended - base_cycle:+.2f} ms in the serial "
+                f"cycle)"
+            )
+    watching = statistics.median(cpu[f"{plain} extender"])
+    print(f"        our extender in the plain rounds (watch events only): {watching:.2f} ms CPU per pod")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, nargs="+", default=[200, 1000])
@@ -385,12 +501,37 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--qps", type=int, default=5000, help="kube-scheduler clientConnection qps and burst")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="write kube-scheduler's CPU profile of each round (its first --profile-seconds) to DIR",
+    )
+    parser.add_argument("--profile-seconds", type=int, default=10)
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run rounds through a third kube-scheduler calling bench/null_extender.py (every node passes, "
+        "every score 0): the protocol's floor, measured in the same control plane",
+    )
     args = parser.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     binaries = find_binaries()
     print(f"End-to-end burst: {args.pods} one-GPU pods (pre-created ResourceClaims, LocalQueue label),")
     print(f"kube-scheduler {binaries['kube-scheduler'].parent.name} without / with the extender, alternating rounds")
     for nodes in args.nodes:
-        bench(binaries, nodes, args.gpus, args.pods, args.rounds, args.qps)
+        bench(
+            binaries,
+            nodes,
+            args.gpus,
+            args.pods,
+            args.rounds,
+            args.qps,
+            args.profile,
+            args.profile_seconds,
+            args.floor,
+        )
 
 
 if __name__ == "__main__":
