@@ -156,13 +156,11 @@ def populate(plane: ControlPlane, nodes: int, gpus: int) -> list[str]:
 
 
 def start_null_extender(plane: ControlPlane) -> Component:
-    """bench/null_extender.py under gunicorn's gthread worker with our server's settings (one process, 16
-    threads, keep-alive 30 s): the protocol's floor."""
+    """bench/null_extender.py under our own server (ExtenderServer, ExtenderWorker, their defaults): the floor of
+    an extender served that way."""
     port = free_port()
-    gunicorn = REPO_ROOT / ".venv" / "bin" / "gunicorn"
-    args = [str(gunicorn), "--bind", f"{LOOPBACK}:{port}", "--worker-class", "gthread", "--workers", "1"]
-    args += ["--threads", "16", "--keep-alive", "30", "--chdir", str(REPO_ROOT), "bench.null_extender:app"]
-    component = spawn("null-extender", args, plane.log_dir)
+    args = [str(REPO_ROOT / ".venv" / "bin" / "python"), "-m", "bench.null_extender", f"{LOOPBACK}:{port}"]
+    component = spawn("null-extender", args, plane.log_dir, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     component.url = f"http://{LOOPBACK}:{port}"
     wait_http_ready(component, f"{component.url}/readyz")
     return component
