@@ -22,8 +22,8 @@ to the serial cycle (at 1000 nodes that part is nearly all of each pod's time; a
 machine's CPU is the limit too, and every millisecond of CPU per pod counts).
 
 `--floor` adds rounds through a third kube-scheduler whose extender is bench/null_extender.py (every node passes,
-every score 0): the floor any extender served by gunicorn costs kube-scheduler at that node count, measured in
-the same control plane as ours. `--profile DIR` writes kube-scheduler's CPU
+every score 0) served by our own server: what the calls themselves cost kube-scheduler at that node count,
+measured in the same control plane as ours. `--profile DIR` writes kube-scheduler's CPU
 profile of each round. Attempts that did not schedule a pod (result unschedulable or error) are printed per
 round: each is a whole cycle more.
 
@@ -435,7 +435,7 @@ def bench(
                 print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {rate}{again}", flush=True)
         after = extender_metrics(extender.url)
         report(nodes, pods, rounds, modes, seconds, cpu, cycle)
-        for mode in MODES:
+        for mode in modes:
             busiest = sorted(threads[mode].items(), key=lambda item: -item[1])[:6]
             shown = ", ".join(f"{name} {spent / (pods * rounds) * 1000:.2f}" for name, spent in busiest if spent > 0)
             print(f"        extender threads in the {mode} rounds, ms per pod: {shown}")
@@ -517,7 +517,7 @@ def main() -> None:
         args.profile.mkdir(parents=True, exist_ok=True)
     binaries = find_binaries()
     print(f"End-to-end burst: {args.pods} one-GPU pods (pre-created ResourceClaims, LocalQueue label),")
-    print(f"kube-scheduler {binaries['kube-scheduler'].parent.name} without / with the extender, alternating rounds")
+    print(f"kube-scheduler {binaries['kube-scheduler'].parent.name} without / with the extender, order rotating")
     for nodes in args.nodes:
         bench(
             binaries,

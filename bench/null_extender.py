@@ -26,17 +26,16 @@ from typing import Any
 
 import orjson
 
+from extender.service import ExtenderConfig
 from extender.transport.server import ExtenderServer, ExtenderWorker, ListenerSettings, ServerLimits, gunicorn_options
+from extender.transport.wire import filter_error
 
-JSON_HEADERS = [("Content-Type", "application/json")]
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
 
 def _answer(verb: str, names: list[str]) -> bytes:
     if verb == "filter":
-        return orjson.dumps(
-            {"Nodes": None, "NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
-        )
+        return orjson.dumps({**filter_error(""), "NodeNames": names})  # the result's shape, every node passing
     return orjson.dumps([{"Host": name, "Score": 0} for name in names])
 
 
@@ -49,13 +48,14 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[byte
     length = int(environ.get("CONTENT_LENGTH") or 0)
     args = orjson.loads(environ["wsgi.input"].read(length))
     body = _answer(verb, args.get("NodeNames") or [])
-    start_response("200 OK", [*JSON_HEADERS, ("Content-Length", str(len(body)))])
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
     return [body]
 
 
 def main() -> None:
     address = sys.argv[1]
-    ExtenderWorker.configure([ListenerSettings(address, app, max_connections=64)], ServerLimits())
+    defaults = ExtenderConfig().server  # the scheduling listener's bounds as `dra-extender serve` applies them
+    ExtenderWorker.configure([ListenerSettings(address, app, defaults.max_connections)], ServerLimits())
     ExtenderServer(app, gunicorn_options([address])).run()
 
 
