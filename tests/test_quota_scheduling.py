@@ -671,3 +671,36 @@ def test_the_view_keeper_lets_a_bound_pods_reservation_go_without_a_verb():
         assert engine.quota_view().usage == {("team-a", "on-demand", RESOURCE): 2}
     finally:
         engine.stop()
+
+
+def test_the_view_keeper_waits_for_the_next_change_while_the_view_is_incomplete():
+    """Before the initial lists are in (or past the watches' grace) the keeper has nothing to keep; it waits for
+    the store's next change rather than asking again at once (it spun through thousands of checks per second
+    while a 1000-node cluster was being listed, slowing that list), and catches up once synced."""
+    import time
+
+    engine = engine_for(base_objects({"on-demand": {"nominal": 2}}), keep_view_current=True)
+    try:
+        asked: list[str] = []
+        sync_problem = engine.sync_problem
+
+        def counted() -> str:
+            problem = sync_problem()
+            asked.append(problem)
+            return problem
+
+        engine.sync_problem = counted  # type: ignore[method-assign]
+        engine.store.set_synced(False)
+        engine.store.apply("Pod", "ADDED", gpu_pod("p1"))  # a watch event wakes the keeper
+        time.sleep(0.3)
+        assert 1 <= len(asked) <= 2 and all(asked)
+        engine.store.apply("ResourceClaim", "ADDED", allocated_claim("p1", 2))
+        engine.store.apply("Pod", "MODIFIED", gpu_pod("p1", node_name="on-demand-0", claim_statuses={"gpu": "p1-gpu"}))
+        engine.store.set_synced(True)
+        deadline = time.monotonic() + 5
+        while engine._reconciled_version != engine.store.version and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine._reconciled_version == engine.store.version
+        assert len(asked) <= 8 and asked[-1] == ""
+    finally:
+        engine.stop()

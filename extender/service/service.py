@@ -195,9 +195,13 @@ class SchedulingService:
         version = self.store.version
         while not self._stopping.is_set():
             changed = self.store.wait_for_change(version, VIEW_KEEPER_IDLE_SECONDS)
-            if changed == version or self._stopping.is_set() or self.sync_problem():
+            if changed == version or self._stopping.is_set():
                 continue
+            # Taken before the sync check: an incomplete view (the initial lists) waits for its next change
+            # here, where keeping `version` would return at once and spin through every check until synced.
             version = changed
+            if self.sync_problem():
+                continue
             self.store.foreground.step_aside()  # a verb running now catches the view up itself
             try:
                 with self.reservations.lock:
