@@ -53,6 +53,13 @@ EVICTION_BYTES = 256 << 20
 _eviction: bytearray | None = None  # set by --cold
 
 
+def enable_cache_eviction() -> None:
+    """From now on evict_caches evicts (--cold; bench/watch_replay.py's cold replays)."""
+    global _eviction
+    if _eviction is None:
+        _eviction = bytearray(EVICTION_BYTES)
+
+
 def evict_caches() -> None:
     """With --cold: push the loop's working set out of the CPU caches, as the neighbours of a real run do."""
     if _eviction is not None:
@@ -208,9 +215,10 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     parser.add_argument("--cold", action="store_true", help="evict the CPU caches before each call and the events")
     args = parser.parse_args()
-    global clock, _eviction
+    global clock
     clock = CLOCKS[args.clock]
-    _eviction = bytearray(EVICTION_BYTES) if args.cold else None
+    if args.cold:
+        enable_cache_eviction()
     print("Scheduling loop: filter over all nodes, prioritize over the passing ones, then the binding's watch events")
     print(f"(1-GPU pods with a LocalQueue, {args.pods} per round, {args.rounds} rounds;", end=" ")
     print(f"medians in ms per pod, {args.clock} clock{', caches evicted before each call' if args.cold else ''})")

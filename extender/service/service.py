@@ -204,14 +204,19 @@ class SchedulingService:
                 continue
             self.store.foreground.step_aside()  # a verb running now catches the view up itself
             try:
-                with self.reservations.lock:
-                    snapshot = self.snapshot()
-                    context, usage, expired = self._caught_up(snapshot)
-                    if self.parked.count:  # the lagging-view case (service/parking.py) needs no verb to wait for
-                        view = self._view(snapshot, context, usage, self.reservations.totals())
-                        self._requeue_if_freed(view, expired)
+                self.catch_up()
             except Exception:
                 log.exception("keeping the quota view current failed")
+
+    def catch_up(self) -> None:
+        """The view keeper's work for one new snapshot: the usage indexes and the reservations brought to it, and
+        parked pods requeued when that freed room (bench/watch_replay.py times it after each watch frame)."""
+        with self.reservations.lock:
+            snapshot = self.snapshot()
+            context, usage, expired = self._caught_up(snapshot)
+            if self.parked.count:  # the lagging-view case (service/parking.py) needs no verb to wait for
+                view = self._view(snapshot, context, usage, self.reservations.totals())
+                self._requeue_if_freed(view, expired)
 
     def health(self) -> SourceHealth:
         return self.source.health()

@@ -321,7 +321,7 @@ class ResourceWatcher:
                     return _Outcome.ENDED, False
                 received += 1
                 self.store.foreground.step_aside()  # a verb kube-scheduler waits for goes first (state/foreground.py)
-                if self._handle(line) is _Outcome.EXPIRED:
+                if self.apply_frame(line) is _Outcome.EXPIRED:
                     return _Outcome.EXPIRED, True
             clean = True
         finally:
@@ -334,7 +334,10 @@ class ResourceWatcher:
         productive = received > 0 or time.monotonic() - opened_at >= MIN_HEALTHY_WATCH_SECONDS
         return _Outcome.ENDED, productive
 
-    def _handle(self, line: bytes) -> _Outcome | None:
+    def apply_frame(self, line: bytes) -> _Outcome | None:
+        """One frame of the watch stream: an event decoded and applied to the store, a bookmark, or the server's
+        error (EXPIRED when the resourceVersion is gone). Public for bench/watch_replay.py, which replays frames
+        recorded from a real control plane through this same path."""
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as error:
