@@ -5,8 +5,8 @@ Run: .venv/bin/python -m bench.watch_replay [--nodes 200 1000] [--pods 400] [--r
 The e2e control plane (testkit/control_plane.py, binaries from tests/e2e/.build) with N nodes x 8 GPUs and
 Kueue's objects, as bench/e2e_bench.py builds it; a snapshot of the cluster (`write_snapshot`); then one burst
 of one-GPU pods through a plain kube-scheduler (e2e_bench.run_round: the round's namespace, LocalQueue, claims,
-pods, bindings, deletion) while raw watches record every frame of those four collections. No extender runs
-there: the frames are what a watch of the extender would have received.
+pods, bindings, deletion) while the extender's own watcher class (ResourceWatcher) records every frame of those
+four collections. No extender runs there: the frames are what the extender's watches would have received.
 
 Each replay starts a fresh extender state in this process (SchedulingService over the snapshot) and takes the
 frames in the order received through ResourceWatcher.apply_frame, the watch threads' own path (decode, parse,
@@ -20,31 +20,47 @@ Issue 14 asks that one watch event cost the same whatever the cluster's size: co
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import threading
 import time
 from io import StringIO
 from pathlib import Path
+from threading import Lock
 from typing import Any
-
-import orjson
 
 import bench.loop_bench as loop_bench
 from bench.e2e_bench import KUEUE, find_binaries, kueue_objects, populate, run_round, start_schedulers
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.kinds import KINDS_BY_NAME
-from extender.state.live.api import KubeApi, iter_lines, load_kubeconfig
+from extender.state.live.api import KubeApi, load_kubeconfig
 from extender.state.live.resources import Resource
 from extender.state.live.snapshot_writer import write_snapshot
 from extender.state.live.watcher import ResourceWatcher, WatchSettings
 from extender.state.sources import SnapshotSource
+from extender.state.store import ClusterStore
 from testkit.control_plane import KUEUE_CRD_DIR, start_control_plane
 
 # What a burst changes, at the versions the e2e control plane serves.
 RECORDED = (("Namespace", "v1"), ("LocalQueue", KUEUE[1]), ("ResourceClaim", "v1"), ("Pod", "v1"))
 QUIET_SECONDS = 2.0  # the recording ends once no frame arrived for this long after the round
+
+
+class RecordingWatcher(ResourceWatcher):
+    """The extender's own watcher (list, then watch, resumed where a dropped stream stopped) into a store of its
+    own, keeping every frame it applies, in the order received across the recorded collections."""
+
+    def __init__(
+        self, api: KubeApi, resource: Resource, store: ClusterStore, frames: list[tuple[str, bytes]], lock: Lock
+    ) -> None:
+        super().__init__(api, resource, store, WatchSettings())
+        self._frames = frames
+        self._frames_lock = lock
+
+    def apply_frame(self, line: bytes) -> Any:
+        with self._frames_lock:
+            self._frames.append((self.resource.kind, line))
+        return super().apply_frame(line)
 
 
 def record(nodes: int, gpus: int, pods: int, qps: int) -> tuple[str, list[tuple[str, bytes]]]:
@@ -62,46 +78,25 @@ def record(nodes: int, gpus: int, pods: int, qps: int) -> tuple[str, list[tuple[
         write_snapshot(api.config, snapshot)
         frames: list[tuple[str, bytes]] = []
         lock = threading.Lock()
-        stopping = threading.Event()
-        open_watches: dict[str, Any] = {}  # kind -> its current response
-
-        def follow(resource: Resource) -> None:
-            """Every frame of the collection; a watch the server ends early is resumed where it stopped."""
-            version = api.get_json(resource.path, query={"limit": "1"})["metadata"]["resourceVersion"]
-            while not stopping.is_set():
-                query = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": version}
-                response = api.request("GET", resource.path, query=query, read_timeout=None)
-                with lock:
-                    open_watches[resource.kind] = response
-                try:
-                    for line in iter_lines(response):
-                        version = orjson.loads(line)["object"]["metadata"]["resourceVersion"]
-                        if b'"BOOKMARK"' not in line[:32]:
-                            with lock:
-                                frames.append((resource.kind, line))
-                except Exception:
-                    if not stopping.is_set():
-                        raise
-
-        resources = [Resource(KINDS_BY_NAME[kind], version) for kind, version in RECORDED]
-        threads = [threading.Thread(target=follow, args=(resource,), daemon=True) for resource in resources]
-        for thread in threads:
-            thread.start()
-        while len(open_watches) < len(threads):
+        recorders = [
+            RecordingWatcher(api, Resource(KINDS_BY_NAME[kind], version), ClusterStore(), frames, lock)
+            for kind, version in RECORDED
+        ]
+        for recorder in recorders:
+            recorder.start()
+        while not all(recorder.listed for recorder in recorders):
             time.sleep(0.05)
         run_round(plane, "plain", 0, pods)
         seen = -1
         while seen != len(frames):
             seen = len(frames)
             time.sleep(QUIET_SECONDS)
-        stopping.set()
-        with lock:
-            responses = list(open_watches.values())
-        for response in responses:
-            with contextlib.suppress(RuntimeError):  # this stream had ended already
-                response.shutdown()
-        with lock:
-            return snapshot.getvalue(), list(frames)
+        for recorder in recorders:
+            recorder.stop()
+            recorder.join(10)
+            if recorder.stats().relists:  # a watch expired and was healed by a relist: frames are missing
+                raise SystemExit(f"the watch of {recorder.name} expired while recording; run again")
+        return snapshot.getvalue(), frames
     finally:
         plane.stop()
 
@@ -110,7 +105,7 @@ def replay(snapshot: str, frames: list[tuple[str, bytes]], cold: bool) -> dict[s
     """CPU seconds per frame: applying it (per kind) and the view keeper's work after it."""
     service = SchedulingService(SnapshotSource(text=snapshot), ExtenderConfig())
     service.start()
-    service.quota_view()
+    service.catch_up()
     versions = dict(RECORDED)
     watchers = {
         kind: ResourceWatcher(None, Resource(KINDS_BY_NAME[kind], versions[kind]), service.store, WatchSettings())  # type: ignore[arg-type]  # never connects
