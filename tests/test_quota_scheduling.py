@@ -529,6 +529,15 @@ def test_verdicts_read_as_a_mapping_in_the_order_asked():
     }
     assert {read[name].category for name in ("spot-0", "spot-1")} == {"other-flavor"}
     assert read["on-demand-1"].category == "devices-in-use" and read["ghost"].category == "unknown-node"
+    # The answer for the very list decided (the filter verb's, known by identity) equals the one for a copy.
+    unique = list(dict.fromkeys(asked))
+    once = filter_pod(engine, gpu_pod("p"), unique)
+    same = filter_result(ExtenderArgs(parse_pod(gpu_pod("p")), unique, None), once)
+    assert once.verdicts.asked is unique
+    assert same == filter_result(ExtenderArgs(parse_pod(gpu_pod("p")), list(unique), None), once)
+    assert same["NodeNames"] == ["on-demand-0"] and {**same["FailedNodes"], **same["FailedAndUnresolvableNodes"]} == {
+        name: verdict.reason for name, verdict in read.items() if not verdict.passed
+    }
     passed = read["on-demand-0"]
     assert passed.node == "on-demand-0" and passed.allocation is not None
     assert passed.quota is decision.quota.per_node["on-demand-0"] and passed.quota.flavor == "on-demand"

@@ -13,7 +13,7 @@ free, which constraint failed), and a search that would run away ends with a rea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
@@ -1515,7 +1515,7 @@ class PodAllocator:
         return allocation
 
     def settle_remembered(
-        self, node_names: Iterable[str]
+        self, node_names: Iterable[str], asked_keys: KeysView[str] | None = None
     ) -> tuple[dict[str, Allocation], list[tuple[NotAllocatable, list[str]]], list[str]]:
         """The commonest pod on every node whose answer is remembered from an earlier pod of its shape: its
         allocations, and its refusals on full nodes as groups (one refusal with no node, and the nodes full
@@ -1533,7 +1533,8 @@ class PodAllocator:
         nodes not remembered are looked at; otherwise (explain or a test asking about a few nodes) a node costs
         one lookup. Without a usable memo
         (the first pod, pools spanning nodes changed, the change history ran out, an older snapshot than the
-        memo's), each node's entry is checked instead."""
+        memo's), each node's entry is checked instead. `asked_keys`: the same nodes as a dict's keys, when the
+        caller has them (decide_pod does: one pass over the nodes less)."""
         allocations: dict[str, Allocation] = {}
         full_nodes: dict[tuple[int, int], list[str]] = {}  # (selectable, free) -> the nodes full that way
         if not self._takes_shortcut:
@@ -1545,7 +1546,7 @@ class PodAllocator:
         else:
             known = memo.brought_to(self.snapshot)
         names = node_names if isinstance(node_names, list) else list(node_names)
-        asked = dict.fromkeys(names).keys()
+        asked = asked_keys if asked_keys is not None else dict.fromkeys(names).keys()
         remembered, full = known.allocations, known.shortfalls
         unknown: list[str] = []
         if 2 * len(asked) >= len(remembered) + len(full):

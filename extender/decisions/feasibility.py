@@ -7,7 +7,7 @@ snapshot, selector verdicts come from the shared matcher's memo, and pods withou
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, KeysView, Sequence
 from typing import NamedTuple
 
 from extender.decisions.allocator import (
@@ -72,11 +72,13 @@ def device_outcomes(
     budget: int = DEFAULT_SEARCH_BUDGET,
     deadline: float | None = None,
     features: Features = DEFAULT_FEATURES,
+    asked: KeysView[str] | None = None,
 ) -> DeviceOutcomes:
     """`deadline` (a time.perf_counter() instant): nodes not reached by then fail with a resolvable reason, so
     the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle.
-    `features`: the DRA feature gates the allocator honours (decisions/features.py). Kept apart as they are
-    found, so that the caller reads each kind without a pass over every node."""
+    `features`: the DRA feature gates the allocator honours (decisions/features.py). `asked`: `node_names` as
+    a dict's keys, when the caller has them. Kept apart as they are found, so that the caller reads each kind
+    without a pass over every node."""
     if pod_claims.problems:
         summary = "; ".join(pod_claims.problems)
         refused = {name: NotAllocatable(name, CATEGORY_CLAIM_MISSING, summary, summary, True) for name in node_names}
@@ -89,7 +91,7 @@ def device_outcomes(
     )
     node_devices = snapshot.node_devices
     decide = allocator.decide
-    allocations, refused_groups, names = allocator.settle_remembered(node_names)
+    allocations, refused_groups, names = allocator.settle_remembered(node_names, asked)
     refusals: dict[str, NotAllocatable] = {}
     for start in range(0, len(names), DEADLINE_CHECK_EVERY):
         if deadline is not None and time.perf_counter() > deadline:
@@ -111,6 +113,8 @@ def device_outcomes(
             else:
                 refusals[name] = outcome  # type: ignore[assignment]  # the other kind of outcome
     settled = allocator.remember(names)
-    if settled is not None and not settled.allocations.keys() >= allocations.keys():
-        settled = None  # some allocations are not the remembered ones (a full search)
+    # The allocations of the nodes settle_remembered answered are the remembered ones; only the nodes decided
+    # here may hold others (a full search): then the answers are not all the memo's.
+    if settled is not None and any(name not in settled.allocations for name in names if name in allocations):
+        settled = None
     return DeviceOutcomes(allocations, refusals, tuple(refused_groups), settled)

@@ -7,7 +7,7 @@ flavor are worded identically on every node of that flavor, so kube-scheduler's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
@@ -481,6 +481,10 @@ def decide_quota(
         parts: dict[int, Charge] = {}
         split: list[tuple[Charge, tuple[tuple[str, ...], ...], list[str]]] = []
         partition = context.flavor_partition(cluster_queue, group, nodes, tolerations)
+        # Every node of `nodes` is in exactly one member set, and every bucket holds only nodes of `nodes`
+        # (step 1 looked each up): with one set, it holds the whole bucket, which then stays one list (the
+        # commonest case, one flavor per group, costs no set intersection per node).
+        only_held = next(iter(partition)) if len(partition) == 1 else None
         for charge, helds, names in buckets:
             part = parts.get(id(charge))
             if part is None:
@@ -488,9 +492,12 @@ def decide_quota(
             if not part:
                 split.append((charge, (*helds, ()), names))
                 continue
-            remaining = set(names)
-            for held, members in partition.items():
-                held_names = list(remaining & members)
+            if only_held is not None:
+                held_groups: Iterable[tuple[tuple[str, ...], list[str]]] = ((only_held, names),)
+            else:
+                remaining = set(names)
+                held_groups = ((held, list(remaining & members)) for held, members in partition.items())
+            for held, held_names in held_groups:
                 if not held_names:
                     continue
                 split.append((charge, (*helds, held), held_names))

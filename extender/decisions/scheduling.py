@@ -167,7 +167,7 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
     what the decision holds anyway: the node's allocation and its NodeQuota (neither, for a pod with nothing
     for us to decide: such a pod costs no Python work per node)."""
 
-    __slots__ = ("_order", "allocations", "failures", "per_node")
+    __slots__ = ("_order", "allocations", "asked", "failures", "per_node")
 
     def __init__(
         self,
@@ -175,11 +175,19 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
         allocations: Mapping[str, Allocation],
         per_node: Mapping[str, NodeQuota],
         failures: NodeFailures,
+        asked: list[str] | None = None,
     ) -> None:
         self._order = order  # every candidate node, in the order asked
         self.allocations = allocations  # the device-feasible nodes' allocations
         self.per_node = per_node
         self.failures = failures
+        # The list of node names the decision was asked about, when it was one: an answer for the same list
+        # (filter's) knows by its identity that it asks about the decided nodes, with no look at each.
+        self.asked = asked
+
+    def order_copy(self) -> dict[str, None]:
+        """Every candidate node in the order asked, as a new dict (a copy in C, no hashing)."""
+        return dict(self._order)
 
     def __getitem__(self, name: str) -> NodeVerdict:
         failed = self.failures.get(name)
@@ -277,8 +285,10 @@ def score_nodes(
     snapshot: ClusterSnapshot,
     caches: DecisionCaches,
     weights: ScoringWeights,
+    asked: KeysView[str] | None = None,
 ) -> Ranking:
-    """Scores of the named nodes that passed (prioritize asks for a few, explain for all).
+    """Scores of the named nodes that passed (prioritize asks for a few, explain for all). `asked`: the same
+    nodes as a dict's keys, when the caller has them.
 
     The node parts of a score (device fit, firstAvailable choice) of the commonest pods are remembered in
     `caches.node_scores`: a one-claim ExactCount allocation on the fast path takes its devices from the node's
@@ -300,7 +310,9 @@ def score_nodes(
     settled = decision.settled
     if settled is not None and decision.quota.pod_rejection is None:
         grouped = _scores_by_group(decision, settled, snapshot, caches, strategy, weights)
-        if len(grouped) == len(names) and grouped.keys() == dict.fromkeys(names).keys():
+        if len(grouped) == len(names) and grouped.keys() == (
+            asked if asked is not None else dict.fromkeys(names).keys()
+        ):
             return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
         return Ranking(decision, {node: score for node in names if (score := grouped.get(node)) is not None})
     return Ranking(decision, _scores_node_by_node(decision, names, snapshot, caches, strategy, weights))
@@ -436,6 +448,7 @@ def decide_pod(
 ) -> PodDecision:
     order = dict.fromkeys(node_names)  # each node once, in the order asked
     names = list(order)
+    asked = node_names if isinstance(node_names, list) else None
     nodes = snapshot.nodes
     strategy = pod_strategy(pod, options)
     extended = resolve_extended(snapshot.device_classes, pod)
@@ -445,7 +458,7 @@ def decide_pod(
         unknown: dict[str, NodeVerdict] = {}
         if not nodes.keys() >= order.keys():
             unknown = {name: _failed(unknown_node(name)) for name in names if name not in nodes}
-        verdicts = NodeVerdicts(order, {}, {}, NodeFailures(unknown) if unknown else NO_FAILURES)
+        verdicts = NodeVerdicts(order, {}, {}, NodeFailures(unknown) if unknown else NO_FAILURES, asked)
         return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)
 
     pod_claims = resolve_pod_claims(snapshot, pod)
@@ -460,6 +473,7 @@ def decide_pod(
             budget=options.search_budget,
             deadline=deadline,
             features=options.features,
+            asked=order.keys(),
         )
     else:
         # The scheduler's <extended-resources> claim differs per node: it asks only for what the node does not
@@ -521,7 +535,7 @@ def decide_pod(
         pod.key,
         pod.uid,
         snapshot.version,
-        NodeVerdicts(order, allocations, per_node, failures),
+        NodeVerdicts(order, allocations, per_node, failures, asked),
         quota=quota,
         strategy=strategy,
         reservation=quota.reservation if len(failures) < len(order) else {},

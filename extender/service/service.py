@@ -417,14 +417,15 @@ class SchedulingService:
         """Scores for the nodes that passed filter; reuses the filter's decision for the same pod when it has one."""
         started = time.perf_counter()
         self.require_synced()
-        names = list(node_names)
+        names = node_names if isinstance(node_names, list) else list(node_names)
+        asked = dict.fromkeys(names).keys()  # built once: the filter's coverage and score_nodes compare with it
         snapshot = self.snapshot()
         decision = self.history.recent_filter(pod_id(pod))
-        if decision is None or not decision.verdicts.keys() >= set(names):
+        if decision is None or not decision.verdicts.keys() >= asked:
             if not needs_our_decision(pod, snapshot):
                 return Ranking(self._decide(snapshot, pod, names, view=None), {})
             decision = self._decide(snapshot, pod, names, view=self.quota_view(), started=started)
-        ranking = score_nodes(decision, names, snapshot, self.caches, self.options.weights)
+        ranking = score_nodes(decision, names, snapshot, self.caches, self.options.weights, asked=asked)
         if not decision.fast_path:
             self.history.record("prioritize", ranking, started)
         return ranking

@@ -100,11 +100,15 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     group of nodes failing alike goes in with one update)."""
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    decided = decision.verdicts.keys()  # a dict's view: membership tests and comparisons in C
+    verdicts = decision.verdicts
+    decided = verdicts.keys()  # a dict's view: membership tests and comparisons in C
     failures = decision.failures  # only the failed nodes need a look at their verdict
     failed_names = failures.names
-    asked = dict.fromkeys(args.node_names)  # each node once, in the order asked
-    every_node_asked = asked.keys() >= decided  # so every failed node was asked about (the usual case)
+    # The decision made for this very list, each node once (the filter verb's): the nodes asked are the ones
+    # decided, known without a look at each.
+    same_list = verdicts.asked is args.node_names and len(decided) == len(args.node_names)
+    asked = {} if same_list else dict.fromkeys(args.node_names)  # each node once, in the order asked
+    every_node_asked = same_list or asked.keys() >= decided  # so every failed node was asked (the usual case)
     for name, failure in failures.built.items():
         if not every_node_asked and name not in asked:
             continue
@@ -116,9 +120,13 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
         answer = unresolvable if template.unresolvable else failed
         in_answer = group_names if every_node_asked else asked.keys() & set(group_names)
         answer.update(dict.fromkeys(in_answer, template.reason))
-    if every_node_asked and len(asked) == len(decided) == len(args.node_names):  # each node decided, asked once
-        deque(map(asked.pop, failed_names), maxlen=0)  # the failed nodes leave, in C (they are all asked)
-        passed = list(asked)
+    if same_list and not failed_names:
+        passed = list(args.node_names)
+    elif same_list or (every_node_asked and len(asked) == len(decided) == len(args.node_names)):
+        # each node decided, asked once
+        remaining = verdicts.order_copy() if same_list else asked
+        deque(map(remaining.pop, failed_names), maxlen=0)  # the failed nodes leave, in C (they are all asked)
+        passed = list(remaining)
     else:  # a node asked twice is answered twice, as asked
         passed = [name for name in args.node_names if name in decided and name not in failed_names]
     result: dict[str, Any] = {
