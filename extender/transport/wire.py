@@ -107,7 +107,8 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     # The decision made for this very list, each node once (the filter verb's): the nodes asked are the ones
     # decided, known without a look at each.
     same_list = verdicts.asked is args.node_names and len(decided) == len(args.node_names)
-    asked = {} if same_list else dict.fromkeys(args.node_names)  # each node once, in the order asked
+    # each node once, in the order asked (for the very list decided, a copy of the decision's order)
+    asked = verdicts.order_copy() if same_list else dict.fromkeys(args.node_names)
     every_node_asked = same_list or asked.keys() >= decided  # so every failed node was asked (the usual case)
     for name, failure in failures.built.items():
         if not every_node_asked and name not in asked:
@@ -120,13 +121,9 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
         answer = unresolvable if template.unresolvable else failed
         in_answer = group_names if every_node_asked else asked.keys() & set(group_names)
         answer.update(dict.fromkeys(in_answer, template.reason))
-    if same_list and not failed_names:
-        passed = list(args.node_names)
-    elif same_list or (every_node_asked and len(asked) == len(decided) == len(args.node_names)):
-        # each node decided, asked once
-        remaining = verdicts.order_copy() if same_list else asked
-        deque(map(remaining.pop, failed_names), maxlen=0)  # the failed nodes leave, in C (they are all asked)
-        passed = list(remaining)
+    if every_node_asked and len(asked) == len(decided) == len(args.node_names):  # each node decided, asked once
+        deque(map(asked.pop, failed_names), maxlen=0)  # the failed nodes leave, in C (they are all asked)
+        passed = list(asked)
     else:  # a node asked twice is answered twice, as asked
         passed = [name for name in args.node_names if name in decided and name not in failed_names]
     result: dict[str, Any] = {
