@@ -11,6 +11,7 @@ RSS flat, /livez answering 200 throughout, the worker's thread count bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -79,9 +80,9 @@ def proc_status(pid: int, field: str) -> int:
     raise AssertionError(field)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    workdir = tmp_path_factory.mktemp("hostile")
+@contextlib.contextmanager
+def serving(workdir: Path, max_connections: int) -> Iterator[dict[str, Any]]:
+    """`dra-extender serve` on a small one-flavor cluster, with `max_connections` on the scheduling listener."""
     objects = [
         b.namespace("team-a"),
         b.device_class(),
@@ -98,7 +99,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     config.write_text(
         yaml.safe_dump(
             {
-                "server": {"readTimeoutSeconds": READ_TIMEOUT, "maxConnections": 64},
+                "server": {"readTimeoutSeconds": READ_TIMEOUT, "maxConnections": max_connections},
                 "diagnostics": {"maxConnections": 32},
                 "logging": {"level": "WARNING"},
             }
@@ -132,6 +133,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             process.wait(15)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with serving(tmp_path_factory.mktemp("hostile"), 64) as running:
+        yield running
 
 
 def filter_body(name: str) -> bytes:
@@ -417,3 +424,33 @@ def test_kept_alive_connections_are_answered_at_any_pace(server: dict[str, Any])
     finally:
         for sock in idle_after_one:
             sock.close()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_DEFER_ACCEPT"), reason="the kernel has no TCP_DEFER_ACCEPT")
+def test_a_request_late_on_its_fresh_connection_is_not_closed_for_idle_ones(tmp_path: Path) -> None:
+    """A client connects, and its request follows a moment later (a descheduled client thread, a slow TLS
+    handshake); meanwhile more idle connections than the bound arrive. The bound closes the oldest idle
+    connection for each newcomer: the late request's connection must not count as one. Before TCP_DEFER_ACCEPT it
+    was accepted at once, became the oldest idle connection after four newcomers, and its request got no answer."""
+    bound = 4
+    with serving(tmp_path, bound) as running:
+        port = running["port"]
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(bound)]
+        late = socket.create_connection(("127.0.0.1", port), timeout=5)
+        time.sleep(0.2)
+        idle += [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(2 * bound)]
+        time.sleep(0.3)
+        body = filter_body("late")
+        late.sendall(
+            b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        data = b""
+        with late:
+            while chunk := late.recv(65536):
+                data += chunk
+        for sock in idle:
+            sock.close()
+        assert data.startswith(b"HTTP/1.1 200"), data[:200]
+        assert json.loads(data.partition(b"\r\n\r\n")[2])["NodeNames"] == NODES
