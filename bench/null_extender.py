@@ -52,10 +52,28 @@ def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[byte
     return [body]
 
 
+class _Answer(list[bytes]):
+    def close(self) -> None:
+        """Nothing to release once written (the extender's verbs end their foreground mark here)."""
+
+
+class NullVerbs:
+    """The same answers on the server's direct path (transport/direct_http.py), which `dra-extender serve` takes
+    for its verbs: the floor pays for the request handling the extender pays for."""
+
+    paths = frozenset(("/filter", "/prioritize"))
+    max_body_bytes = ExtenderConfig().limits.max_body_bytes
+
+    def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], _Answer]:
+        encoded = _answer(path.strip("/"), orjson.loads(body).get("NodeNames") or [])
+        return 200, [("Content-Type", "application/json"), ("Content-Length", str(len(encoded)))], _Answer([encoded])
+
+
 def main() -> None:
     address = sys.argv[1]
     defaults = ExtenderConfig().server  # the scheduling listener's bounds as `dra-extender serve` applies them
-    ExtenderWorker.configure([ListenerSettings(address, app, defaults.max_connections)], ServerLimits())
+    listener = ListenerSettings(address, app, defaults.max_connections, direct=NullVerbs())
+    ExtenderWorker.configure([listener], ServerLimits())
     ExtenderServer(app, gunicorn_options([address])).run()
 
 

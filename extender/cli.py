@@ -180,7 +180,15 @@ def listener_settings(
         **shared,
     )
     listeners = [
-        ListenerSettings(listen, app, config.server.max_connections, tls.cert_file, tls.key_file, tls.client_ca_file)
+        ListenerSettings(
+            listen,
+            app,
+            config.server.max_connections,
+            tls.cert_file,
+            tls.key_file,
+            tls.client_ca_file,
+            direct=app.extensions.get("dra_scheduling_verbs"),
+        )
     ]
     if diagnostics_listen:
         diagnostics = create_app(service, serve_scheduling=False, self_probe=probe, authorizer=authorizer, **shared)

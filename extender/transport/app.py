@@ -438,7 +438,9 @@ class SchedulingVerbs:
     exceed the body limit, so that werkzeug's own handling and the 413 stay the only ones. What the Flask path
     does for a request is done here too, with the same functions: the request metrics and the in-flight record
     (liveness), the body parse and its 400s, the verb (answer_filter, answer_prioritize), the 503 of an unsynced
-    prioritize and the 500 with a request id (internal_error)."""
+    prioritize and the 500 with a request id (internal_error). The server's direct path (transport/direct_http.py),
+    which reads the verbs' requests off the connection without gunicorn's parser, calls `respond` as this WSGI
+    entry does."""
 
     def __init__(self, app: Flask, wsgi_app: WSGIApp) -> None:
         self.wsgi_app = wsgi_app
@@ -451,46 +453,50 @@ class SchedulingVerbs:
             "/filter": ("filter", answer_filter),
             "/prioritize": ("prioritize", partial(answer_prioritize, encoder=self.host_priorities)),
         }
+        self.paths = frozenset(self.verbs)  # what the server's direct path (transport/direct_http.py) hands us
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        route = self.verbs.get(environ.get("PATH_INFO", ""))
+        path = environ.get("PATH_INFO", "")
         length = environ.get("CONTENT_LENGTH") or ""
         if (
-            route is None
+            path not in self.verbs
             or environ.get("REQUEST_METHOD") != "POST"
             or not length.isdigit()
             or int(length) > self.max_body_bytes
         ):
             return self.wsgi_app(environ, start_response)
-        verb, answer = route
+        status, headers, answer = self.respond(path, environ["wsgi.input"].read(int(length)))
+        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
+        return answer
+
+    def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], _WrittenAnswer]:
+        """The answer to a POST of `body` to one of the verbs' paths: status, headers (with Content-Length) and
+        the body, whose `close` the server calls once it has written it."""
+        verb, answer = self.verbs[path]
         # kube-scheduler waits for this answer: the extender's background threads hold off meanwhile
         # (state/foreground.py), from the body's parse until the server has written the answer and closes it.
         foreground = self.service.store.foreground
         foreground.begin()
         try:
-            return _WrittenAnswer(self._serve(verb, answer, int(length), environ, start_response), foreground)
+            status, headers, encoded = self._serve(verb, answer, path, body)
+            return status, headers, _WrittenAnswer(encoded, foreground)
         except BaseException:
             foreground.end()
             raise
 
-    def _serve(
-        self, verb: str, answer: VerbAnswer, length: int, environ: dict[str, Any], start_response: StartResponse
-    ) -> Iterable[bytes]:
+    def _serve(self, verb: str, answer: VerbAnswer, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         started = time.perf_counter()
         token = self.in_flight.begin()
         headers = [("Content-Type", "application/json")]
         try:
-            status, payload = (
-                200,
-                answer(self.service, self.metrics, json_body(environ["wsgi.input"].read(length))),
-            )
+            status, payload = 200, answer(self.service, self.metrics, json_body(body))
         except WireError as error:
             status, payload = 400, {"error": str(error)}
         except NotSyncedError as error:  # prioritize only (filter answers it in its Error field)
             status, payload = 503, {"error": str(error)}
         except Exception:
             status = 500
-            payload, request_id = internal_error("POST", environ.get("PATH_INFO", ""))
+            payload, request_id = internal_error("POST", path)
             headers.append(("X-Request-Id", request_id))
         finally:
             self.in_flight.end(token)
@@ -498,8 +504,7 @@ class SchedulingVerbs:
         headers.append(("Content-Length", str(len(encoded))))
         self.metrics.child(self.metrics.request_seconds, verb).observe(time.perf_counter() - started)
         self.metrics.child(self.metrics.requests, verb, str(status)).inc()
-        start_response(f"{status} {HTTPStatus(status).phrase}", headers)
-        return [encoded]
+        return status, headers, encoded
 
 
 class _WrittenAnswer(list[bytes]):
@@ -510,8 +515,8 @@ class _WrittenAnswer(list[bytes]):
 
     __slots__ = ("_foreground",)
 
-    def __init__(self, answer: Iterable[bytes], foreground: ForegroundWork) -> None:
-        super().__init__(answer)
+    def __init__(self, encoded: bytes, foreground: ForegroundWork) -> None:
+        super().__init__((encoded,))
         self._foreground: ForegroundWork | None = foreground  # None once closed: a second close ends nothing
 
     def close(self) -> None:
@@ -568,5 +573,7 @@ def create_app(
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected)
     if serve_scheduling:
-        app.wsgi_app = SchedulingVerbs(app, app.wsgi_app)  # type: ignore[method-assign]
+        verbs = SchedulingVerbs(app, app.wsgi_app)
+        app.wsgi_app = verbs  # type: ignore[method-assign]
+        app.extensions["dra_scheduling_verbs"] = verbs  # the server's direct path answers through it too
     return app

@@ -53,6 +53,14 @@ from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
+from extender.transport.direct_http import (
+    RECV_BYTES,
+    DirectVerbs,
+    HeadLimits,
+    read_direct_request,
+    response_bytes,
+)
+
 log = logging.getLogger(__name__)
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -78,6 +86,8 @@ class ListenerSettings:
     cert_file: str = ""
     key_file: str = ""
     client_ca_file: str = ""
+    # kube-scheduler's verbs answered off the connection (transport/direct_http.py); None: all through gunicorn
+    direct: DirectVerbs | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +231,9 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
     listeners: Mapping[str, ListenerSettings] = {}
     limits = ServerLimits()
     wsgi: Any
+    alive: bool  # gunicorn's, as the attributes below
+    nr: int
+    max_requests: int
 
     @classmethod
     def configure(cls, listeners: Iterable[ListenerSettings], limits: ServerLimits) -> None:
@@ -231,8 +244,14 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         self._by_socket: dict[Any, _Listener] = {}
         self._watchdog_stop = threading.Event()
         self._lingering = threading.BoundedSemaphore(max(1, self.cfg.threads // 2))
+        self._head_limits = HeadLimits(
+            self.cfg.limit_request_line, self.cfg.limit_request_fields, self.cfg.limit_request_field_size
+        )
         for listener_socket in self.sockets:
             _defer_accept(listener_socket)
+        # gunicorn's access log sees only the requests gunicorn serves: with one configured, every request goes
+        # through gunicorn, so that the log misses none.
+        self._direct_allowed = not self.cfg.accesslog
         super().init_process()
 
     def _listener_for(self, listener_socket: Any) -> _Listener:
@@ -327,11 +346,55 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         while True:
             DEADLINES.begin(conn)
             try:
-                result = super().handle(conn)
+                result = self._handle_direct(conn)
+                if result is None:
+                    result = super().handle(conn)
             finally:
                 DEADLINES.end()
             if result is not True or not self.alive or not self._next_request_soon(conn):
                 return result
+
+    def _handle_direct(self, conn: BoundedConn) -> bool | None:
+        """Serve one of kube-scheduler's verbs on the direct path (transport/direct_http.py): True to keep the
+        connection, False to close it; None when the request is not one for that path (gunicorn then reads it,
+        from the bytes given back to its parser)."""
+        direct = conn.listener.settings.direct
+        if direct is None or not self._direct_allowed:
+            return None
+        try:
+            conn.sock.setblocking(True)
+            conn.init()
+            if conn.parser.unreader.buf.getvalue():
+                return None  # bytes read ahead by gunicorn's parser (a pipelined request): its own to read
+            first = conn.sock.recv(RECV_BYTES)
+            if not first:
+                return False  # the client closed its kept-alive connection
+            request = read_direct_request(conn.sock, first, direct, self._head_limits)
+            if request is None:
+                conn.parser.unreader.unread(first)
+                return None
+            DEADLINES.request_read()
+            self.nr += 1
+            if self.nr >= self.max_requests and self.alive:  # as gunicorn's handle_request: max_requests reached
+                log.info("Autorestarting worker after current request.")
+                self.alive = False
+            keep_alive = (
+                request.keep_alive
+                and self.alive
+                and bool(self.cfg.keepalive)
+                and len(self.keepalived_conns) < self.max_keepalived
+            )
+            status, headers, answer = direct.respond(request.path, request.body)
+            try:
+                conn.sock.sendall(response_bytes(status, headers, answer, keep_alive))
+            finally:
+                answer.close()
+            if request.rest:
+                conn.parser.unreader.unread(request.rest)
+            return keep_alive
+        except (OSError, EOFError, ssl.SSLError) as error:  # the client went away, or the deadline shut its socket
+            log.debug("direct request ended: %s", error)
+            return False
 
     def _next_request_soon(self, conn: BoundedConn) -> bool:
         """Whether the connection's next request arrives within KEEPALIVE_LINGER_SECONDS (this thread then serves
