@@ -3,13 +3,8 @@ takes, and that every request gets the same answer whichever path serves it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,22 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from extender.transport.direct_http import HeadLimits, parse_direct_head, response_bytes
-from testkit import builders as b
-from tests.support.net import free_port
-from tests.support.scenarios import (
-    cluster_queue,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from tests.support.scenarios import gpu_pod
+from tests.support.serve import Served, serving
 
-BIN = Path(sys.executable).parent / "dra-extender"
 LIMITS = HeadLimits(request_line=8190, fields=100, field_size=16380)
 NODES = ["on-demand-0", "on-demand-1", "on-demand-2"]
 
@@ -104,53 +88,15 @@ def test_the_answer_is_one_buffer_with_the_connection_said() -> None:
 # --- a real `dra-extender serve` ------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def serving(workdir: Path, *extra: str) -> Iterator[int]:
-    """`dra-extender serve` on three nodes; yields its port."""
-    objects = [
-        b.namespace("team-a"),
-        b.device_class(),
-        kueue_config(),
-        flavor("on-demand"),
-        *nodes_in_flavor("on-demand", len(NODES), 4),
-        cluster_queue("team-a", {"on-demand": {"nominal": 1000}}, cohort=None),
-        local_queue("team-a", "team-a"),
-        *templates("team-a"),
-    ]
-    snapshot = workdir / "cluster.yaml"
-    snapshot.write_text(yaml.safe_dump_all(objects))
-    listen = free_port()
-    log = workdir / "server.log"
-    process = subprocess.Popen(
-        [str(BIN), "serve", "--snapshot", str(snapshot), "--listen", f"127.0.0.1:{listen}", *extra],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{listen}/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"serve did not start: {log.read_text()}") from None
-                time.sleep(0.2)
-        yield listen
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("direct"), len(NODES), {"logging": {"level": "WARNING"}}) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    with serving(tmp_path_factory.mktemp("direct")) as listen:
-        yield listen
+def port(served: Served) -> int:
+    return served.port
 
 
 def read_response(reader: Any) -> tuple[int, dict[str, str], bytes]:
@@ -254,9 +200,11 @@ def test_a_body_in_slow_pieces_and_bad_bodies(port: int) -> None:
 
 
 @pytest.mark.slow
-def test_the_direct_path_is_timed_and_counted(port: int) -> None:
+def test_the_direct_path_is_timed_and_counted(served: Served) -> None:
+    port = served.port
+
     def filters_counted() -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{served.diagnostics_port}/metrics", timeout=5) as response:
             text = response.read().decode()
         return sum(
             float(line.rsplit(" ", 1)[1])
@@ -274,7 +222,7 @@ def test_with_an_access_log_every_request_goes_through_gunicorn(tmp_path: Path) 
     access_log = tmp_path / "access.log"
     config = tmp_path / "gunicorn.conf.py"
     config.write_text(f"accesslog = {str(access_log)!r}\n")
-    with serving(tmp_path, "--gunicorn-config", str(config)) as listen:
-        (response,), _ = exchange(listen, verb_request("/filter", "logged"), answers=1)
+    with serving(tmp_path, len(NODES), {}, "--gunicorn-config", str(config)) as running:
+        (response,), _ = exchange(running.port, verb_request("/filter", "logged"), answers=1)
     assert response[0] == 200 and response[1]["server"] != "dra-extender"
     assert '"POST /filter HTTP/1.1" 200' in access_log.read_text()

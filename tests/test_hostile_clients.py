@@ -14,54 +14,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from testkit import builders as b
-from tests.support.net import free_port
-from tests.support.scenarios import (
-    cluster_queue,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from tests.support.scenarios import gpu_pod
+from tests.support.serve import Served
+from tests.support.serve import serving as serve_cluster
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent / "dra-extender"
 DURATION = float(os.environ.get("HOSTILE_LOAD_SECONDS", "10"))
 NODES = [f"on-demand-{i}" for i in range(8)]
 READ_TIMEOUT = 2.0
-
-
-def wait_ready(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"serve exited: {log.read_text()}")
-        try:
-            with urllib.request.urlopen(url + "/readyz", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"not ready in time: {log.read_text()}")
 
 
 def worker_pid(master: int) -> int:
@@ -80,63 +52,20 @@ def proc_status(pid: int, field: str) -> int:
     raise AssertionError(field)
 
 
-@contextlib.contextmanager
-def serving(workdir: Path, max_connections: int) -> Iterator[dict[str, Any]]:
-    """`dra-extender serve` on a small one-flavor cluster, with `max_connections` on the scheduling listener."""
-    objects = [
-        b.namespace("team-a"),
-        b.device_class(),
-        kueue_config(),
-        flavor("on-demand"),
-        *nodes_in_flavor("on-demand", len(NODES), 8),
-        cluster_queue("team-a", {"on-demand": {"nominal": 1000}}, cohort=None),
-        local_queue("team-a", "team-a"),
-        *templates("team-a"),
-    ]
-    snapshot = workdir / "cluster.yaml"
-    snapshot.write_text(yaml.safe_dump_all(objects))
-    config = workdir / "extender.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "server": {"readTimeoutSeconds": READ_TIMEOUT, "maxConnections": max_connections},
-                "diagnostics": {"maxConnections": 32},
-                "logging": {"level": "WARNING"},
-            }
-        )
+def serving(workdir: Path, max_connections: int) -> contextlib.AbstractContextManager[Served]:
+    return serve_cluster(
+        workdir,
+        len(NODES),
+        {
+            "server": {"readTimeoutSeconds": READ_TIMEOUT, "maxConnections": max_connections},
+            "diagnostics": {"maxConnections": 32},
+            "logging": {"level": "WARNING"},
+        },
     )
-    port, diagnostics_port = free_port(), free_port()
-    log = workdir / "server.log"
-    process = subprocess.Popen(
-        [
-            str(BIN),
-            "serve",
-            "--snapshot",
-            str(snapshot),
-            "--config",
-            str(config),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--diagnostics-listen",
-            f"127.0.0.1:{diagnostics_port}",
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    try:
-        wait_ready(f"http://127.0.0.1:{diagnostics_port}", process, log)
-        yield {"port": port, "diagnostics_port": diagnostics_port, "pid": process.pid, "log": log}
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     with serving(tmp_path_factory.mktemp("hostile"), 64) as running:
         yield running
 
@@ -270,9 +199,9 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def test_verbs_stay_fast_under_hostile_slow_and_idle_clients(server: dict[str, Any]) -> None:
-    port, diagnostics_port = server["port"], server["diagnostics_port"]
-    worker = worker_pid(server["pid"])
+def test_verbs_stay_fast_under_hostile_slow_and_idle_clients(server: Served) -> None:
+    port, diagnostics_port = server.port, server.diagnostics_port
+    worker = worker_pid(server.pid)
     for index in range(50):  # warm up caches and allocator before the baseline
         http_request(port, "POST", "/filter", filter_body(f"warm-{index}"))
     rss_start = proc_status(worker, "VmRSS")
@@ -346,9 +275,9 @@ def test_verbs_stay_fast_under_hostile_slow_and_idle_clients(server: dict[str, A
     assert rss_end - rss_start < 64 * 1024, f"RSS grew {(rss_end - rss_start) // 1024} MiB"
 
 
-def test_an_idle_connection_gives_way_at_the_bound(server: dict[str, Any]) -> None:
+def test_an_idle_connection_gives_way_at_the_bound(server: Served) -> None:
     """At maxConnections the oldest idle connection is closed for the new one: nobody is locked out."""
-    diagnostics_port = server["diagnostics_port"]
+    diagnostics_port = server.diagnostics_port
     held = [socket.create_connection(("127.0.0.1", diagnostics_port), timeout=2) for _ in range(40)]
     try:
         time.sleep(0.5)
@@ -395,11 +324,11 @@ def filter_request(name: str) -> bytes:
     return head.encode() + body
 
 
-def test_kept_alive_connections_are_answered_at_any_pace(server: dict[str, Any]) -> None:
+def test_kept_alive_connections_are_answered_at_any_pace(server: Served) -> None:
     """A pool thread waits briefly on a kept-alive connection for its next request (server.py
     `_next_request_soon`): requests right after one another, after a pause past that wait, and pipelined ones
     are all answered; and connections gone idle after a request do not hold the threads a new one needs."""
-    port = server["port"]
+    port = server.port
     idle_after_one = []
     try:
         for index in range(24):  # more than the 16 pool threads, each idle right after its answer
@@ -434,7 +363,7 @@ def test_a_request_late_on_its_fresh_connection_is_not_closed_for_idle_ones(tmp_
     was accepted at once, became the oldest idle connection after four newcomers, and its request got no answer."""
     bound = 4
     with serving(tmp_path, bound) as running:
-        port = running["port"]
+        port = running.port
         idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(bound)]
         late = socket.create_connection(("127.0.0.1", port), timeout=5)
         time.sleep(0.2)
