@@ -35,7 +35,7 @@ RECV_BYTES = 256 * 1024
 _REFUSED_FIELDS = frozenset((b"transfer-encoding", b"expect", b"upgrade"))
 
 
-class VerbAnswer(Protocol):
+class WrittenBody(Protocol):
     """The answer's body chunks; `close` is called once the answer is written, or failed to be."""
 
     def __iter__(self) -> Any: ...
@@ -49,7 +49,7 @@ class DirectVerbs(Protocol):
     paths: frozenset[str]
     max_body_bytes: int  # a larger body goes to gunicorn and Flask, which answer 413
 
-    def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], VerbAnswer]:
+    def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], WrittenBody]:
         """Status, headers (with Content-Length) and body of the answer to a verb's request body."""
         ...
 
