@@ -14,9 +14,13 @@ from extender.decisions.scoring import MAX_SCORE
 from extender.transport.wire import ExtenderArgs, HostPriorityEncoder, prioritize_result
 
 
-def ranking(scores: dict[str, int]) -> Any:
-    """What the encoder reads of a Ranking: the scores by node, each with its total."""
-    return SimpleNamespace(scores={name: SimpleNamespace(total=total) for name, total in scores.items()})
+def ranking(scores: dict[str, int], *, fast_path: bool = False) -> Any:
+    """What the encoder reads of a Ranking: the scores by node, each with its total, and whether the decision
+    was the fast path (a pod with nothing of ours to decide)."""
+    return SimpleNamespace(
+        scores={name: SimpleNamespace(total=total) for name, total in scores.items()},
+        decision=SimpleNamespace(fast_path=fast_path),
+    )
 
 
 def args(names: list[str]) -> ExtenderArgs:
@@ -48,6 +52,16 @@ def test_no_scores_answers_zero_for_every_node_asked() -> None:
     encoder = HostPriorityEncoder()
     assert encoder.encode(args(names), ranking({})) == expected(names, {})
     assert orjson.loads(encoder.encode(args(names), ranking({}))) == [{"Host": n, "Score": 0} for n in names]
+
+
+def test_a_pod_with_nothing_to_decide_gets_an_empty_list() -> None:
+    """kube-scheduler adds nothing, and no tie-breaker, for nodes an answer does not name: the pod ranks as
+    without an extender, and kube-scheduler decodes no entry per node."""
+    names = ["node-1", "node-2"]
+    encoder = HostPriorityEncoder()
+    encoder.encode(args(names), ranking({"node-1": 3}))  # remembered entries do not matter
+    assert encoder.encode(args(names), ranking({}, fast_path=True)) == b"[]"
+    assert prioritize_result(args(names), ranking({}, fast_path=True)) == []
 
 
 def test_score_outside_the_range_falls_back_to_encoding_the_list() -> None:

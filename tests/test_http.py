@@ -103,6 +103,16 @@ def test_pod_without_claims_takes_fast_path(client):
     assert 'dra_extender_fast_path_total{verb="filter"} 1.0' in metrics
 
 
+def test_pod_without_claims_gets_an_empty_prioritize_answer(client):
+    """Nothing of ours to score: kube-scheduler ranks the pod as without an extender (wire.scores_nothing), on the
+    lean path and through Flask alike; a device pod still gets an entry per node."""
+    plain = orjson.dumps({"Pod": b.pod("plain", "default"), "NodeNames": NODES})
+    assert client.post("/prioritize", data=plain, content_type="application/json").get_json() == []
+    assert _without_length(client, "/prioritize", plain).get_json() == []
+    scored = post(client, "/prioritize", {"Pod": gpu_pod("p"), "NodeNames": NODES}).get_json()
+    assert [entry["Host"] for entry in scored] == NODES
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

@@ -153,7 +153,10 @@ def filter_error(message: str) -> dict[str, Any]:
 
 
 def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, Any]]:
-    """HostPriorityList: every requested node, 0 for the ones that did not pass (and for fast-path pods)."""
+    """HostPriorityList: every requested node, 0 for the ones that did not pass; empty for a pod with nothing of
+    ours to decide (`scores_nothing`)."""
+    if scores_nothing(ranking):
+        return []
     scores = ranking.scores
     if not scores:
         return [{"Host": name, "Score": 0} for name in args.node_names]
@@ -161,6 +164,16 @@ def prioritize_result(args: ExtenderArgs, ranking: Ranking) -> list[dict[str, An
     return [
         {"Host": name, "Score": score.total if (score := score_of(name)) is not None else 0} for name in args.node_names
     ]
+
+
+def scores_nothing(ranking: Ranking) -> bool:
+    """A pod with no claims, no queue and no DRA-backed extended resource (the decision's fast path): prioritize
+    answers an empty HostPriorityList instead of a 0 for every node. kube-scheduler (pkg/scheduler/
+    schedule_one.go prioritizeNodes) adds an extender's score only to the nodes the answer names, and gives
+    only those a random tie-breaker (NodePluginScores.Randomizer); so the pod is ranked exactly as without an
+    extender, and kube-scheduler skips decoding an entry per node for every pod that does not use devices
+    (encoding/json took 0.6 ms for 1000 entries on a 2-core machine, inside the serial scheduling cycle)."""
+    return ranking.decision.fast_path
 
 
 # Node names whose encoded HostPriority entries are kept (a cluster has a few thousand; churn clears them).
@@ -184,6 +197,8 @@ class HostPriorityEncoder:
         self._memo: BoundedMemo[str, Mapping[int, bytes]] = BoundedMemo("host_priorities", max_hosts)
 
     def encode(self, args: ExtenderArgs, ranking: Ranking) -> bytes:
+        if scores_nothing(ranking):
+            return b"[]"
         names, scores = args.node_names, ranking.scores
         try:
             return self._join(names, scores, self._memo.table())
