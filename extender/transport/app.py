@@ -36,10 +36,10 @@ from extender.transport.views import web
 from extender.transport.wire import (
     DIAGNOSTICS_ELSEWHERE,
     DIAGNOSTICS_ELSEWHERE_MESSAGE,
-    HostPriorityEncoder,
     WireError,
     filter_error,
     filter_result,
+    host_priority_list,
     parse_binding_args,
     parse_extender_args,
     prioritize_result,
@@ -155,18 +155,16 @@ def answer_filter(service: SchedulingService, metrics: ExtenderMetrics, body: An
     return filter_result(args, decision)
 
 
-def answer_prioritize(
-    service: SchedulingService, metrics: ExtenderMetrics, body: Any, encoder: HostPriorityEncoder | None = None
-) -> Any:
+def answer_prioritize(service: SchedulingService, metrics: ExtenderMetrics, body: Any, encoded: bool = False) -> Any:
     """HostPriorityList for a parsed ExtenderArgs body; raises NotSyncedError when verdicts cannot be given.
-    With an `encoder`, the list comes encoded already (bytes)."""
+    With `encoded`, the list comes encoded already (bytes: wire.host_priority_list)."""
     args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
     ranking = service.prioritize(args.pod, args.node_names)
     metrics.child(metrics.nodes_evaluated, "prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:
         metrics.child(metrics.fast_path, "prioritize").inc()
-    if encoder is not None:
-        return encoder.encode(args, ranking)
+    if encoded:
+        return host_priority_list(args, ranking)
     return prioritize_result(args, ranking)
 
 
@@ -448,10 +446,9 @@ class SchedulingVerbs:
         self.metrics: ExtenderMetrics = app.extensions["dra_metrics"]
         self.in_flight: InFlight = app.extensions["dra_in_flight"]
         self.max_body_bytes: int = app.config["MAX_CONTENT_LENGTH"]
-        self.host_priorities = HostPriorityEncoder()
         self.verbs: dict[str, tuple[str, VerbAnswer]] = {
             "/filter": ("filter", answer_filter),
-            "/prioritize": ("prioritize", partial(answer_prioritize, encoder=self.host_priorities)),
+            "/prioritize": ("prioritize", partial(answer_prioritize, encoded=True)),
         }
         self.paths = frozenset(self.verbs)  # what the server's direct path (transport/direct_http.py) hands us
 
