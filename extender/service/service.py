@@ -207,6 +207,7 @@ class SchedulingService:
                 self.catch_up()
             except Exception:
                 log.exception("keeping the quota view current failed")
+            self.history.release_evicted()  # what the verbs' records evicted (service/history.py)
 
     def catch_up(self) -> None:
         """The view keeper's work for one new snapshot: the usage indexes and the reservations brought to it, and
