@@ -11,6 +11,7 @@ import dataclasses
 import random
 from typing import Any
 
+import pytest
 import yaml
 
 from extender.decisions.scheduling import score_nodes
@@ -20,15 +21,21 @@ from extender.state.core import parse_pod
 from extender.state.sources import SnapshotSource
 from testkit import builders as b
 from testkit.clusters import cluster_objects
-from testkit.scenarios import cluster_queue
+from testkit.scenarios import cluster_queue, flavor
 
 NODES = 24
 
 
-def burst_engine() -> tuple[SchedulingService, list[str], dict[str, list[int]]]:
+def burst_engine(one_flavor: bool = False) -> tuple[SchedulingService, list[str], dict[str, list[int]]]:
     objects = cluster_objects(NODES, with_quota=True, seed=3)
-    # tight quota, so that headroom differs between the flavors' buckets and moves with every reservation
-    quota = {"on-demand": {"nominal": 60}, "spot": {"nominal": 30}}
+    if one_flavor:
+        # every node in one flavor, as in most GPU clusters: the nodes quota lets through are one bucket, most
+        # often every remembered node (scored a group at a time with no intersection)
+        objects["ResourceFlavor"].append({**flavor("any"), "spec": {}})
+        quota = {"any": {"nominal": 150}}
+    else:
+        # tight quota, so that headroom differs between the flavors' buckets and moves with every reservation
+        quota = {"on-demand": {"nominal": 60}, "spot": {"nominal": 30}}
     objects["ClusterQueue"] = [cluster_queue("bench", quota, cohort=None)]
     free: dict[str, list[int]] = {}
     taken = {
@@ -61,10 +68,11 @@ def per_node_scores(service: SchedulingService, decision: Any, names: list[str])
     return dict(score_nodes(unsettled, names, snapshot, service.caches, service.options.weights).scores)
 
 
-def test_group_scores_equal_a_look_at_every_node_while_the_cluster_changes():
+@pytest.mark.parametrize("one_flavor", [False, True], ids=["two-flavors", "one-flavor"])
+def test_group_scores_equal_a_look_at_every_node_while_the_cluster_changes(one_flavor: bool) -> None:
     rng = random.Random(14)
-    service, names, free = burst_engine()
-    grouped_decisions = 0
+    service, names, free = burst_engine(one_flavor)
+    grouped_decisions = one_bucket = 0
     for index in range(70):
         raw = pod_object(index, rng)
         pod = parse_pod(raw)
@@ -73,11 +81,15 @@ def test_group_scores_equal_a_look_at_every_node_while_the_cluster_changes():
         if rng.random() < 0.4:  # kube-scheduler's own plugins let only some nodes through
             asked = [name for name in asked if rng.random() < 0.8]
         decision = service.filter(pod, asked)
-        passed = decision.passed
-        if rng.random() < 0.2:
+        passed = list(decision.passed)  # kube-scheduler sends our answer's list back, as a list of its own
+        draw = rng.random()
+        if draw < 0.2:
             passed = passed[: len(passed) // 2]  # a prioritize over part of them
+        elif draw < 0.3:
+            passed.reverse()  # the same nodes in another order: not taken for the filter's own list
         ranking = service.prioritize(pod, passed)
         grouped_decisions += decision.settled is not None
+        one_bucket += decision.settled is not None and len(decision.quota.passed_groups) == 1
         assert dict(ranking.scores) == per_node_scores(service, decision, passed), index
         if not ranking.scores:
             continue
@@ -100,3 +112,5 @@ def test_group_scores_equal_a_look_at_every_node_while_the_cluster_changes():
             service.store.apply("ResourceClaim", "DELETED", claim)
             free[best].extend(devices)
     assert grouped_decisions > 40  # the grouped path was the one under test
+    if one_flavor:
+        assert one_bucket > 5, one_bucket  # and quota's one bucket of the passing nodes

@@ -9,11 +9,12 @@ prioritize a few.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import partial
+from functools import cached_property, partial
+from itertools import repeat
 from typing import NamedTuple
 
 from extender.decisions.allocator import (
@@ -243,10 +244,15 @@ class PodDecision:
         """Whether some node passed (without listing them)."""
         return len(self.failures) < len(self.verdicts)
 
-    @property
+    @cached_property
     def passed(self) -> list[str]:
-        failed = self.failures.names
-        return [name for name in self.verdicts if name not in failed] if failed else list(self.verdicts)
+        """The nodes that passed, in the order asked; built once, in C (never change the list). filter answers
+        with it, and kube-scheduler sends prioritize the same list back when it keeps every node we passed
+        (pkg/scheduler/schedule_one.go findNodesThatPassExtenders keeps our order), which prioritize then
+        recognises with one comparison (SchedulingService.prioritize)."""
+        order = self.verdicts.order_copy()
+        deque(map(order.pop, self.failures.names, repeat(None)), maxlen=0)
+        return list(order)
 
     def outcome_counts(self) -> Counter[str]:
         """How many nodes passed, and how many failed per category (the filter metrics)."""
@@ -286,9 +292,12 @@ def score_nodes(
     caches: DecisionCaches,
     weights: ScoringWeights,
     asked: KeysView[str] | None = None,
+    passed_exactly: bool = False,
 ) -> Ranking:
     """Scores of the named nodes that passed (prioritize asks for a few, explain for all). `asked`: the same
-    nodes as a dict's keys, when the caller has them.
+    nodes as a dict's keys, when the caller has them. `passed_exactly`: the names are `decision.passed` (equal
+    lists), so the nodes scored by group are the ones asked when they are as many (they hold every passing
+    node), and no node needs a look.
 
     The node parts of a score (device fit, firstAvailable choice) of the commonest pods are remembered in
     `caches.node_scores`: a one-claim ExactCount allocation on the fast path takes its devices from the node's
@@ -310,8 +319,8 @@ def score_nodes(
     settled = decision.settled
     if settled is not None and decision.quota.pod_rejection is None:
         grouped = _scores_by_group(decision, settled, snapshot, caches, strategy, weights)
-        if len(grouped) == len(names) and grouped.keys() == (
-            asked if asked is not None else dict.fromkeys(names).keys()
+        if len(grouped) == len(names) and (
+            passed_exactly or grouped.keys() == (asked if asked is not None else dict.fromkeys(names).keys())
         ):
             return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
         return Ranking(decision, {node: score for node in names if (score := grouped.get(node)) is not None})
@@ -343,7 +352,15 @@ def _scores_by_group(
         for parts, nodes in groups.by_parts.items():
             scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], 1.0, strategy, weights)))
         return scores
-    for node_quota, names in quota.passed_groups:
+    passed_groups = quota.passed_groups
+    if len(passed_groups) == 1 and len(passed_groups[0][1]) == len(settled.allocations):
+        # One bucket of every remembered node (its nodes have allocations, all of them remembered ones): each
+        # score group goes in whole, with no intersection.
+        headroom = quota_headroom(passed_groups[0][0])
+        for parts, nodes in groups.by_parts.items():
+            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom, strategy, weights)))
+        return scores
+    for node_quota, names in passed_groups:
         headroom = quota_headroom(node_quota)
         bucket = set(names)
         for parts, nodes in groups.by_parts.items():

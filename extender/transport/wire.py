@@ -108,8 +108,8 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
     # The decision made for this very list, each node once (the filter verb's): the nodes asked are the ones
     # decided, known without a look at each.
     same_list = verdicts.asked is args.node_names and len(decided) == len(args.node_names)
-    # each node once, in the order asked (for the very list decided, a copy of the decision's order)
-    asked = verdicts.order_copy() if same_list else dict.fromkeys(args.node_names)
+    # each node once, in the order asked (the very list decided needs none: its passing nodes are the decision's)
+    asked = {} if same_list else dict.fromkeys(args.node_names)
     every_node_asked = same_list or asked.keys() >= decided  # so every failed node was asked (the usual case)
     for name, failure in failures.built.items():
         if not every_node_asked and name not in asked:
@@ -122,7 +122,9 @@ def filter_result(args: ExtenderArgs, decision: PodDecision) -> dict[str, Any]:
         answer = unresolvable if template.unresolvable else failed
         in_answer = group_names if every_node_asked else asked.keys() & set(group_names)
         answer.update(dict.fromkeys(in_answer, template.reason))
-    if every_node_asked and len(asked) == len(decided) == len(args.node_names):  # each node decided, asked once
+    if same_list:  # built once, in C, and kept: prioritize recognises the same list coming back
+        passed = decision.passed
+    elif every_node_asked and len(asked) == len(decided) == len(args.node_names):  # each node decided, asked once
         deque(map(asked.pop, failed_names), maxlen=0)  # the failed nodes leave, in C (they are all asked)
         passed = list(asked)
     else:  # a node asked twice is answered twice, as asked
