@@ -9,7 +9,7 @@ usage index catching up, reservations reconciled, per-node caches retired for th
 
 Two measurements per round, each over a fresh cluster:
 - the verbs as the service runs them (`service.filter`, `service.prioritize`) plus the wire answers
-  (`wire.filter_result` / `prioritize_result` encoded with orjson), per pod;
+  (`wire.filter_result` encoded with orjson, `wire.host_priority_list`: what the server sends), per pod;
 - the same loop split into its steps, timed one by one through the same public functions the service calls:
   quota view (snapshot + reconcile + usage + ledger), decision (devices + quota), scoring, response building,
   watch events applied to the store.
@@ -41,7 +41,7 @@ from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from extender.state.sources import SourceHealth
 from extender.state.store import ClusterStore
-from extender.transport.wire import ExtenderArgs, filter_result, prioritize_result
+from extender.transport.wire import ExtenderArgs, filter_result, host_priority_list
 from testkit import builders as b
 from testkit.clusters import build_cluster
 
@@ -151,10 +151,9 @@ def run_verbs(nodes: int, pods: int) -> list[float]:
         evict_caches()
         started = clock()
         ranking = service.prioritize(pod, passed)
-        answer = prioritize_result(ExtenderArgs(pod, passed, None), ranking)
-        orjson.dumps(answer)
+        answer = host_priority_list(ExtenderArgs(pod, passed, None), ranking)
         costs.append(filtered + clock() - started)
-        bind_events(burst, raw, choose(passed, {entry["Host"]: entry["Score"] for entry in answer}))
+        bind_events(burst, raw, choose(passed, {entry["Host"]: entry["Score"] for entry in orjson.loads(answer)}))
     return costs
 
 
@@ -189,14 +188,14 @@ def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
         steps["decide"].append(clock() - started)
         passed = decision.passed
         started = begin()
-        ranking = score_nodes(decision, passed, view.snapshot, service.caches, weights)
+        # prioritize asked about the very list filter passed, as kube-scheduler asks (SchedulingService.prioritize)
+        ranking = score_nodes(decision, passed, view.snapshot, service.caches, weights, passed_exactly=True)
         steps["score"].append(clock() - started)
         started = clock()
         orjson.dumps(filter_result(ExtenderArgs(pod, burst.names, None), decision))
-        answer = prioritize_result(ExtenderArgs(pod, passed, None), ranking)
-        orjson.dumps(answer)
+        answer = host_priority_list(ExtenderArgs(pod, passed, None), ranking)
         steps["respond"].append(clock() - started)
-        chosen = choose(passed, {entry["Host"]: entry["Score"] for entry in answer})
+        chosen = choose(passed, {entry["Host"]: entry["Score"] for entry in orjson.loads(answer)})
         started = begin()
         bind_events(burst, raw, chosen)
         steps["events"].append(clock() - started)
