@@ -348,16 +348,15 @@ def decide_quota(
     extended: ExtendedRequests = NO_EXTENDED,
     matcher: DeviceMatcher | None = None,
     same_counts: bool = False,
-    nodes_known: bool = False,
 ) -> QuotaDecision:
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
     `same_counts`: every allocation takes the same devices per class (the commonest pod's remembered answers,
     allocator.SettledNodes, all of one request shape), so that a charge made of class counts alone is the same
     on every node and the nodes go into its bucket with one list copy instead of a look at each.
-    `nodes_known`: every allocation is for a node of `snapshot.nodes` (decide_pod's device step refuses the
-    others as unknown), so no node is looked up there: in a 1000-node burst under the real kube-scheduler that
-    check alone took about a sixth of filter's CPU (the nodes' map is long-lived, out of the CPU caches by the
+    Every allocation is for a node of `snapshot.nodes`: decide_pod's device step refuses the others as unknown
+    before any allocator runs, so no node is looked up here (in a 1000-node burst under the real kube-scheduler
+    that check took about a sixth of filter's CPU: the nodes' map is long-lived, out of the CPU caches by the
     time a call comes).
 
     Per node: the charge of what the allocator would take there. Per resource group of the charged
@@ -401,17 +400,15 @@ def decide_quota(
     refused_groups: list[tuple[NodeQuota, list[str]]] = []  # what QuotaDecision.refused_groups says
     unmapped_nodes: dict[str, list[str]] = {}  # error -> the nodes it refuses (a list of refused_groups)
     counts_only = not extended.resources
-    together = same_counts and len(allocations) > 1 and (nodes_known or nodes.keys() >= allocations.keys())
+    together = same_counts and len(allocations) > 1
     for node_name, allocation in allocations.items():
         counts = allocation.known_class_counts
         bucket_of_counts = by_counts.get(id(counts)) if counts is not None else None
-        if bucket_of_counts is not None and (nodes_known or node_name in nodes):
+        if bucket_of_counts is not None:
             if together:  # the first node's charge holds for all: the rest join its bucket at once
                 bucket_of_counts.extend(list(allocations)[len(bucket_of_counts) :])
                 break
             bucket_of_counts.append(node_name)  # the common case: one lookup, one append
-            continue
-        if not nodes_known and node_name not in nodes:
             continue
         by_class = counts if counts is not None else allocation.class_counts()
         simple = counts_only
@@ -487,7 +484,7 @@ def decide_quota(
         split: list[tuple[Charge, tuple[tuple[str, ...], ...], list[str]]] = []
         partition = context.flavor_partition(cluster_queue, group, nodes, tolerations)
         # Every node of `nodes` is in exactly one member set, and every bucket holds only nodes of `nodes`
-        # (step 1 looked each up): with one set, it holds the whole bucket, which then stays one list (the
+        # (allocations are on known nodes only): with one set, it holds the whole bucket, which then stays one list (the
         # commonest case, one flavor per group, costs no set intersection per node).
         only_held = next(iter(partition)) if len(partition) == 1 else None
         for charge, helds, names in buckets:

@@ -532,7 +532,6 @@ def decide_pod(
         extended=extended,
         matcher=matcher,
         same_counts=settled is not None,
-        nodes_known=True,  # device_outcomes allocates on known nodes only
     )
     # The failed nodes: refused by the devices (node by node, or the nodes full alike a group at a time), or by
     # quota (every node, or a bucket's nodes). The nodes that pass need nothing here: NodeVerdicts builds their

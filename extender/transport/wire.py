@@ -206,17 +206,18 @@ def host_priority_list(args: ExtenderArgs, ranking: Ranking) -> bytes:
     names = args.node_names
     if not names:
         return b"[]"
-    try:
-        if not _plain_names(names):
-            raise KeyError("a name JSON must escape")
-        after_name = list(map(_AFTER_NAME.__getitem__, _totals(names, ranking.scores)))
-    except KeyError:  # a name to escape, or a score outside 0..MAX_SCORE (scoring.combine makes none)
-        return orjson.dumps(prioritize_result(args, ranking))
-    after_name[-1] = after_name[-1][:-_NEXT_ENTRY_OPENING] + "]"
-    pieces: list[str] = [""] * (2 * len(names))
-    pieces[0::2] = names
-    pieces[1::2] = after_name
-    return ('[{"Host":"' + "".join(pieces)).encode()
+    if _plain_names(names):
+        try:
+            after_name = list(map(_AFTER_NAME.__getitem__, _totals(names, ranking.scores)))
+        except KeyError:  # a score outside 0..MAX_SCORE (scoring.combine makes none): orjson says it as it is
+            pass
+        else:
+            after_name[-1] = after_name[-1][:-_NEXT_ENTRY_OPENING] + "]"
+            pieces: list[str] = [""] * (2 * len(names))
+            pieces[0::2] = names
+            pieces[1::2] = after_name
+            return ('[{"Host":"' + "".join(pieces)).encode()
+    return orjson.dumps(prioritize_result(args, ranking))  # names JSON must escape, or a score out of range
 
 
 def _plain_names(names: list[str]) -> bool:
