@@ -151,7 +151,7 @@ def run_verbs(nodes: int, pods: int) -> list[float]:
         evict_caches()
         started = clock()
         ranking = service.prioritize(pod, passed)
-        answer = host_priority_list(ExtenderArgs(pod, passed, None), ranking)
+        answer = host_priority_list(passed, ranking)
         costs.append(filtered + clock() - started)
         bind_events(burst, raw, choose(passed, {entry["Host"]: entry["Score"] for entry in orjson.loads(answer)}))
     return costs
@@ -193,7 +193,7 @@ def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
         steps["score"].append(clock() - started)
         started = clock()
         orjson.dumps(filter_result(ExtenderArgs(pod, burst.names, None), decision))
-        answer = host_priority_list(ExtenderArgs(pod, passed, None), ranking)
+        answer = host_priority_list(passed, ranking)
         steps["respond"].append(clock() - started)
         chosen = choose(passed, {entry["Host"]: entry["Score"] for entry in orjson.loads(answer)})
         started = begin()

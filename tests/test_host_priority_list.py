@@ -39,7 +39,7 @@ node_names = st.lists(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,10}[a-z0-9])?", full
 def check(names: list[str], data: st.DataObject) -> None:
     scored = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
     scores = {name: data.draw(st.integers(0, MAX_SCORE)) for name in scored}
-    encoded = host_priority_list(args(names), ranking(scores))
+    encoded = host_priority_list(names, ranking(scores))
     assert encoded == expected(names, scores)
     assert orjson.loads(encoded) == [{"Host": name, "Score": scores.get(name, 0)} for name in names]
 
@@ -60,15 +60,15 @@ def test_any_names_answer_equals_the_dict_answer(names: list[str], data: st.Data
 
 def test_no_scores_answers_zero_for_every_node_asked() -> None:
     for names in (["node-1", "node-2.zone", "node-1"], ["node-1", 'we"ird\\name', "node-1", "nöde-é"]):
-        assert host_priority_list(args(names), ranking({})) == expected(names, {})
-        assert orjson.loads(host_priority_list(args(names), ranking({}))) == [{"Host": n, "Score": 0} for n in names]
+        assert host_priority_list(names, ranking({})) == expected(names, {})
+        assert orjson.loads(host_priority_list(names, ranking({}))) == [{"Host": n, "Score": 0} for n in names]
 
 
 def test_a_pod_with_nothing_to_decide_gets_an_empty_list() -> None:
     """kube-scheduler adds nothing, and no tie-breaker, for nodes an answer does not name: the pod ranks as
     without an extender, and kube-scheduler decodes no entry per node."""
     names = ["node-1", "node-2"]
-    assert host_priority_list(args(names), ranking({}, fast_path=True)) == b"[]"
+    assert host_priority_list(names, ranking({}, fast_path=True)) == b"[]"
     assert prioritize_result(args(names), ranking({}, fast_path=True)) == []
 
 
@@ -76,5 +76,5 @@ def test_score_outside_the_range_falls_back_to_encoding_the_list() -> None:
     """scoring.combine clamps every total into 0..MAX_SCORE; should one ever escape, the answer still says it."""
     names = ["a", "b"]
     for scores in ({"a": MAX_SCORE + 1}, {"b": -1}, {"a": 2, "b": -MAX_SCORE - 1}):
-        assert host_priority_list(args(names), ranking(scores)) == expected(names, scores)
-        assert orjson.loads(host_priority_list(args(names), ranking(scores)))[0]["Score"] == scores.get("a", 0)
+        assert host_priority_list(names, ranking(scores)) == expected(names, scores)
+        assert orjson.loads(host_priority_list(names, ranking(scores)))[0]["Score"] == scores.get("a", 0)

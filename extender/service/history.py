@@ -52,7 +52,8 @@ class DecisionHistory:
         self._lock = threading.Lock()
         self._max_pods = max_pods
         self._records: LRUCache[str, DecisionRecord] = LRUCache(maxsize=max_verdicts, getsizeof=_weight)
-        self._last_filter: LRUCache[str, tuple[float, PodDecision]] = LRUCache(maxsize=last_filter_kept)
+        # pod id -> (when, the filter's decision, prioritize's ranking of it when made ahead, else None)
+        self._last_filter: LRUCache[str, tuple[float, PodDecision, Ranking | None]] = LRUCache(maxsize=last_filter_kept)
         self._evicted: list[object] = []
 
     def record(self, verb: str, ranking: Ranking, started: float) -> None:
@@ -101,12 +102,27 @@ class DecisionHistory:
 
     def remember_filter(self, pod_id: str, decision: PodDecision) -> None:
         with self._lock:
-            self._last_filter[pod_id] = (time.monotonic(), decision)
+            self._last_filter[pod_id] = (time.monotonic(), decision, None)
+
+    def remember_ranking(self, pod_id: str, ranking: Ranking) -> bool:
+        """prioritize's ranking of the pod's filter decision, made ahead (SchedulingService.rank_ahead); False
+        when that decision is no longer the pod's latest (another filter came in between)."""
+        with self._lock:
+            previous = self._last_filter.get(pod_id)
+            if previous is None or previous[1] is not ranking.decision:
+                return False
+            self._last_filter[pod_id] = (previous[0], previous[1], ranking)
+        return True
 
     def recent_filter(self, pod_id: str) -> PodDecision | None:
         """The pod's filter decision of this scheduling cycle, if there is one."""
+        found = self.recent_filter_ranked(pod_id)
+        return found[0] if found is not None else None
+
+    def recent_filter_ranked(self, pod_id: str) -> tuple[PodDecision, Ranking | None] | None:
+        """The pod's filter decision of this scheduling cycle, with its ranking when one was made ahead."""
         with self._lock:
             previous = self._last_filter.get(pod_id)
         if previous is None or time.monotonic() - previous[0] >= PRIORITIZE_REUSE_SECONDS:
             return None
-        return previous[1]
+        return previous[1], previous[2]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from http import HTTPStatus
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 import yaml
@@ -25,6 +25,7 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from extender.decisions.scheduling import PodDecision, Ranking
 from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
@@ -139,8 +140,48 @@ def openapi_document() -> str:
 scheduling = Blueprint("scheduling", __name__)
 
 
-def answer_filter(service: SchedulingService, metrics: ExtenderMetrics, body: Any) -> Any:
-    """ExtenderFilterResult for a parsed ExtenderArgs body (WireError for one that breaks the protocol)."""
+class PrioritizeAhead:
+    """prioritize's answers made ahead: once filter's answer is written, the pod's ranking (SchedulingService.
+    rank_ahead) and its HostPriorityList encoded for the nodes filter passed, while kube-scheduler runs its own
+    score plugins; prioritize, inside the serial cycle, then answers with those bytes when it is handed that
+    very ranking (the service hands it out only for the very list filter passed). One answer is kept: the
+    scheduling cycle is serial, and a second scheduler's pod in between only means encoding as before."""
+
+    __slots__ = ("_answer", "service")
+
+    def __init__(self, service: SchedulingService) -> None:
+        self.service = service
+        self._answer: tuple[Ranking, bytes] | None = None
+
+    def follow(self, decision: PodDecision) -> Callable[[], None] | None:
+        """The work to do once filter's answer for `decision` is written (None: nothing for prioritize)."""
+        if decision.fast_path or not decision.verdicts.allocations:
+            return None
+        return partial(self._make, decision)
+
+    def _make(self, decision: PodDecision) -> None:
+        ranking = self.service.rank_ahead(decision)
+        if ranking is not None:
+            self._answer = (ranking, host_priority_list(decision.passed, ranking))
+
+    def answer(self, ranking: Ranking) -> bytes | None:
+        """The encoded answer made ahead for this very ranking, if it was."""
+        made = self._answer
+        return made[1] if made is not None and made[0] is ranking else None
+
+
+class FollowedAnswer(NamedTuple):
+    """A verb's payload, and the work to do once the server has written it (filter's: PrioritizeAhead)."""
+
+    payload: Any
+    then: Callable[[], None]
+
+
+def answer_filter(
+    service: SchedulingService, metrics: ExtenderMetrics, body: Any, ahead: PrioritizeAhead | None = None
+) -> Any:
+    """ExtenderFilterResult for a parsed ExtenderArgs body (WireError for one that breaks the protocol). With
+    `ahead`, a FollowedAnswer when prioritize's answer can be made once this one is written."""
     args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
     try:
         decision = service.filter(args.pod, args.node_names)
@@ -152,19 +193,29 @@ def answer_filter(service: SchedulingService, metrics: ExtenderMetrics, body: An
         metrics.child(metrics.fast_path, "filter").inc()
     for category, count in decision.outcome_counts().items():
         metrics.child(metrics.filter_outcomes, category).inc(count)
-    return filter_result(args, decision)
+    result = filter_result(args, decision)
+    then = ahead.follow(decision) if ahead is not None else None
+    return result if then is None else FollowedAnswer(result, then)
 
 
-def answer_prioritize(service: SchedulingService, metrics: ExtenderMetrics, body: Any, encoded: bool = False) -> Any:
+def answer_prioritize(
+    service: SchedulingService,
+    metrics: ExtenderMetrics,
+    body: Any,
+    encoded: bool = False,
+    ahead: PrioritizeAhead | None = None,
+) -> Any:
     """HostPriorityList for a parsed ExtenderArgs body; raises NotSyncedError when verdicts cannot be given.
-    With `encoded`, the list comes encoded already (bytes: wire.host_priority_list)."""
+    With `encoded`, the list comes encoded already (bytes: wire.host_priority_list, or the answer `ahead` made
+    of the very ranking the service hands back)."""
     args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
     ranking = service.prioritize(args.pod, args.node_names)
     metrics.child(metrics.nodes_evaluated, "prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:
         metrics.child(metrics.fast_path, "prioritize").inc()
     if encoded:
-        return host_priority_list(args, ranking)
+        made = ahead.answer(ranking) if ahead is not None else None
+        return made if made is not None else host_priority_list(args.node_names, ranking)
     return prioritize_result(args, ranking)
 
 
@@ -446,9 +497,10 @@ class SchedulingVerbs:
         self.metrics: ExtenderMetrics = app.extensions["dra_metrics"]
         self.in_flight: InFlight = app.extensions["dra_in_flight"]
         self.max_body_bytes: int = app.config["MAX_CONTENT_LENGTH"]
+        self.ahead = PrioritizeAhead(self.service)
         self.verbs: dict[str, tuple[str, VerbAnswer]] = {
-            "/filter": ("filter", answer_filter),
-            "/prioritize": ("prioritize", partial(answer_prioritize, encoded=True)),
+            "/filter": ("filter", partial(answer_filter, ahead=self.ahead)),
+            "/prioritize": ("prioritize", partial(answer_prioritize, encoded=True, ahead=self.ahead)),
         }
         self.paths = frozenset(self.verbs)  # what the server's direct path (transport/direct_http.py) hands us
 
@@ -475,18 +527,23 @@ class SchedulingVerbs:
         foreground = self.service.store.foreground
         foreground.begin()
         try:
-            status, headers, encoded = self._serve(verb, answer, path, body)
-            return status, headers, _WrittenAnswer(encoded, foreground)
+            status, headers, encoded, then = self._serve(verb, answer, path, body)
+            return status, headers, _WrittenAnswer(encoded, foreground, then)
         except BaseException:
             foreground.end()
             raise
 
-    def _serve(self, verb: str, answer: VerbAnswer, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _serve(
+        self, verb: str, answer: VerbAnswer, path: str, body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes, Callable[[], None] | None]:
         started = time.perf_counter()
         token = self.in_flight.begin()
         headers = [("Content-Type", "application/json")]
+        then: Callable[[], None] | None = None
         try:
             status, payload = 200, answer(self.service, self.metrics, json_body(body))
+            if type(payload) is FollowedAnswer:
+                payload, then = payload
         except WireError as error:
             status, payload = 400, {"error": str(error)}
         except NotSyncedError as error:  # prioritize only (filter answers it in its Error field)
@@ -501,25 +558,34 @@ class SchedulingVerbs:
         headers.append(("Content-Length", str(len(encoded))))
         self.metrics.child(self.metrics.request_seconds, verb).observe(time.perf_counter() - started)
         self.metrics.child(self.metrics.requests, verb, str(status)).inc()
-        return status, headers, encoded
+        return status, headers, encoded, then
 
 
 class _WrittenAnswer(list[bytes]):
     """A verb's answer as the WSGI iterable; the server calls `close` once it has written it (PEP 3333, also
-    when the write failed), which ends the verb's foreground mark. The server writes the headers and the body
-    with a system call each: a watch thread woken meanwhile would otherwise take the interpreter between them
-    and hold kube-scheduler's answer back by one event's work."""
+    when the write failed), which ends the verb's foreground mark and then runs the verb's follow-up work
+    (`then`: PrioritizeAhead's, which kube-scheduler does not wait for). The server writes the headers and the
+    body with a system call each: a watch thread woken meanwhile would otherwise take the interpreter between
+    them and hold kube-scheduler's answer back by one event's work."""
 
-    __slots__ = ("_foreground",)
+    __slots__ = ("_foreground", "_then")
 
-    def __init__(self, encoded: bytes, foreground: ForegroundWork) -> None:
+    def __init__(self, encoded: bytes, foreground: ForegroundWork, then: Callable[[], None] | None = None) -> None:
         super().__init__((encoded,))
         self._foreground: ForegroundWork | None = foreground  # None once closed: a second close ends nothing
+        self._then = then
 
     def close(self) -> None:
         foreground, self._foreground = self._foreground, None
-        if foreground is not None:
-            foreground.end()
+        if foreground is None:
+            return
+        foreground.end()
+        then, self._then = self._then, None
+        if then is not None:
+            try:
+                then()
+            except Exception:  # the answer is out: a failure here only means prioritize does the work itself
+                log.exception("making prioritize's answer ahead failed")
 
 
 def create_app(

@@ -1,0 +1,191 @@
+"""prioritize's answer made once filter's answer is written (transport/app.py PrioritizeAhead, service
+rank_ahead): the bytes kube-scheduler gets must be the ones prioritize would have made itself, for the very list
+filter passed, and the work made ahead must never stand in for another decision or another list."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import pytest
+
+from extender.decisions.scheduling import Ranking
+from extender.service import SchedulingService
+from extender.transport.app import SchedulingVerbs, answer_filter, answer_prioritize, create_app
+from testkit import builders as b
+from tests.support.scenarios import (
+    cluster_queue,
+    engine_for,
+    flavor,
+    gpu_pod,
+    kueue_config,
+    local_queue,
+    nodes_in_flavor,
+    templates,
+)
+
+NODES = [*(f"on-demand-{i}" for i in range(4)), *(f"spot-{i}" for i in range(2))]
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [
+        b.namespace("team-a"),
+        b.device_class(),
+        kueue_config(),
+        flavor("on-demand"),
+        flavor("spot"),
+        *nodes_in_flavor("on-demand", 4, 4),
+        *nodes_in_flavor("spot", 2, 4),
+        cluster_queue("team-a", {"on-demand": {"nominal": 6}, "spot": {"nominal": 4}}, cohort=None),
+        local_queue("team-a", "team-a"),
+        *templates("team-a"),
+    ]
+
+
+def _verbs(engine: SchedulingService) -> SchedulingVerbs:
+    verbs = create_app(engine).extensions["dra_scheduling_verbs"]
+    assert isinstance(verbs, SchedulingVerbs)
+    return verbs
+
+
+def _ask(verbs: SchedulingVerbs, path: str, body: dict[str, Any]) -> bytes:
+    """One request as the server's direct path makes it: respond, write (here: join), close."""
+    status, _headers, answer = verbs.respond(path, orjson.dumps(body))
+    assert status == 200
+    try:
+        return b"".join(answer)
+    finally:
+        answer.close()
+
+
+def _reference(engine: SchedulingService, path: str, body: dict[str, Any]) -> bytes:
+    """The same verb answered without anything made ahead."""
+    metrics = _verbs(engine).metrics
+    if path == "/filter":
+        return orjson.dumps(answer_filter(engine, metrics, body), option=orjson.OPT_NON_STR_KEYS)
+    return answer_prioritize(engine, metrics, body, encoded=True)
+
+
+@pytest.fixture()
+def count_scoring(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times the service scores nodes (service.score_nodes), made ahead or not."""
+    import extender.service.service as service_module
+
+    calls = [0]
+    real = service_module.score_nodes
+
+    def counted(*args: Any, **kwargs: Any) -> Ranking:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "score_nodes", counted)
+    return calls
+
+
+def test_a_burst_gets_the_answers_prioritize_would_make(count_scoring: list[int]) -> None:
+    """Pods one after another, each filtered and then prioritized about what filter passed (kube-scheduler's
+    order), quota filling up meanwhile (the spot flavor takes over, then everything is refused): every answer
+    equals the one made without PrioritizeAhead, and prioritize itself scores nothing when asked about the very
+    list filter passed."""
+    ahead_engine, plain_engine = engine_for(_objects()), engine_for(_objects())
+    verbs = _verbs(ahead_engine)
+    passed_counts = []
+    for index in range(12):
+        body = {"Pod": gpu_pod(f"p{index}", template="one"), "NodeNames": NODES}
+        filtered = _ask(verbs, "/filter", body)
+        assert filtered == _reference(plain_engine, "/filter", body)
+        passed = orjson.loads(filtered)["NodeNames"]
+        passed_counts.append(len(passed))
+        if not passed:
+            continue
+        again = {"Pod": body["Pod"], "NodeNames": passed}
+        before = count_scoring[0]
+        answered = _ask(verbs, "/prioritize", again)
+        assert count_scoring[0] == before, "prioritize scored again what was made ahead"
+        assert answered == _reference(plain_engine, "/prioritize", again)
+        assert [entry["Host"] for entry in orjson.loads(answered)] == passed
+    # The burst went through the three phases it is meant to cover.
+    assert passed_counts[0] == 4 and 2 in passed_counts and passed_counts[-1] == 0, passed_counts
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [lambda passed: passed[::-1], lambda passed: passed[:1], lambda passed: [*passed, "spot-0"]],
+    ids=["reversed", "fewer", "more"],
+)
+def test_another_list_is_scored_afresh(asked: Any, count_scoring: list[int]) -> None:
+    """Asked about a list other than the one filter passed, prioritize scores it itself (the answer made ahead
+    names other nodes, in another order)."""
+    ahead_engine, plain_engine = engine_for(_objects()), engine_for(_objects())
+    verbs = _verbs(ahead_engine)
+    body = {"Pod": gpu_pod("p", template="one"), "NodeNames": NODES}
+    passed = orjson.loads(_ask(verbs, "/filter", body))["NodeNames"]
+    _reference(plain_engine, "/filter", body)
+    again = {"Pod": body["Pod"], "NodeNames": asked(passed)}
+    before = count_scoring[0]
+    answered = _ask(verbs, "/prioritize", again)
+    assert count_scoring[0] == before + 1
+    assert answered == _reference(plain_engine, "/prioritize", again)
+    assert [entry["Host"] for entry in orjson.loads(answered)] == asked(passed)
+
+
+def test_a_later_filter_of_the_pod_is_not_answered_with_the_earlier_ranking() -> None:
+    """Two filters of one pod before the first one's answer is closed (another scheduling cycle started): the
+    ranking made for the first decision is not kept, and prioritize scores the second one."""
+    engine = engine_for(_objects())
+    verbs = _verbs(engine)
+    pod = gpu_pod("p", template="one")
+    _, _, first = verbs.respond("/filter", orjson.dumps({"Pod": pod, "NodeNames": NODES}))
+    second = _ask(verbs, "/filter", {"Pod": pod, "NodeNames": NODES[:2]})
+    latest = engine.history.recent_filter(pod["metadata"]["uid"])
+    first.close()  # the first decision's ranking is made now, too late to be kept
+    ranked = engine.history.recent_filter_ranked(pod["metadata"]["uid"])
+    assert ranked is not None and ranked[0] is latest
+    assert ranked[1] is not None and ranked[1].decision is latest
+    passed = orjson.loads(second)["NodeNames"]
+    assert passed == NODES[:2]
+    assert [entry["Host"] for entry in orjson.loads(_ask(verbs, "/prioritize", {"Pod": pod, "NodeNames": passed}))] == (
+        passed
+    )
+
+
+def test_a_failure_made_ahead_only_costs_prioritize_its_own_work(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, count_scoring: list[int]
+) -> None:
+    engine, plain_engine = engine_for(_objects()), engine_for(_objects())
+    verbs = _verbs(engine)
+
+    def broken(decision: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine, "rank_ahead", broken)
+    body = {"Pod": gpu_pod("p", template="one"), "NodeNames": NODES}
+    with caplog.at_level(logging.ERROR):
+        passed = orjson.loads(_ask(verbs, "/filter", body))["NodeNames"]
+    assert "making prioritize's answer ahead failed" in caplog.text
+    _reference(plain_engine, "/filter", body)
+    again = {"Pod": body["Pod"], "NodeNames": passed}
+    before = count_scoring[0]
+    assert _ask(verbs, "/prioritize", again) == _reference(plain_engine, "/prioritize", again)
+    assert count_scoring[0] == before + 2  # ours and the reference's
+
+
+def test_pods_without_our_work_make_nothing_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod with nothing for us to decide answers prioritize `[]` without any scoring: nothing is made ahead;
+    nor for a pod refused everywhere (nothing to score)."""
+    engine = engine_for(_objects())
+    verbs = _verbs(engine)
+    made: list[object] = []
+    real = engine.rank_ahead
+    monkeypatch.setattr(engine, "rank_ahead", lambda decision: made.append(decision) or real(decision))
+    plain = b.pod("plain", "team-a")
+    assert orjson.loads(_ask(verbs, "/filter", {"Pod": plain, "NodeNames": NODES}))["NodeNames"] == NODES
+    assert _ask(verbs, "/prioritize", {"Pod": plain, "NodeNames": NODES}) == b"[]"
+    assert (
+        orjson.loads(_ask(verbs, "/filter", {"Pod": gpu_pod("p", template="one"), "NodeNames": ["nowhere"]}))[
+            "NodeNames"
+        ]
+        == []
+    )
+    assert made == []
