@@ -9,7 +9,8 @@ usage index catching up, reservations reconciled, per-node caches retired for th
 
 Two measurements per round, each over a fresh cluster:
 - the verbs as the service runs them (`service.filter`, `service.prioritize`) plus the wire answers
-  (`wire.filter_result` encoded with orjson, `wire.host_priority_list`: what the server sends), per pod;
+  (`wire.filter_result` encoded with orjson, `wire.host_priority_list`: what the server sends), per pod, with
+  prioritize's answer made ahead between the two as the server makes it (`PrioritizeAhead`), timed apart;
 - the same loop split into its steps, timed one by one through the same public functions the service calls:
   quota view (snapshot + reconcile + usage + ledger), decision (devices + quota), scoring, response building,
   watch events applied to the store.
@@ -41,6 +42,7 @@ from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from extender.state.sources import SourceHealth
 from extender.state.store import ClusterStore
+from extender.transport.app import PrioritizeAhead
 from extender.transport.wire import ExtenderArgs, filter_result, host_priority_list
 from testkit import builders as b
 from testkit.clusters import build_cluster
@@ -131,11 +133,14 @@ def choose(passed: list[str], scores: dict[str, int]) -> str:
     return next(name for name in passed if scores.get(name, 0) == best)
 
 
-def run_verbs(nodes: int, pods: int) -> list[float]:
-    """Per-pod time of filter + prioritize through the service and the wire format (events not counted)."""
+def run_verbs(nodes: int, pods: int) -> tuple[list[float], list[float]]:
+    """Per-pod time of filter + prioritize through the service and the wire format (what kube-scheduler waits
+    for), and of prioritize's answer made ahead once filter's is out (transport/app.py PrioritizeAhead, as the
+    server runs it: while kube-scheduler runs its own score plugins); events not counted."""
     burst = new_burst(nodes)
     service = burst.service
-    costs = []
+    ahead = PrioritizeAhead(service)
+    costs, ahead_costs = [], []
     for index in range(pods):
         raw = pod_object(index)
         pod = parse_pod(raw)
@@ -148,13 +153,18 @@ def run_verbs(nodes: int, pods: int) -> list[float]:
         passed = decision.passed
         if not passed:
             raise SystemExit(f"pod {index} found no node: the cluster is too small for {pods} pods")
+        started = clock()
+        then = ahead.follow(decision)
+        if then is not None:
+            then()
+        ahead_costs.append(clock() - started)
         evict_caches()
         started = clock()
         ranking = service.prioritize(pod, passed)
-        answer = host_priority_list(passed, ranking)
+        answer = ahead.answer(ranking) or host_priority_list(passed, ranking)
         costs.append(filtered + clock() - started)
         bind_events(burst, raw, choose(passed, {entry["Host"]: entry["Score"] for entry in orjson.loads(answer)}))
-    return costs
+    return costs, ahead_costs
 
 
 def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
@@ -222,20 +232,24 @@ def main() -> None:
     print(f"(1-GPU pods with a LocalQueue, {args.pods} per round, {args.rounds} rounds;", end=" ")
     print(f"medians in ms per pod, {args.clock} clock{', caches evicted before each call' if args.cold else ''})")
     print()
-    header = f"{'nodes':>6} {'verbs':>8} {'pods/s':>8} " + " ".join(f"{step:>8}" for step in STEPS)
+    header = f"{'nodes':>6} {'verbs':>8} {'pods/s':>8} {'ahead':>8} " + " ".join(f"{step:>8}" for step in STEPS)
     print(header)
     for nodes in args.nodes:
-        verbs, split = [], {step: [] for step in STEPS}
+        verbs, made_ahead, split = [], [], {step: [] for step in STEPS}
         for _ in range(args.rounds):
-            verbs.append(median_ms(run_verbs(nodes, args.pods)))
+            costs, ahead_costs = run_verbs(nodes, args.pods)
+            verbs.append(median_ms(costs))
+            made_ahead.append(median_ms(ahead_costs))
             for step, values in run_steps(nodes, args.pods).items():
                 split[step].append(median_ms(values))
         verb_ms = statistics.median(verbs)
         parts = " ".join(f"{statistics.median(split[step]):8.3f}" for step in STEPS)
-        print(f"{nodes:>6} {verb_ms:8.3f} {1000 / verb_ms:8.0f} {parts}")
+        print(f"{nodes:>6} {verb_ms:8.3f} {1000 / verb_ms:8.0f} {statistics.median(made_ahead):8.3f} {parts}")
     print()
-    print("verbs: filter + prioritize + wire answers through the service; the columns after pods/s split the same")
-    print("loop into quota view, decision, scoring, response building and watch events (store.apply x2).")
+    print("verbs: filter + prioritize + wire answers through the service and the server's verbs, what kube-scheduler")
+    print("waits for; ahead: prioritize's answer made once filter's is written (while kube-scheduler scores; not in")
+    print("verbs). The columns after it split the loop into quota view, decision, scoring (all of it, as if made")
+    print("inside prioritize), response building and watch events (store.apply x2).")
 
 
 if __name__ == "__main__":
