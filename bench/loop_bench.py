@@ -92,7 +92,11 @@ class Burst:
 
 def new_burst(nodes: int) -> Burst:
     tune_for_large_heap()
-    store = build_cluster(nodes, with_quota=True)
+    return burst_over(build_cluster(nodes, with_quota=True))
+
+
+def burst_over(store: ClusterStore) -> Burst:
+    """The service over a filled store, asking about every node (bench/scaling_bench.py fills its own)."""
     service = SchedulingService(PrefilledSource(), ExtenderConfig(), store=store)
     service.start()
     freeze_loaded_state()
@@ -137,7 +141,11 @@ def run_verbs(nodes: int, pods: int) -> tuple[list[float], list[float]]:
     """Per-pod time of filter + prioritize through the service and the wire format (what kube-scheduler waits
     for), and of prioritize's answer made ahead once filter's is out (transport/app.py PrioritizeAhead, as the
     server runs it: while kube-scheduler runs its own score plugins); events not counted."""
-    burst = new_burst(nodes)
+    return run_burst(new_burst(nodes), pods)
+
+
+def run_burst(burst: Burst, pods: int) -> tuple[list[float], list[float]]:
+    """run_verbs over a burst made elsewhere (bench/scaling_bench.py: other clusters, fewer nodes asked)."""
     service = burst.service
     ahead = PrioritizeAhead(service)
     costs, ahead_costs = [], []

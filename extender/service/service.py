@@ -380,6 +380,14 @@ class SchedulingService:
             features=self.options.features,
         )
 
+    def stored_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> Pod | None:
+        """The view's copy of a pod, when it is the very version asked about (transport/wire.py
+        parse_extender_args takes it instead of parsing the request's copy again)."""
+        pod = self.snapshot().pods.get(f"{namespace}/{name}")
+        if pod is None or pod.uid != uid or pod.resource_version != resource_version:
+            return None
+        return pod
+
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")
 

@@ -291,6 +291,21 @@ class Pod:
         return self.phase in TERMINAL_POD_PHASES
 
 
+def pod_identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    """A raw Pod's (namespace, name, uid, resourceVersion), when each is a non-empty string; else None.
+
+    The API server gives every change of an object a new resourceVersion, so one pod's parse at one version
+    stands for any copy of it at that version: kube-scheduler sends the verbs the pod as its informer holds it,
+    the version the extender's own watch has most likely parsed already (SchedulingService.stored_pod)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return None
+    identity = (meta.get("namespace"), meta.get("name"), meta.get("uid"), meta.get("resourceVersion"))
+    if not all(type(part) is str and part for part in identity):
+        return None
+    return identity  # type: ignore[return-value]  # four non-empty strings, checked above
+
+
 def parse_pod(obj: Mapping[str, Any]) -> Pod:
     meta = parse_metadata(obj, namespaced=True)
     spec = get_map(obj, "spec", "")

@@ -182,7 +182,7 @@ def answer_filter(
 ) -> Any:
     """ExtenderFilterResult for a parsed ExtenderArgs body (WireError for one that breaks the protocol). With
     `ahead`, a FollowedAnswer when prioritize's answer can be made once this one is written."""
-    args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
+    args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request, stored=service.stored_pod)
     try:
         decision = service.filter(args.pod, args.node_names)
     except NotSyncedError as error:
@@ -208,7 +208,7 @@ def answer_prioritize(
     """HostPriorityList for a parsed ExtenderArgs body; raises NotSyncedError when verdicts cannot be given.
     With `encoded`, the list comes encoded already (bytes: wire.host_priority_list, or the answer `ahead` made
     of the very ranking the service hands back)."""
-    args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request)
+    args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request, stored=service.stored_pod)
     ranking = service.prioritize(args.pod, args.node_names)
     metrics.child(metrics.nodes_evaluated, "prioritize").inc(len(args.node_names))
     if ranking.decision.fast_path:

@@ -8,7 +8,7 @@ letter case; we accept any case too and always answer with the canonical names, 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, itemgetter
@@ -18,7 +18,7 @@ import orjson
 
 from extender.decisions.scheduling import PodDecision, Ranking
 from extender.decisions.scoring import MAX_SCORE, ScoreBreakdown
-from extender.state.core import Pod, parse_pod
+from extender.state.core import Pod, parse_pod, pod_identity
 from extender.state.errors import ObjectError
 from extender.state.fields import type_name
 
@@ -52,7 +52,16 @@ def _fold(obj: Mapping[str, Any]) -> dict[str, Any]:
     return folded
 
 
-def parse_extender_args(body: Any, *, max_nodes: int) -> ExtenderArgs:
+# The view's copy of a pod at the version asked about: (namespace, name, uid, resourceVersion) -> Pod or None.
+StoredPod = Callable[[str, str, str, str], Pod | None]
+
+
+def parse_extender_args(body: Any, *, max_nodes: int, stored: StoredPod | None = None) -> ExtenderArgs:
+    """`stored` (SchedulingService.stored_pod): the pod comes from the extender's view when the view holds it at
+    the very resourceVersion sent (state/core.py pod_identity), instead of being parsed again. Measured in a
+    1000-node burst under the real kube-scheduler, parsing the pod was a tenth of filter's CPU and of
+    prioritize's (cold code: 17 us warm in a loop, ten times that between two calls), though the watch had
+    parsed that very version already. A copy at that version is that pod, whatever else a request sent with it."""
     if not isinstance(body, Mapping):
         raise WireError(f"request body must be a JSON object (ExtenderArgs), got {type_name(body)}")
     fields = _fold(body)
@@ -61,10 +70,13 @@ def parse_extender_args(body: Any, *, max_nodes: int) -> ExtenderArgs:
         raise WireError("field Pod is required")
     if not isinstance(raw_pod, Mapping):
         raise WireError(f"field Pod must be an object, got {type_name(raw_pod)}")
-    try:
-        pod = parse_pod(raw_pod)
-    except ObjectError as error:
-        raise WireError(f"field Pod: {error.describe()}") from None
+    identity = pod_identity(raw_pod) if stored is not None else None
+    pod = stored(*identity) if stored is not None and identity is not None else None
+    if pod is None:
+        try:
+            pod = parse_pod(raw_pod)
+        except ObjectError as error:
+            raise WireError(f"field Pod: {error.describe()}") from None
 
     node_names_raw = fields.get("nodenames")
     nodes_raw = fields.get("nodes")
