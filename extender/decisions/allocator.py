@@ -1554,8 +1554,9 @@ class PodAllocator:
             # through): the allocations are one copy less the nodes not asked, and only the nodes not
             # remembered (the ones the last bindings changed) are looked at.
             allocations = dict(remembered)
-            for name in remembered.keys() - asked:
-                del allocations[name]
+            if not remembered.keys() <= asked:  # a look per remembered node, no set built (the usual case: all asked)
+                for name in remembered.keys() - asked:
+                    del allocations[name]
             for name, shortfall in full.items():
                 if name in asked:
                     full_nodes.setdefault((shortfall.selectable, shortfall.free), []).append(name)
