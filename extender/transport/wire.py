@@ -85,7 +85,7 @@ def parse_extender_args(body: Any, *, max_nodes: int, stored: StoredPod | None =
             raise WireError("field NodeNames must be a list of strings")
         if len(node_names_raw) > max_nodes:
             raise WireError(f"field NodeNames has {len(node_names_raw)} entries; the limit is {max_nodes}")
-        return ExtenderArgs(pod, list(node_names_raw), None)
+        return ExtenderArgs(pod, node_names_raw, None)  # the body's own list, not copied: no one changes it
     if nodes_raw is not None:
         if not isinstance(nodes_raw, Mapping):
             raise WireError(f"field Nodes must be a NodeList object, got {type_name(nodes_raw)}")
