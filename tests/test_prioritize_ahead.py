@@ -171,21 +171,16 @@ def test_a_failure_made_ahead_only_costs_prioritize_its_own_work(
     assert count_scoring[0] == before + 2  # ours and the reference's
 
 
-def test_pods_without_our_work_make_nothing_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pods_without_our_work_make_nothing_ahead(count_scoring: list[int]) -> None:
     """A pod with nothing for us to decide answers prioritize `[]` without any scoring: nothing is made ahead;
     nor for a pod refused everywhere (nothing to score)."""
     engine = engine_for(_objects())
     verbs = _verbs(engine)
-    made: list[object] = []
-    real = engine.rank_ahead
-    monkeypatch.setattr(engine, "rank_ahead", lambda decision: made.append(decision) or real(decision))
     plain = b.pod("plain", "team-a")
     assert orjson.loads(_ask(verbs, "/filter", {"Pod": plain, "NodeNames": NODES}))["NodeNames"] == NODES
     assert _ask(verbs, "/prioritize", {"Pod": plain, "NodeNames": NODES}) == b"[]"
-    assert (
-        orjson.loads(_ask(verbs, "/filter", {"Pod": gpu_pod("p", template="one"), "NodeNames": ["nowhere"]}))[
-            "NodeNames"
-        ]
-        == []
-    )
-    assert made == []
+    nowhere = gpu_pod("p", template="one")
+    assert orjson.loads(_ask(verbs, "/filter", {"Pod": nowhere, "NodeNames": ["nowhere"]}))["NodeNames"] == []
+    assert count_scoring[0] == 0
+    ranked = engine.history.recent_filter_ranked(nowhere["metadata"]["uid"])
+    assert ranked is not None and ranked[1] is None

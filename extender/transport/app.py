@@ -153,10 +153,9 @@ class PrioritizeAhead:
         self.service = service
         self._answer: tuple[Ranking, bytes] | None = None
 
-    def follow(self, decision: PodDecision) -> Callable[[], None] | None:
-        """The work to do once filter's answer for `decision` is written (None: nothing for prioritize)."""
-        if decision.fast_path or not decision.verdicts.allocations:
-            return None
+    def follow(self, decision: PodDecision) -> Callable[[], None]:
+        """The work to do once filter's answer for `decision` is written (the service says whether there is any:
+        a pod with nothing of ours to decide, or refused everywhere, has nothing to score)."""
         return partial(self._make, decision)
 
     def _make(self, decision: PodDecision) -> None:
@@ -194,8 +193,7 @@ def answer_filter(
     for category, count in decision.outcome_counts().items():
         metrics.child(metrics.filter_outcomes, category).inc(count)
     result = filter_result(args, decision)
-    then = ahead.follow(decision) if ahead is not None else None
-    return result if then is None else FollowedAnswer(result, then)
+    return result if ahead is None else FollowedAnswer(result, ahead.follow(decision))
 
 
 def answer_prioritize(
