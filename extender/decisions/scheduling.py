@@ -348,17 +348,18 @@ def _scores_by_group(
         groups = settled.scores[strategy] = groups.with_nodes(found)
     scores: dict[str, ScoreBreakdown] = {}
     quota = decision.quota
-    if not quota.per_node:  # outside quota: full headroom everywhere
-        for parts, nodes in groups.by_parts.items():
-            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], 1.0, strategy, weights)))
-        return scores
     passed_groups = quota.passed_groups
-    if len(passed_groups) == 1 and len(passed_groups[0][1]) == len(settled.allocations):
-        # One bucket of every remembered node (its nodes have allocations, all of them remembered ones): each
-        # score group goes in whole, with no intersection.
-        headroom = quota_headroom(passed_groups[0][0])
+    # One headroom for every remembered node: outside quota (full headroom everywhere), or one bucket holding
+    # every remembered node (its nodes have allocations, all of them remembered ones). Then each score group
+    # goes in whole, with no intersection.
+    headroom_of_all: float | None = None
+    if not quota.per_node:
+        headroom_of_all = 1.0
+    elif len(passed_groups) == 1 and len(passed_groups[0][1]) == len(settled.allocations):
+        headroom_of_all = quota_headroom(passed_groups[0][0])
+    if headroom_of_all is not None:
         for parts, nodes in groups.by_parts.items():
-            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom, strategy, weights)))
+            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom_of_all, strategy, weights)))
         return scores
     for node_quota, names in passed_groups:
         headroom = quota_headroom(node_quota)
