@@ -14,33 +14,14 @@ from extender.decisions.scheduling import Ranking
 from extender.service import SchedulingService
 from extender.transport.app import SchedulingVerbs, answer_filter, answer_prioritize, create_app
 from testkit import builders as b
-from tests.support.scenarios import (
-    cluster_queue,
-    engine_for,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from tests.support.quota import base_objects
+from tests.support.scenarios import engine_for, gpu_pod
 
 NODES = [*(f"on-demand-{i}" for i in range(4)), *(f"spot-{i}" for i in range(2))]
 
 
 def _objects() -> list[dict[str, Any]]:
-    return [
-        b.namespace("team-a"),
-        b.device_class(),
-        kueue_config(),
-        flavor("on-demand"),
-        flavor("spot"),
-        *nodes_in_flavor("on-demand", 4, 4),
-        *nodes_in_flavor("spot", 2, 4),
-        cluster_queue("team-a", {"on-demand": {"nominal": 6}, "spot": {"nominal": 4}}, cohort=None),
-        local_queue("team-a", "team-a"),
-        *templates("team-a"),
-    ]
+    return base_objects({"on-demand": {"nominal": 6}, "spot": {"nominal": 4}}, od_nodes=4, spot_nodes=2, gpus=4)
 
 
 def _verbs(engine: SchedulingService) -> SchedulingVerbs:

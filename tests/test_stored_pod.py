@@ -14,17 +14,8 @@ import extender.transport.wire as wire
 from extender.state.core import Pod, parse_pod, pod_identity
 from extender.transport.app import create_app
 from extender.transport.wire import WireError, parse_extender_args
-from testkit import builders as b
-from tests.support.scenarios import (
-    cluster_queue,
-    engine_for,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from tests.support.quota import base_objects
+from tests.support.scenarios import engine_for, gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1", "spot-0"]
 
@@ -77,19 +68,7 @@ def test_parse_takes_the_stored_copy_only_when_it_is_given_one(monkeypatch: pyte
 
 
 def _objects(*pods: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        b.namespace("team-a"),
-        b.device_class(),
-        kueue_config(),
-        flavor("on-demand"),
-        flavor("spot"),
-        *nodes_in_flavor("on-demand", 2, 4),
-        *nodes_in_flavor("spot", 1, 4),
-        cluster_queue("team-a", {"on-demand": {"nominal": 4}, "spot": {"nominal": 4}}, cohort=None),
-        local_queue("team-a", "team-a"),
-        *templates("team-a"),
-        *pods,
-    ]
+    return [*base_objects({"on-demand": {"nominal": 4}, "spot": {"nominal": 4}}, spot_nodes=1, gpus=4), *pods]
 
 
 def test_the_verbs_decide_the_view_copy_at_that_version(monkeypatch: pytest.MonkeyPatch) -> None:
