@@ -50,7 +50,7 @@ bench: $(STAMP)
 # --- issue 14: the end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing) ---
 bench-e2e: $(STAMP)
 	$(BIN)/python -m tests.e2e.build
-	$(BIN)/python -m bench.e2e_bench
+	$(BIN)/python -m bench.e2e_bench --floor
 # --- end issue 14 ---
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).

@@ -1,6 +1,6 @@
 """End-to-end throughput: the same burst through a real kube-scheduler without and with the extender.
 
-Run: make bench-e2e, or .venv/bin/python -m bench.e2e_bench [--nodes 200 1000] [--pods 400] [--rounds 3]
+Run: make bench-e2e, or .venv/bin/python -m bench.e2e_bench [--nodes 200 1000] [--pods 400] [--rounds 3] [--floor]
 
 One control plane per node count (testkit/control_plane.py, the one the e2e tests start: etcd, kube-apiserver,
 kube-controller-manager from tests/e2e/.build), N nodes with 8 GPUs each (the DRA example driver's slices),
@@ -23,7 +23,8 @@ machine's CPU is the limit too, and every millisecond of CPU per pod counts).
 
 `--floor` adds rounds through a third kube-scheduler whose extender is bench/null_extender.py (every node passes,
 every score 0) served by our own server: what the calls themselves cost kube-scheduler at that node count,
-measured in the same control plane as ours. `--profile DIR` writes kube-scheduler's CPU
+measured in the same control plane as ours, and our extender's time against the floor's (make bench-e2e passes
+it). `--profile DIR` writes kube-scheduler's CPU
 profile of each round. Attempts that did not schedule a pod (result unschedulable or error) are printed per
 round: each is a whole cycle more. `--scoring LeastAllocated` has our extender spread pods as the plain scheduler
 does: by default it binpacks (MostAllocated), and where pods land could change kube-scheduler's own work (a full
@@ -499,8 +500,23 @@ def report(
                 f"{base_cycle:.2f} ms without, {extended:.2f} ms with ({extended - base_cycle:+.2f} ms in the serial "
                 f"cycle)"
             )
+    if NULL_MODE in modes:
+        print(f"        {floor_comparison(seconds[MODES[1]], seconds[NULL_MODE], cycle[MODES[1]], cycle[NULL_MODE])}")
     watching = statistics.median(cpu[f"{plain} extender"])
     print(f"        our extender in the plain rounds (watch events only): {watching:.2f} ms CPU per pod")
+
+
+def floor_comparison(ours: list[float], null: list[float], our_cycle: list[float], null_cycle: list[float]) -> str:
+    """Our extender against the null one: what deciding costs over calling an extender at all. The rounds of one
+    index run back to back, so each index gives one pair; the serial cycle's difference is kube-scheduler's."""
+    pairs = sorted(o / n for o, n in zip(ours, null, strict=True))
+    line = (
+        f"our extender over the floor: time ratio {statistics.median(ours) / statistics.median(null):.2f}x; "
+        f"per round pair {', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.2f}x"
+    )
+    if our_cycle and null_cycle:
+        line += f"; serial cycle {statistics.median(our_cycle) - statistics.median(null_cycle):+.2f} ms per pod"
+    return line
 
 
 def main() -> None:
