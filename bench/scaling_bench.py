@@ -14,7 +14,9 @@ half of them held by running pods' claims, two flavors under one ClusterQueue):
 - pods and claims: a 1000-node cluster asked about every node, with 0, 5000 or 20000 more pods and claims: half
   of them bound pods without claims (running workloads), half a backlog of pending pods, each with its own
   ResourceClaim not allocated yet (the queue kube-scheduler works through). Printed: ms per pod and the ratio
-  to the cluster without them.
+  to the cluster without them;
+- reservations held: the same 1000-node cluster after 0, 1000 or 5000 other pods under the ClusterQueue passed
+  filter and were never seen bound (a gang waiting at Permit holds its quota so). Printed as the row above.
 
 `verbs` is what kube-scheduler waits for (filter + prioritize with their wire answers); the work made ahead is
 left out, as the server does it while kube-scheduler runs its score plugins. Medians over pods, then over
@@ -31,12 +33,14 @@ from typing import Any
 
 import bench.loop_bench as loop
 from extender.service.gc_tuning import tune_for_large_heap
+from extender.state.core import parse_pod
 from extender.state.store import ClusterStore
 from testkit import builders as b
 from testkit.clusters import cluster_objects
 
 CANDIDATE_COUNTS = (250, 500, 1000, 2000)
 EXTRA_COUNTS = (0, 5000, 20000)
+HELD_COUNTS = (0, 1000, 5000)
 SCALING_NODES = 1000  # the cluster the pods-and-claims rows grow
 
 
@@ -67,11 +71,21 @@ def cluster_burst(nodes: int, extra: int, asked: int) -> loop.Burst:
     return replace(burst, names=burst.names[:asked])
 
 
-def verbs_ms(nodes: int, extra: int, asked: int, pods: int, rounds: int) -> float:
+def hold_reservations(burst: loop.Burst, count: int) -> None:
+    """`count` pods under the ClusterQueue pass filter and are never seen bound: their reservations stay."""
+    for index in range(count):
+        pod = parse_pod(b.pod(f"gang-{index}", "bench", templates={"gpu": "one"}, queue="q"))
+        if not burst.service.filter(pod, burst.names).passed:
+            raise SystemExit(f"gang pod {index} found no node: the ClusterQueue is too small for {count}")
+
+
+def verbs_ms(nodes: int, extra: int, asked: int, pods: int, rounds: int, held: int = 0) -> float:
     """Median over rounds of the median ms per pod of what kube-scheduler waits for."""
     per_round = []
     for _ in range(rounds):
-        costs, _ahead = loop.run_burst(cluster_burst(nodes, extra, asked), pods)
+        burst = cluster_burst(nodes, extra, asked)
+        hold_reservations(burst, held)
+        costs, _ahead = loop.run_burst(burst, pods)
         per_round.append(loop.median_ms(costs))
     return statistics.median(per_round)
 
@@ -107,6 +121,14 @@ def main() -> None:
         figure = verbs_ms(SCALING_NODES, extra, SCALING_NODES, args.pods, args.rounds)
         base = base or figure
         print(f"{extra:>7} {figure:8.3f} {figure / base:6.2f}x")
+    print()
+    print(f"Reservations held by pods not seen bound ({SCALING_NODES} nodes, every node asked):")
+    print(f"{'held':>7} {'ms/pod':>8} {'ratio':>7}")
+    base = 0.0
+    for held in HELD_COUNTS:
+        figure = verbs_ms(SCALING_NODES, 0, SCALING_NODES, args.pods, args.rounds, held)
+        base = base or figure
+        print(f"{held:>7} {figure:8.3f} {figure / base:6.2f}x")
     print()
     print(f"({time.perf_counter() - started:.0f} s)")
 

@@ -660,6 +660,30 @@ def test_a_reconcile_looks_only_at_the_reservations_whose_pods_changed(monkeypat
     assert engine.released_reservations == {"bound": 1, "expired": 5}
 
 
+def test_a_quota_view_keeps_the_reservations_it_was_taken_with():
+    """The view holds the ledger's reservations by pod and the keys holding them as they were when it was
+    taken (persistent maps, not per-filter copies of every reservation): reservations made or released later
+    do not show in it, and a pod filtered again is charged against what the view says it held."""
+    engine = engine_for(base_objects({"on-demand": {"nominal": 4}}))
+    assert filter_pod(engine, gpu_pod("p1")).passed
+    before = engine.quota_view()
+    assert [r.pod_key for r in before.reservations] == ["team-a/p1"]
+
+    assert filter_pod(engine, gpu_pod("p2")).passed
+    engine.reservations.release("uid-team-a-p1")
+    after = engine.quota_view()
+    assert [r.pod_key for r in after.reservations] == ["team-a/p2"]
+    assert [r.pod_key for r in before.reservations] == ["team-a/p1"]  # unchanged by what came later
+    assert before.held.get("uid-team-a-p1") is not None and before.held.get("uid-team-a-p2") is None
+    assert "team-a/p1" not in engine.reservations.pod_keys()
+    assert "team-a/p2" in engine.reservations.pod_keys()
+
+    key = ("team-a", "on-demand", RESOURCE)
+    # p1's own 2 GPUs are taken out of the ledger the view was taken with: the whole nominal quota is left
+    assert before.ledger_excluding("uid-team-a-p1", "team-a/p1").available("team-a", "on-demand", RESOURCE) == 4
+    assert before.reserved == {key: 2} and after.reserved == {key: 2}
+
+
 def test_the_view_keeper_lets_a_bound_pods_reservation_go_without_a_verb():
     """With keep_view_current (serve against a live cluster), the usage indexes and the reservations follow the
     watch events in their own thread: a binding's events release the pod's reservation before any filter asks,

@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Protocol
 
+import immutables
+
 QuotaKey = tuple[str, str, str]  # (ClusterQueue, flavor, resource)
 
 
@@ -53,6 +55,11 @@ class ReservationLedger:
     and, once the earliest deadline has passed, the expired ones: a burst whose bindings lag behind its filters
     holds hundreds of reservations, and every filter reconciles.
 
+    The reservations by pod, and the pod keys holding them, are persistent maps (immutables.Map, as the store's
+    objects in state/store.py): every filter's quota view takes both as they are, in O(1), where copies cost
+    O(reservations) per filter (at 5000 held, a filter+prioritize pair at 1000 nodes cost 1.65x the pair with
+    none held; pods of a gang wait at Permit holding theirs, so thousands is a real count).
+
     With a `sink`, every change is handed to it under the lock (so it sees them in order); `restore` puts back
     what a previous process's sink kept."""
 
@@ -64,8 +71,9 @@ class ReservationLedger:
     ) -> None:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
-        self._by_pod: dict[str, Reservation] = {}
-        self._uids_by_key: dict[str, set[str]] = {}  # pod key -> the uids holding reservations under it
+        self._by_pod: immutables.Map[str, Reservation] = immutables.Map()
+        # pod key -> the uids holding reservations under it
+        self._uids_by_key: immutables.Map[str, frozenset[str]] = immutables.Map()
         self._unchecked: set[str] = set()  # held or replaced since the last reconcile
         self._next_expiry = float("inf")  # no reservation expires before this (it may be an earlier one's)
         self._totals: dict[QuotaKey, Fraction] = {}
@@ -145,8 +153,9 @@ class ReservationLedger:
 
     def _hold(self, reservation: Reservation) -> None:
         """Caller holds the lock and dropped the pod's previous reservation."""
-        self._by_pod[reservation.pod_uid] = reservation
-        self._uids_by_key.setdefault(reservation.pod_key, set()).add(reservation.pod_uid)
+        self._by_pod = self._by_pod.set(reservation.pod_uid, reservation)
+        uids = self._uids_by_key.get(reservation.pod_key, frozenset())
+        self._uids_by_key = self._uids_by_key.set(reservation.pod_key, uids | {reservation.pod_uid})
         self._unchecked.add(reservation.pod_uid)
         add_signed(self._totals, reservation.charges.items(), 1)
         if reservation.workload:
@@ -160,7 +169,7 @@ class ReservationLedger:
                 return None
             now = self._clock()
             confirmed = replace(reservation, node=node, expires=now + self.ttl_seconds)
-            self._by_pod[pod_uid] = confirmed
+            self._by_pod = self._by_pod.set(pod_uid, confirmed)
             self._put(confirmed)
             return confirmed
 
@@ -170,13 +179,16 @@ class ReservationLedger:
 
     def _drop(self, pod_uid: str, *, replaced: bool = False) -> Reservation | None:
         """`replaced`: a put of the same pod follows at once (the sink needs no delete)."""
-        reservation = self._by_pod.pop(pod_uid, None)
+        reservation = self._by_pod.get(pod_uid)
         if reservation is not None:
+            self._by_pod = self._by_pod.delete(pod_uid)
             uids = self._uids_by_key.get(reservation.pod_key)
             if uids is not None:
-                uids.discard(pod_uid)
-                if not uids:
-                    del self._uids_by_key[reservation.pod_key]
+                remaining = uids - {pod_uid}
+                key = reservation.pod_key
+                self._uids_by_key = (
+                    self._uids_by_key.set(key, remaining) if remaining else self._uids_by_key.delete(key)
+                )
             self._unchecked.discard(pod_uid)
             if self._sink is not None and not replaced:
                 self._sink.delete(pod_uid)
@@ -231,7 +243,7 @@ class ReservationLedger:
                 state = pod_states(reservation)
                 if state == "seen" and not reservation.seen:
                     marked = replace(reservation, seen=True)
-                    self._by_pod[reservation.pod_uid] = marked
+                    self._by_pod = self._by_pod.set(reservation.pod_uid, marked)
                     self._put(marked)
                 elif state not in ("pending", "seen"):
                     self._drop(reservation.pod_uid)
@@ -263,15 +275,13 @@ class ReservationLedger:
         with self.lock:
             return list(self._by_pod.values())
 
-    def by_pod(self) -> dict[str, Reservation]:
-        """Pod uid -> its reservation, a copy."""
-        with self.lock:
-            return dict(self._by_pod)
+    def by_pod(self) -> Mapping[str, Reservation]:
+        """Pod uid -> its reservation, as held now (an immutable map: later changes do not show in it)."""
+        return self._by_pod
 
-    def pod_keys(self) -> set[str]:
-        """The keys (namespace/name) of the pods holding reservations."""
-        with self.lock:
-            return set(self._uids_by_key)
+    def pod_keys(self) -> Collection[str]:
+        """The keys (namespace/name) of the pods holding reservations now (immutable, as `by_pod`)."""
+        return self._uids_by_key
 
     def workload_totals(self) -> dict[str, dict[QuotaKey, Fraction]]:
         """What the reservations of each admitted Workload's pods hold together, by Workload key (a copy)."""
