@@ -57,8 +57,9 @@ class ReservationLedger:
 
     The reservations by pod, and the pod keys holding them, are persistent maps (immutables.Map, as the store's
     objects in state/store.py): every filter's quota view takes both as they are, in O(1), where copies cost
-    O(reservations) per filter (at 5000 held, a filter+prioritize pair at 1000 nodes cost 1.65x the pair with
-    none held; pods of a gang wait at Permit holding theirs, so thousands is a real count).
+    O(reservations) per filter (with 5000 held, a filter+prioritize pair at 1000 nodes cost 1.61x the pair with
+    none held, bench/scaling_bench.py; pods of a gang wait at Permit holding theirs, so thousands is a real
+    count).
 
     With a `sink`, every change is handed to it under the lock (so it sees them in order); `restore` puts back
     what a previous process's sink kept."""
