@@ -21,15 +21,16 @@ own scheduling_algorithm_duration_seconds per pod, without and with the extender
 to the serial cycle (at 1000 nodes that part is nearly all of each pod's time; at 200 nodes on two cores the
 machine's CPU is the limit too, and every millisecond of CPU per pod counts).
 
-`--floor` adds rounds through a third kube-scheduler whose extender is bench/null_extender.py (every node passes,
-every score 0) served by our own server: what the calls themselves cost kube-scheduler at that node count,
-measured in the same control plane as ours, and our extender's time against the floor's (make bench-e2e passes
-it). `--profile DIR` writes kube-scheduler's CPU
-profile of each round. Attempts that did not schedule a pod (result unschedulable or error) are printed per
-round: each is a whole cycle more. `--scoring LeastAllocated` has our extender spread pods as the plain scheduler
-does: by default it binpacks (MostAllocated), and where pods land could change kube-scheduler's own work (a full
-node fails its filter, so it looks at more nodes before it has found as many feasible ones as it wants). In the
-runs so far, spreading did not change the ratio beyond the noise at 200 or 1000 nodes.
+`--floor` adds rounds through two more kube-schedulers whose extenders decide nothing (every node passes, every
+score 0): bench/null_extender.py served by our own server, and bench/null_extender_go (a minimal Go server, built
+into bench/.build on first use). What the calls themselves cost kube-scheduler at that node count, measured in the
+same control plane as ours; our extender's time against the first (what deciding costs), and the first against the
+second (what our server's request handling costs against a native one). make bench-e2e passes it. `--profile DIR`
+writes kube-scheduler's CPU profile of each round. Attempts that did not schedule a pod (result unschedulable or
+error) are printed per round: each is a whole cycle more. `--scoring LeastAllocated` has our extender spread pods as
+the plain scheduler does: by default it binpacks (MostAllocated), and where pods land could change kube-scheduler's
+own work (a full node fails its filter, so it looks at more nodes before it has found as many feasible ones as it
+wants). In the runs so far, spreading did not change the ratio beyond the noise at 200 or 1000 nodes.
 
 Both schedulers and the extender watch the cluster all the time, so each pays for the other's rounds too; the
 extender's own per-verb latency (its /metrics histogram) is printed as well, and its CPU per pod by thread
@@ -45,6 +46,7 @@ import re
 import shutil
 import ssl
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -79,6 +81,7 @@ from testkit.control_plane import (
     wait_http_ready,
     wait_until,
 )
+from testkit.go import build_env, locate_go
 
 BUILD_ROOT = REPO_ROOT / "tests" / "e2e" / ".build"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -89,7 +92,15 @@ GATE = "bench.dra-extender/hold"
 FLAVOR, CLUSTER_QUEUE, LOCAL_QUEUE = "bench-gpu", "bench", "bench"
 MODES = ("plain", "extender")  # scheduler profile names: without / with our extender
 NULL_MODE = "null"  # with bench/null_extender.py (--floor)
-MODE_LABELS = {"extender": "with our extender", NULL_MODE: "with the null extender (the floor)"}
+GO_NULL_MODE = "go-null"  # with bench/null_extender_go (--floor)
+FLOOR_MODES = (NULL_MODE, GO_NULL_MODE)
+MODE_LABELS = {
+    "extender": "with our extender",
+    NULL_MODE: "with the null extender under our server (the floor)",
+    GO_NULL_MODE: "with the null extender in Go",
+}
+GO_NULL_SOURCE = REPO_ROOT / "bench" / "null_extender_go"
+GO_NULL_BINARY = REPO_ROOT / "bench" / ".build" / "null_extender_go"
 THREADS = 8
 
 
@@ -166,6 +177,29 @@ def start_null_extender(plane: ControlPlane) -> Component:
     port = free_port()
     args = [str(REPO_ROOT / ".venv" / "bin" / "python"), "-m", "bench.null_extender", f"{LOOPBACK}:{port}"]
     component = spawn("null-extender", args, plane.log_dir, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    component.url = f"http://{LOOPBACK}:{port}"
+    wait_http_ready(component, f"{component.url}/readyz")
+    return component
+
+
+def build_go_null_extender() -> Path:
+    """bench/null_extender_go built into bench/.build (gitignored; the standard library only, nothing fetched).
+    Rebuilt when its source is newer than the binary."""
+    sources = list(GO_NULL_SOURCE.iterdir())
+    if GO_NULL_BINARY.exists() and all(p.stat().st_mtime <= GO_NULL_BINARY.stat().st_mtime for p in sources):
+        return GO_NULL_BINARY
+    go = locate_go()
+    if go is None:
+        raise SystemExit("--floor needs the Go toolchain (`go`) to build bench/null_extender_go")
+    GO_NULL_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([go, "build", "-o", str(GO_NULL_BINARY), "."], cwd=GO_NULL_SOURCE, env=build_env(), check=True)
+    return GO_NULL_BINARY
+
+
+def start_go_null_extender(plane: ControlPlane, binary: Path) -> Component:
+    """bench/null_extender_go: the same answers as the null extender, from a minimal Go server."""
+    port = free_port()
+    component = spawn("go-null-extender", [str(binary), f"{LOOPBACK}:{port}"], plane.log_dir)
     component.url = f"http://{LOOPBACK}:{port}"
     wait_http_ready(component, f"{component.url}/readyz")
     return component
@@ -382,7 +416,8 @@ def bench(
 ) -> None:
     workdir = Path(tempfile.mkdtemp(prefix=f"dra-bench-e2e-{nodes}-"))
     plane = start_control_plane(workdir, binaries, start_scheduler=False)
-    modes = (*MODES, NULL_MODE) if floor else MODES
+    modes = (*MODES, *FLOOR_MODES) if floor else MODES
+    go_null = build_go_null_extender() if floor else None
     try:
         plane.apply_crds(KUEUE_CRD_DIR)
         t = time.monotonic()
@@ -401,7 +436,10 @@ def bench(
         urls_of_extenders = {MODES[1]: extender.url}
         if floor:
             extenders[NULL_MODE] = plane.components["null-extender"] = start_null_extender(plane)
-            urls_of_extenders[NULL_MODE] = extenders[NULL_MODE].url
+            assert go_null is not None
+            extenders[GO_NULL_MODE] = plane.components["go-null-extender"] = start_go_null_extender(plane, go_null)
+            for mode in FLOOR_MODES:
+                urls_of_extenders[mode] = extenders[mode].url
         start_schedulers(plane, urls_of_extenders, qps)
         seconds: dict[str, list[float]] = {mode: [] for mode in modes}
         for mode in modes:  # warm-up (not counted): informers, connections, the extender's memos
@@ -501,17 +539,23 @@ def report(
                 f"cycle)"
             )
     if NULL_MODE in modes:
-        print(f"        {floor_comparison(seconds[MODES[1]], seconds[NULL_MODE], cycle[MODES[1]], cycle[NULL_MODE])}")
+        ours = MODES[1]
+        line = floor_comparison(seconds[ours], seconds[NULL_MODE], cycle[ours], cycle[NULL_MODE])
+        print(f"        our extender over the floor: {line}")
+    if GO_NULL_MODE in modes:
+        line = floor_comparison(seconds[NULL_MODE], seconds[GO_NULL_MODE], cycle[NULL_MODE], cycle[GO_NULL_MODE])
+        print(f"        our server's null extender over the Go one: {line}")
     watching = statistics.median(cpu[f"{plain} extender"])
     print(f"        our extender in the plain rounds (watch events only): {watching:.2f} ms CPU per pod")
 
 
 def floor_comparison(ours: list[float], null: list[float], our_cycle: list[float], null_cycle: list[float]) -> str:
-    """Our extender against the null one: what deciding costs over calling an extender at all. The rounds of one
-    index run back to back, so each index gives one pair; the serial cycle's difference is kube-scheduler's."""
+    """One extender mode against another (ours against the null one: what deciding costs over calling an
+    extender at all). The rounds of one index run back to back, so each index gives one pair; the serial
+    cycle's difference is kube-scheduler's."""
     pairs = sorted(o / n for o, n in zip(ours, null, strict=True))
     line = (
-        f"our extender over the floor: time ratio {statistics.median(ours) / statistics.median(null):.2f}x; "
+        f"time ratio {statistics.median(ours) / statistics.median(null):.2f}x; "
         f"per round pair {', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.2f}x"
     )
     if our_cycle and null_cycle:
@@ -536,8 +580,9 @@ def main() -> None:
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="also run rounds through a third kube-scheduler calling bench/null_extender.py (every node passes, "
-        "every score 0): the protocol's floor, measured in the same control plane",
+        help="also run rounds through kube-schedulers calling extenders that decide nothing (every node passes, "
+        "every score 0): bench/null_extender.py under our server, and bench/null_extender_go: the protocol's "
+        "floor, measured in the same control plane",
     )
     parser.add_argument(
         "--scoring",

@@ -1,0 +1,3 @@
+module dra-quota-extender/bench/null_extender_go
+
+go 1.24
