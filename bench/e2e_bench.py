@@ -32,7 +32,7 @@ the plain scheduler does: by default it binpacks (MostAllocated), and where pods
 own work (a full node fails its filter, so it looks at more nodes before it has found as many feasible ones as it
 wants). In the runs so far, spreading did not change the ratio beyond the noise at 200 or 1000 nodes.
 
-Both schedulers and the extender watch the cluster all the time, so each pays for the other's rounds too; the
+Every kube-scheduler and the extender watch the cluster all the time, so each pays for the other's rounds too; the
 extender's own per-verb latency (its /metrics histogram) is printed as well, and its CPU per pod by thread
 (dra_extender_thread_cpu_seconds_total): the watches, the view keeper and the verbs' pool, in the extender's
 rounds and in the plain ones (where it only follows the cluster).
@@ -171,13 +171,17 @@ def populate(plane: ControlPlane, nodes: int, gpus: int) -> list[str]:
     return names
 
 
-def start_null_extender(plane: ControlPlane) -> Component:
-    """bench/null_extender.py under our own server (ExtenderServer, ExtenderWorker, their defaults): the floor of
-    an extender served that way."""
+def start_null_extender(plane: ControlPlane, mode: str, go_binary: Path) -> Component:
+    """A null extender, started and ready: bench/null_extender.py under our own server (ExtenderServer,
+    ExtenderWorker, their defaults), or bench/null_extender_go (the same answers from a minimal Go server)."""
     port = free_port()
-    args = [str(REPO_ROOT / ".venv" / "bin" / "python"), "-m", "bench.null_extender", f"{LOOPBACK}:{port}"]
-    component = spawn("null-extender", args, plane.log_dir, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
-    component.url = f"http://{LOOPBACK}:{port}"
+    address = f"{LOOPBACK}:{port}"
+    if mode == GO_NULL_MODE:
+        component = spawn("go-null-extender", [str(go_binary), address], plane.log_dir)
+    else:
+        args = [str(REPO_ROOT / ".venv" / "bin" / "python"), "-m", "bench.null_extender", address]
+        component = spawn("null-extender", args, plane.log_dir, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    component.url = f"http://{address}"
     wait_http_ready(component, f"{component.url}/readyz")
     return component
 
@@ -194,15 +198,6 @@ def build_go_null_extender() -> Path:
     GO_NULL_BINARY.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([go, "build", "-o", str(GO_NULL_BINARY), "."], cwd=GO_NULL_SOURCE, env=build_env(), check=True)
     return GO_NULL_BINARY
-
-
-def start_go_null_extender(plane: ControlPlane, binary: Path) -> Component:
-    """bench/null_extender_go: the same answers as the null extender, from a minimal Go server."""
-    port = free_port()
-    component = spawn("go-null-extender", [str(binary), f"{LOOPBACK}:{port}"], plane.log_dir)
-    component.url = f"http://{LOOPBACK}:{port}"
-    wait_http_ready(component, f"{component.url}/readyz")
-    return component
 
 
 def start_schedulers(plane: ControlPlane, extender_urls: dict[str, str], qps: int) -> None:
@@ -417,7 +412,6 @@ def bench(
     workdir = Path(tempfile.mkdtemp(prefix=f"dra-bench-e2e-{nodes}-"))
     plane = start_control_plane(workdir, binaries, start_scheduler=False)
     modes = (*MODES, *FLOOR_MODES) if floor else MODES
-    go_null = build_go_null_extender() if floor else None
     try:
         plane.apply_crds(KUEUE_CRD_DIR)
         t = time.monotonic()
@@ -435,10 +429,9 @@ def bench(
         extenders = {mode: extender for mode in MODES}  # whose CPU a round counts (ours follows every round)
         urls_of_extenders = {MODES[1]: extender.url}
         if floor:
-            extenders[NULL_MODE] = plane.components["null-extender"] = start_null_extender(plane)
-            assert go_null is not None
-            extenders[GO_NULL_MODE] = plane.components["go-null-extender"] = start_go_null_extender(plane, go_null)
+            go_binary = build_go_null_extender()
             for mode in FLOOR_MODES:
+                extenders[mode] = plane.components[f"{mode}-extender"] = start_null_extender(plane, mode, go_binary)
                 urls_of_extenders[mode] = extenders[mode].url
         start_schedulers(plane, urls_of_extenders, qps)
         seconds: dict[str, list[float]] = {mode: [] for mode in modes}
@@ -549,17 +542,17 @@ def report(
     print(f"        our extender in the plain rounds (watch events only): {watching:.2f} ms CPU per pod")
 
 
-def floor_comparison(ours: list[float], null: list[float], our_cycle: list[float], null_cycle: list[float]) -> str:
-    """One extender mode against another (ours against the null one: what deciding costs over calling an
-    extender at all). The rounds of one index run back to back, so each index gives one pair; the serial
-    cycle's difference is kube-scheduler's."""
-    pairs = sorted(o / n for o, n in zip(ours, null, strict=True))
+def floor_comparison(upper: list[float], floor: list[float], upper_cycle: list[float], floor_cycle: list[float]) -> str:
+    """One extender mode's round times against a floor's (ours against the null one: what deciding costs over
+    calling an extender at all). The rounds of one index run back to back, so each index gives one pair; the
+    serial cycle's difference is kube-scheduler's."""
+    pairs = sorted(o / n for o, n in zip(upper, floor, strict=True))
     line = (
-        f"time ratio {statistics.median(ours) / statistics.median(null):.2f}x; "
+        f"time ratio {statistics.median(upper) / statistics.median(floor):.2f}x; "
         f"per round pair {', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.2f}x"
     )
-    if our_cycle and null_cycle:
-        line += f"; serial cycle {statistics.median(our_cycle) - statistics.median(null_cycle):+.2f} ms per pod"
+    if upper_cycle and floor_cycle:
+        line += f"; serial cycle {statistics.median(upper_cycle) - statistics.median(floor_cycle):+.2f} ms per pod"
     return line
 
 
