@@ -1,6 +1,6 @@
 """End-to-end throughput: the same burst through a real kube-scheduler without and with the extender.
 
-Run: make bench-e2e, or .venv/bin/python -m bench.e2e_bench [--nodes 200 1000] [--pods 400] [--rounds 3] [--floor]
+Run: make bench-e2e, or .venv/bin/python -m bench.e2e_bench [--nodes 200 1000] [--pods 400] [--rounds 4] [--floor]
 
 One control plane per node count (testkit/control_plane.py, the one the e2e tests start: etcd, kube-apiserver,
 kube-controller-manager from tests/e2e/.build), N nodes with 8 GPUs each (the DRA example driver's slices),
@@ -13,7 +13,8 @@ clientConnection qps/burst raised so that client-side rate limits do not set the
 A round: a fresh namespace with one pre-created ResourceClaim (1 GPU) per pod and the pods, created with a
 scheduling gate so that none is scheduled while the burst is still being created; then every gate is removed
 (8 threads) and the clock runs from the first removal until a watch has seen every pod bound. pods/s = pods /
-that time. Rounds alternate between the two schedulers (which one goes first alternates too); the namespace is
+that time. Each round index runs every scheduler once, in the order of a balanced design (`round_order`: over four
+rounds each goes first as often as the others and follows each other one equally often); the namespace is
 deleted, and its pods and claims are gone (devices deallocated) before the next round. One small warm-up round
 per scheduler goes first. Figures are medians over rounds; the ratio is median time with the extender / median
 time without (<= 1.10 is the goal of issue 14), and each round pair's ratio is printed too. kube-scheduler's
@@ -391,10 +392,18 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[fl
 
 
 def round_order(modes: tuple[str, ...], index: int) -> tuple[str, ...]:
-    """The modes of round `index`, rotated by one each round: each goes first as often as the others, and
-    with two modes they alternate (plain, extender; extender, plain; ...)."""
-    shift = index % len(modes)
-    return modes[shift:] + modes[:shift]
+    """The modes of round `index`: row `index` (mod the number of modes) of a Williams design, a Latin square
+    whose first row is 0, 1, n-1, 2, n-2, ... and whose every other row adds its index to each entry (mod n).
+    Over n rounds each mode runs once in every position and, for an even number of modes, directly after each
+    other mode exactly once: whatever one round leaves behind for the next (the API server's and etcd's
+    clean-up of its deleted namespace, the extender's catch-up on its deletions) falls on every mode alike.
+    A plain rotation kept one cyclic order: with four modes, plain always ran right after the Go null
+    extender, ours right after plain and the null one under our server right after ours, so a mode's time
+    could not be told from its predecessor's leftovers. With two modes both orders alternate (plain, extender;
+    extender, plain; ...), as a rotation did."""
+    count = len(modes)
+    first = [0, *((k + 1) // 2 if k % 2 else count - k // 2 for k in range(1, count))]
+    return tuple(modes[(position + index) % count] for position in first)
 
 
 def bench(
@@ -561,7 +570,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--pods", type=int, default=400)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="round indexes (4: one whole balanced design with --floor's 4 modes)"
+    )
     parser.add_argument("--qps", type=int, default=5000, help="kube-scheduler clientConnection qps and burst")
     parser.add_argument(
         "--profile",
@@ -588,7 +599,7 @@ def main() -> None:
         args.profile.mkdir(parents=True, exist_ok=True)
     binaries = find_binaries()
     print(f"End-to-end burst: {args.pods} one-GPU pods (pre-created ResourceClaims, LocalQueue label),")
-    print(f"kube-scheduler {binaries['kube-scheduler'].parent.name} without / with the extender, order rotating")
+    print(f"kube-scheduler {binaries['kube-scheduler'].parent.name} without / with the extender, order balanced")
     for nodes in args.nodes:
         bench(
             binaries,
