@@ -31,7 +31,9 @@ writes kube-scheduler's CPU profile of each round. Attempts that did not schedul
 error) are printed per round: each is a whole cycle more. `--scoring LeastAllocated` has our extender spread pods as
 the plain scheduler does: by default it binpacks (MostAllocated), and where pods land could change kube-scheduler's
 own work (a full node fails its filter, so it looks at more nodes before it has found as many feasible ones as it
-wants). In the runs so far, spreading did not change the ratio beyond the noise at 200 or 1000 nodes.
+wants). On the first machine the bench ran on, spreading did not change the ratio beyond the noise at 200 or 1000
+nodes; on a slower one (bench/loop_bench.py 0.70 against 0.39 ms per pod at 200 nodes), one 200-node run each way
+gave kube-scheduler's cycle +8.26 ms per pod binpacking and +2.30 ms spreading.
 
 Every kube-scheduler and the extender watch the cluster all the time, so each pays for the other's rounds too; the
 extender's own per-verb latency (its /metrics histogram) is printed as well, and its CPU per pod by thread
