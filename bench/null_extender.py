@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from extender.service import ExtenderConfig
+from extender.state.foreground import ForegroundWork
 from extender.transport.server import ExtenderServer, ExtenderWorker, ListenerSettings, ServerLimits, gunicorn_options
 from extender.transport.wire import filter_error
 
@@ -63,6 +64,8 @@ class NullVerbs:
 
     paths = frozenset(("/filter", "/prioritize"))
     max_body_bytes = ExtenderConfig().limits.max_body_bytes
+    # No background threads here to hold off; the server announces its waits on it as for the extender.
+    foreground = ForegroundWork()
 
     def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], _Answer]:
         encoded = _answer(path.strip("/"), orjson.loads(body).get("NodeNames") or [])

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import orjson
+import pytest
 
 from extender.service import ExtenderConfig
+from extender.state import foreground
 from extender.state.foreground import ForegroundWork
 from extender.state.live import from_kubeconfig
 from extender.state.store import ClusterStore
 from extender.transport.app import create_app
+from extender.transport.server import ExtenderWorker
 from testkit import builders as b
 from tests.support.fake_api import FakeApiServer, small_cluster, wait_for
 from tests.support.scenarios import engine_for, gpu_pod
@@ -90,6 +96,7 @@ def test_verbs_mark_themselves_running_and_always_unmark() -> None:
     assert seen == [1, 1]
     metrics = client.get("/metrics").get_data(as_text=True)
     assert "dra_extender_background_stepped_aside_total 0.0" in metrics
+    assert "dra_extender_background_stepped_aside_for_requests_total 0.0" in metrics
 
 
 def test_watch_events_wait_for_the_running_verb(fake_api: FakeApiServer, tmp_path: Path) -> None:
@@ -118,3 +125,74 @@ def test_watch_events_wait_for_the_running_verb(fake_api: FakeApiServer, tmp_pat
         work.end()
     finally:
         source.stop()
+
+
+def test_a_request_waiting_on_an_expected_socket_holds_background_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bytes waiting on a socket the server expects a verb's request on hold background work off until the thread
+    that serves it has marked its verb running, then until the verb ends."""
+    monkeypatch.setattr(foreground, "ARRIVAL_WAIT_SECONDS", 10.0)
+    work = ForegroundWork(max_hold_seconds=10.0)
+    served, client = socket.socketpair()
+    with served, client, work.expect_requests(served.fileno()):
+        for _ in range(100):
+            work.step_aside()  # nothing waiting yet: no wait
+        assert work.stepped_aside_for_arrivals == 0
+        client.sendall(b"POST /filter")
+        passed = threading.Event()
+        thread = threading.Thread(target=lambda: (work.step_aside(), passed.set()))
+        thread.start()
+        assert not passed.wait(0.2)  # the request waits: background work holds off
+        work.begin()  # the serving thread woke and marked its verb
+        assert not passed.wait(0.2)  # still held, now by the running verb
+        work.end()
+        assert passed.wait(2.0)
+        thread.join()
+    assert work.stepped_aside_for_arrivals == 1 and work.stepped_aside == 1
+    assert work.waited_seconds >= 0.3
+
+
+def test_a_waiting_request_holds_background_work_only_briefly_and_only_while_expected() -> None:
+    work = ForegroundWork(max_hold_seconds=10.0)
+    served, client = socket.socketpair()
+    with served, client:
+        client.sendall(b"POST /filter")
+        with work.expect_requests(served.fileno()):
+            started = time.monotonic()
+            work.step_aside()  # no thread marks a verb for it: held ARRIVAL_WAIT_SECONDS at most
+            assert time.monotonic() - started < 0.5
+            assert work.stepped_aside_for_arrivals == 0 and work.running == 0
+        started = time.monotonic()
+        for _ in range(1000):
+            work.step_aside()  # the socket is no longer expected: its bytes hold nothing off
+        assert time.monotonic() - started < 0.5
+
+
+def test_the_lingering_server_thread_marks_the_verb_running_when_its_request_arrives() -> None:
+    """transport/server.py: the pool thread waiting on a kept-alive connection of the scheduling listener
+    announces the wait and marks the verb running as soon as the next request's bytes wake it, before reading
+    them; a connection that stays quiet leaves nothing marked and nothing expected."""
+    work = ForegroundWork(max_hold_seconds=10.0)
+    worker = ExtenderWorker.__new__(ExtenderWorker)  # only what _next_request_soon reads
+    worker._lingering = threading.BoundedSemaphore(1)
+    worker._direct_allowed = True
+    served, client = socket.socketpair()
+    with served, client:
+        conn = SimpleNamespace(
+            sock=served,
+            parser=SimpleNamespace(unreader=SimpleNamespace(buf=io.BytesIO())),
+            listener=SimpleNamespace(settings=SimpleNamespace(direct=SimpleNamespace(foreground=work))),
+        )
+        soon, mark = worker._next_request_soon(conn)  # type: ignore[arg-type]
+        assert (soon, mark, work.running) == (False, None, 0)  # nothing came within the linger
+
+        result: list[tuple[bool, object]] = []
+        thread = threading.Thread(target=lambda: result.append(worker._next_request_soon(conn)))  # type: ignore[arg-type]
+        thread.start()
+        wait_for(lambda: work._expected == 1, message="the wait announced")
+        client.sendall(b"POST /filter")
+        thread.join(2.0)
+        soon, mark = result[0]
+        assert soon and mark is not None and work.running == 1 and work._expected == 0
+        mark.end()  # type: ignore[attr-defined]
+        mark.end()  # type: ignore[attr-defined]  # once only
+        assert work.running == 0

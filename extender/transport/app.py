@@ -501,6 +501,7 @@ class SchedulingVerbs:
             "/prioritize": ("prioritize", partial(answer_prioritize, encoded=True, ahead=self.ahead)),
         }
         self.paths = frozenset(self.verbs)  # what the server's direct path (transport/direct_http.py) hands us
+        self.foreground: ForegroundWork = self.service.store.foreground
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -522,7 +523,7 @@ class SchedulingVerbs:
         verb, answer = self.verbs[path]
         # kube-scheduler waits for this answer: the extender's background threads hold off meanwhile
         # (state/foreground.py), from the body's parse until the server has written the answer and closes it.
-        foreground = self.service.store.foreground
+        foreground = self.foreground
         foreground.begin()
         try:
             status, headers, encoded, then = self._serve(verb, answer, path, body)

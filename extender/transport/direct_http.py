@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 import httptools
 
+from extender.state.foreground import ForegroundWork
+
 HEAD_END = b"\r\n\r\n"
 # One recv for the head (kube-scheduler's is about 200 bytes, sent with the start of the body), and per body read.
 RECV_BYTES = 256 * 1024
@@ -48,6 +50,7 @@ class DirectVerbs(Protocol):
 
     paths: frozenset[str]
     max_body_bytes: int  # a larger body goes to gunicorn and Flask, which answer 413
+    foreground: ForegroundWork  # marked at the wake-up for a request, before it is read (state/foreground.py)
 
     def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], WrittenBody]:
         """Status, headers (with Content-Length) and body of the answer to a verb's request body."""

@@ -132,6 +132,11 @@ class _StateCollector(Collector):
             value=service.store.foreground.stepped_aside,
         )
         yield CounterMetricFamily(
+            "dra_extender_background_stepped_aside_for_requests",
+            "Times a watch thread or the view keeper held off for a verb's request waiting to be read.",
+            value=service.store.foreground.stepped_aside_for_arrivals,
+        )
+        yield CounterMetricFamily(
             "dra_extender_background_wait_seconds",
             "Seconds watch threads and the view keeper spent waiting for running verbs (at most 50 ms per gap).",
             value=service.store.foreground.waited_seconds,

@@ -53,6 +53,7 @@ from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
+from extender.state.foreground import ForegroundWork
 from extender.transport.direct_http import (
     RECV_BYTES,
     DirectVerbs,
@@ -343,21 +344,28 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
     def handle(self, conn: BoundedConn) -> Any:
         if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTES_WAIT_SECONDS):
             return gthread._DEFER  # (not reached from accept(), which defers itself) wait in the poller
+        arrival: _ArrivalMark | None = None
         while True:
             DEADLINES.begin(conn)
             try:
-                result = self._handle_direct(conn)
+                result = self._handle_direct(conn, arrival)
                 if result is None:
                     result = super().handle(conn)
             finally:
                 DEADLINES.end()
-            if result is not True or not self.alive or not self._next_request_soon(conn):
+                if arrival is not None:
+                    arrival.end()
+            if result is not True or not self.alive:
+                return result
+            soon, arrival = self._next_request_soon(conn)
+            if not soon:
                 return result
 
-    def _handle_direct(self, conn: BoundedConn) -> bool | None:
+    def _handle_direct(self, conn: BoundedConn, arrival: _ArrivalMark | None = None) -> bool | None:
         """Serve one of kube-scheduler's verbs on the direct path (transport/direct_http.py): True to keep the
         connection, False to close it; None when the request is not one for that path (gunicorn then reads it,
-        from the bytes given back to its parser)."""
+        from the bytes given back to its parser). `arrival`, the mark taken at the wake-up for this request, is
+        ended once the verb has taken its own."""
         direct = conn.listener.settings.direct
         if direct is None or not self._direct_allowed:
             return None
@@ -385,6 +393,8 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
                 and len(self.keepalived_conns) < self.max_keepalived
             )
             status, headers, answer = direct.respond(request.path, request.body)
+            if arrival is not None:
+                arrival.end()  # the verb's own mark holds until its answer is written
             try:
                 conn.sock.sendall(response_bytes(status, headers, answer, keep_alive))
             finally:
@@ -396,21 +406,33 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             log.debug("direct request ended: %s", error)
             return False
 
-    def _next_request_soon(self, conn: BoundedConn) -> bool:
+    def _next_request_soon(self, conn: BoundedConn) -> tuple[bool, _ArrivalMark | None]:
         """Whether the connection's next request arrives within KEEPALIVE_LINGER_SECONDS (this thread then serves
         it). kube-scheduler sends prioritize right after filter, and the next pod's filter soon after, on one
         kept-alive connection: serving them in the thread that answered the last one saves gthread's two
         hand-offs per request (pool thread -> poller -> pool thread: a future, its callback, the wake-up pipe,
         the poller re-registration), about a third of a request's fixed cost. At most half the pool lingers at
-        once, so idle connections cannot take the threads that others' requests need."""
+        once, so idle connections cannot take the threads that others' requests need.
+
+        On the scheduling listener the wait is announced to the background threads (state/foreground.py
+        `expect_requests`): once the request's bytes are waiting, they hold off until this thread runs, and it
+        marks the verb running as soon as it does (the returned mark, which the caller ends)."""
+        direct = conn.listener.settings.direct
+        foreground = direct.foreground if direct is not None and self._direct_allowed else None
         if conn.parser.unreader.buf.getvalue() or _tls_pending(conn.sock):
-            return True  # bytes of the next request are read already: the socket may never look readable again
+            # bytes of the next request are read already: the socket may never look readable again
+            return True, _ArrivalMark(foreground) if foreground is not None else None
         if not self._lingering.acquire(blocking=False):
-            return False
+            return False, None
         try:
             poll = select.poll()
             poll.register(conn.sock, select.POLLIN)
-            return bool(poll.poll(KEEPALIVE_LINGER_SECONDS * 1000))
+            if foreground is None:
+                return bool(poll.poll(KEEPALIVE_LINGER_SECONDS * 1000)), None
+            with foreground.expect_requests(conn.sock.fileno()):
+                if not poll.poll(KEEPALIVE_LINGER_SECONDS * 1000):
+                    return False, None
+                return True, _ArrivalMark(foreground)  # taken before the background threads stop probing
         finally:
             self._lingering.release()
 
@@ -418,6 +440,22 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         super().load_wsgi()
         apps = {s.address.rpartition(":")[2]: s.app for s in self.listeners.values()}
         self.wsgi = _Dispatch(apps, self.wsgi, self.limits.max_body_bytes)
+
+
+class _ArrivalMark:
+    """The verb-running mark a pool thread takes as soon as it wakes for a request on the scheduling listener,
+    before reading it (state/foreground.py): ended once, when the verb has taken its own or the request is done."""
+
+    __slots__ = ("_foreground",)
+
+    def __init__(self, foreground: ForegroundWork) -> None:
+        foreground.begin()
+        self._foreground: ForegroundWork | None = foreground
+
+    def end(self) -> None:
+        foreground, self._foreground = self._foreground, None
+        if foreground is not None:
+            foreground.end()
 
 
 def _defer_accept(listener_socket: Any) -> None:
