@@ -86,6 +86,10 @@ class ForegroundWork:
             self._begun += 1
             self._idle.notify_all()  # a background thread waiting for an arrival's verb to begin
 
+    def mark(self) -> RunningMark:
+        """`begin` now, `end` through the returned mark, once however often it is ended."""
+        return RunningMark(self)
+
     @contextlib.contextmanager
     def expect_requests(self, fd: int) -> Iterator[None]:
         """Meanwhile a verb's request may arrive on the socket `fd`: background threads hold off once it has
@@ -155,3 +159,20 @@ class ForegroundWork:
             self._idle.wait_for(lambda: not self._running, left)
             self.stepped_aside += 1
             self.waited_seconds += time.monotonic() - started
+
+
+class RunningMark:
+    """One verb marked running (`ForegroundWork.mark`) until `end`, which ends it once however often it is called:
+    the server's wake-up mark (transport/server.py) and a verb's written answer (transport/app.py) each end theirs
+    from more than one path (answered, failed, closed)."""
+
+    __slots__ = ("_work",)
+
+    def __init__(self, work: ForegroundWork) -> None:
+        work.begin()
+        self._work: ForegroundWork | None = work
+
+    def end(self) -> None:
+        work, self._work = self._work, None
+        if work is not None:
+            work.end()

@@ -29,7 +29,7 @@ from extender.decisions.scheduling import PodDecision, Ranking
 from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
-from extender.state.foreground import ForegroundWork
+from extender.state.foreground import ForegroundWork, RunningMark
 from extender.transport.diagnostics import decision_json, node_json, queues_json
 from extender.transport.liveness import InFlight, probe_listener
 from extender.transport.metrics import ExtenderMetrics
@@ -523,13 +523,12 @@ class SchedulingVerbs:
         verb, answer = self.verbs[path]
         # kube-scheduler waits for this answer: the extender's background threads hold off meanwhile
         # (state/foreground.py), from the body's parse until the server has written the answer and closes it.
-        foreground = self.foreground
-        foreground.begin()
+        running = self.foreground.mark()
         try:
             status, headers, encoded, then = self._serve(verb, answer, path, body)
-            return status, headers, _WrittenAnswer(encoded, foreground, then)
+            return status, headers, _WrittenAnswer(encoded, running, then)
         except BaseException:
-            foreground.end()
+            running.end()
             raise
 
     def _serve(
@@ -567,19 +566,16 @@ class _WrittenAnswer(list[bytes]):
     body with a system call each: a watch thread woken meanwhile would otherwise take the interpreter between
     them and hold kube-scheduler's answer back by one event's work."""
 
-    __slots__ = ("_foreground", "_then")
+    __slots__ = ("_running", "_then")
 
-    def __init__(self, encoded: bytes, foreground: ForegroundWork, then: Callable[[], None] | None = None) -> None:
+    def __init__(self, encoded: bytes, running: RunningMark, then: Callable[[], None] | None = None) -> None:
         super().__init__((encoded,))
-        self._foreground: ForegroundWork | None = foreground  # None once closed: a second close ends nothing
+        self._running = running
         self._then = then
 
     def close(self) -> None:
-        foreground, self._foreground = self._foreground, None
-        if foreground is None:
-            return
-        foreground.end()
-        then, self._then = self._then, None
+        self._running.end()
+        then, self._then = self._then, None  # a second close runs nothing
         if then is not None:
             try:
                 then()

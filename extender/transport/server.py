@@ -53,7 +53,7 @@ from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
-from extender.state.foreground import ForegroundWork
+from extender.state.foreground import RunningMark
 from extender.transport.direct_http import (
     RECV_BYTES,
     DirectVerbs,
@@ -344,7 +344,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
     def handle(self, conn: BoundedConn) -> Any:
         if not conn.initialized and not conn.data_ready and not conn.wait_for_data(FIRST_BYTES_WAIT_SECONDS):
             return gthread._DEFER  # (not reached from accept(), which defers itself) wait in the poller
-        arrival: _ArrivalMark | None = None
+        arrival: RunningMark | None = None
         while True:
             DEADLINES.begin(conn)
             try:
@@ -361,7 +361,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             if not soon:
                 return result
 
-    def _handle_direct(self, conn: BoundedConn, arrival: _ArrivalMark | None = None) -> bool | None:
+    def _handle_direct(self, conn: BoundedConn, arrival: RunningMark | None) -> bool | None:
         """Serve one of kube-scheduler's verbs on the direct path (transport/direct_http.py): True to keep the
         connection, False to close it; None when the request is not one for that path (gunicorn then reads it,
         from the bytes given back to its parser). `arrival`, the mark taken at the wake-up for this request, is
@@ -406,7 +406,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             log.debug("direct request ended: %s", error)
             return False
 
-    def _next_request_soon(self, conn: BoundedConn) -> tuple[bool, _ArrivalMark | None]:
+    def _next_request_soon(self, conn: BoundedConn) -> tuple[bool, RunningMark | None]:
         """Whether the connection's next request arrives within KEEPALIVE_LINGER_SECONDS (this thread then serves
         it). kube-scheduler sends prioritize right after filter, and the next pod's filter soon after, on one
         kept-alive connection: serving them in the thread that answered the last one saves gthread's two
@@ -421,7 +421,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         foreground = direct.foreground if direct is not None and self._direct_allowed else None
         if conn.parser.unreader.buf.getvalue() or _tls_pending(conn.sock):
             # bytes of the next request are read already: the socket may never look readable again
-            return True, _ArrivalMark(foreground) if foreground is not None else None
+            return True, foreground.mark() if foreground is not None else None
         if not self._lingering.acquire(blocking=False):
             return False, None
         try:
@@ -432,7 +432,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             with foreground.expect_requests(conn.sock.fileno()):
                 if not poll.poll(KEEPALIVE_LINGER_SECONDS * 1000):
                     return False, None
-                return True, _ArrivalMark(foreground)  # taken before the background threads stop probing
+                return True, foreground.mark()  # taken before the background threads stop probing
         finally:
             self._lingering.release()
 
@@ -440,22 +440,6 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         super().load_wsgi()
         apps = {s.address.rpartition(":")[2]: s.app for s in self.listeners.values()}
         self.wsgi = _Dispatch(apps, self.wsgi, self.limits.max_body_bytes)
-
-
-class _ArrivalMark:
-    """The verb-running mark a pool thread takes as soon as it wakes for a request on the scheduling listener,
-    before reading it (state/foreground.py): ended once, when the verb has taken its own or the request is done."""
-
-    __slots__ = ("_foreground",)
-
-    def __init__(self, foreground: ForegroundWork) -> None:
-        foreground.begin()
-        self._foreground: ForegroundWork | None = foreground
-
-    def end(self) -> None:
-        foreground, self._foreground = self._foreground, None
-        if foreground is not None:
-            foreground.end()
 
 
 def _defer_accept(listener_socket: Any) -> None:
