@@ -180,6 +180,7 @@ class Component:
     log_path: Path
     process: subprocess.Popen[bytes]
     url: str = ""
+    env: dict[str, str] | None = None  # the environment it was started with (None: ours), kept for a respawn
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -229,7 +230,7 @@ def spawn(name: str, args: list[str], log_dir: Path, env: dict[str, str] | None 
             start_new_session=True,
             env=env,
         )
-    return Component(name=name, args=args, log_path=log_path, process=process)
+    return Component(name=name, args=args, log_path=log_path, process=process, env=env)
 
 
 def _http_ok(url: str, token: str | None = None, timeout: float = 2.0) -> bool:
@@ -270,13 +271,18 @@ def start_extender(
     log_dir: Path | None = None,
     timeout: float = 60.0,
 ) -> Component:
-    """Start our extender (``dra-extender serve``) on 127.0.0.1:``port``; return once /readyz answers 200."""
+    """Start our extender (``dra-extender serve``) on 127.0.0.1:``port``; return once /readyz answers 200.
+
+    Its temporary directory is the log directory (inside the run's work directory, removed with it): the
+    default reservation journal (`reservations.journal: auto`, state/reservation_journal.py) lives there, so a
+    restart on the same port in the same run takes it over, and no run leaves journals behind in /tmp."""
     if not os.access(EXTENDER_BIN, os.X_OK):
         raise ControlPlaneError(f"{EXTENDER_BIN} not found: run `make install` in {REPO_ROOT}")
     args = [str(EXTENDER_BIN), "serve", "--kubeconfig", str(kubeconfig), "--listen", f"{LOOPBACK}:{port}"]
     if config_file is not None:
         args += ["--config", str(config_file)]
-    component = spawn("extender", args, log_dir or Path(kubeconfig).parent)
+    directory = log_dir or Path(kubeconfig).parent
+    component = spawn("extender", args, directory, env={**os.environ, "TMPDIR": str(directory)})
     component.url = f"http://{LOOPBACK}:{port}"
     try:
         wait_http_ready(component, f"{component.url}/readyz", timeout=timeout)
@@ -589,7 +595,7 @@ class ControlPlane:
         old = self.components[name]
         if old.alive():
             raise ControlPlaneError(f"{name} is still running; stop or kill it first")
-        component = spawn(name, old.args, self.log_dir)
+        component = spawn(name, old.args, self.log_dir, env=old.env)
         component.url = old.url
         self.components[name] = component
         path, needs_token = READY_PATHS.get(name, ("/healthz", False))
