@@ -516,8 +516,7 @@ def report(
     """Each scheduler with an extender against the plain one: pods/s, the ratio of the median times and each
     round pair's ratio (the rounds of one index run back to back: the machine's drift over a run moves both
     alike, so the pairs' ratios are steadier than the ratio of the medians), CPU per pod on both sides and
-    kube-scheduler's scheduling algorithm per pod. Ratios to three decimals: the goal's bound is 1.10x, and
-    1.105x printed as 1.10x would read as met."""
+    kube-scheduler's scheduling algorithm per pod."""
     plain = modes[0]
     base = statistics.median(seconds[plain])
     print(f"{nodes:>6} nodes: without {pods / base:6.1f} pods/s (medians of {rounds} rounds)")
@@ -525,12 +524,8 @@ def report(
     base_cycle = statistics.median(cycle[plain]) if cycle[plain] else None
     for mode in modes[1:]:
         with_it = statistics.median(seconds[mode])
-        pairs = sorted(e / p for p, e in zip(seconds[plain], seconds[mode], strict=True))
         label = MODE_LABELS[mode]
-        print(
-            f"        {label}: {pods / with_it:6.1f} pods/s, time ratio {with_it / base:.3f}x; per round pair "
-            f"{', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.3f}x"
-        )
+        print(f"        {label}: {pods / with_it:6.1f} pods/s, {time_ratios(seconds[mode], seconds[plain])}")
         print(
             f"          CPU per pod (medians): kube-scheduler {scheduler_cpu:.2f} ms without, "
             f"{statistics.median(cpu[f'{mode} scheduler']):.2f} ms with; the extender "
@@ -554,15 +549,22 @@ def report(
     print(f"        our extender in the plain rounds (watch events only): {watching:.2f} ms CPU per pod")
 
 
+def time_ratios(upper: list[float], lower: list[float]) -> str:
+    """One mode's round times against another's: the ratio of the medians, and each round index's pair (run
+    back to back) sorted, with their median. Ratios to three decimals: the goal's bound is 1.10x, and 1.105x
+    printed as 1.10x would read as met."""
+    pairs = sorted(u / lo for u, lo in zip(upper, lower, strict=True))
+    return (
+        f"time ratio {statistics.median(upper) / statistics.median(lower):.3f}x; "
+        f"per round pair {', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.3f}x"
+    )
+
+
 def floor_comparison(upper: list[float], floor: list[float], upper_cycle: list[float], floor_cycle: list[float]) -> str:
     """One extender mode's round times against a floor's (ours against the null one: what deciding costs over
     calling an extender at all). The rounds of one index run back to back, so each index gives one pair; the
     serial cycle's difference is kube-scheduler's."""
-    pairs = sorted(o / n for o, n in zip(upper, floor, strict=True))
-    line = (
-        f"time ratio {statistics.median(upper) / statistics.median(floor):.3f}x; "
-        f"per round pair {', '.join(f'{r:.2f}' for r in pairs)}, median {statistics.median(pairs):.3f}x"
-    )
+    line = time_ratios(upper, floor)
     if upper_cycle and floor_cycle:
         line += f"; serial cycle {statistics.median(upper_cycle) - statistics.median(floor_cycle):+.2f} ms per pod"
     return line
