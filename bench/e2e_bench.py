@@ -20,7 +20,10 @@ per scheduler goes first. Figures are medians over rounds; the ratio is median t
 time without (<= 1.10 is the goal of issue 14), and each round pair's ratio is printed too. kube-scheduler's
 own scheduling_algorithm_duration_seconds per pod, without and with the extender, says what the extender adds
 to the serial cycle (at 1000 nodes that part is nearly all of each pod's time; at 200 nodes on two cores the
-machine's CPU is the limit too, and every millisecond of CPU per pod counts).
+machine's CPU is the limit too, and every millisecond of CPU per pod counts). Its split (kube-scheduler's
+framework_extension_point_duration_seconds: the in-tree filter and score plugins, and the rest, where the
+extender's calls are) tells whether what a cycle gained is the calls or kube-scheduler's own plugins working
+more (where the pods landed changes their work).
 
 `--floor` adds rounds through two more kube-schedulers whose extenders decide nothing (every node passes, every
 score 0): bench/null_extender.py served by our own server, and bench/null_extender_go (a minimal Go server, built
@@ -33,7 +36,9 @@ the plain scheduler does: by default it binpacks (MostAllocated), and where pods
 own work (a full node fails its filter, so it looks at more nodes before it has found as many feasible ones as it
 wants). On the first machine the bench ran on, spreading did not change the ratio beyond the noise at 200 or 1000
 nodes; on a slower one (bench/loop_bench.py 0.70 against 0.39 ms per pod at 200 nodes), one 200-node run each way
-gave kube-scheduler's cycle +8.26 ms per pod binpacking and +2.30 ms spreading.
+gave kube-scheduler's cycle +8.26 ms per pod binpacking and +2.30 ms spreading. On that machine at 1000 nodes,
+four runs back to back: binpacking +7.21 ms (8 rounds, 1.159x) and then +2.61 ms (6 rounds, 1.063x), spreading
++1.14 ms (8 rounds, 1.024x) and +2.31 ms (6 rounds, 1.051x): no difference beyond the runs' own spread.
 
 Every kube-scheduler and the extender watch the cluster all the time, so each pays for the other's rounds too; the
 extender's own per-verb latency (its /metrics histogram) is printed as well, and its CPU per pod by thread
@@ -57,7 +62,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import yaml
@@ -231,6 +236,8 @@ def thread_cpu(url: str) -> dict[str, float]:
 
 
 ALGORITHM_METRIC = "scheduler_scheduling_algorithm_duration_seconds"
+PHASE_METRIC = "scheduler_framework_extension_point_duration_seconds"
+IN_TREE_PHASES = ("PreFilter", "Filter", "PreScore", "Score")
 
 
 def scheduler_get(scheduler_url: str, token: str, path: str, timeout: float = 10) -> bytes:
@@ -245,23 +252,63 @@ def scheduler_get(scheduler_url: str, token: str, path: str, timeout: float = 10
     return body
 
 
-def scheduling_algorithm(scheduler_url: str, token: str) -> tuple[float, float, dict[str, float]]:
-    """(sum seconds, count) of kube-scheduler's own scheduling_algorithm_duration_seconds, and its schedule
-    attempts by result. The algorithm is the part of each pod's serial scheduling cycle that finds and ranks
-    nodes (filter and score plugins, the extender's filter and prioritize calls with their HTTP and JSON on
-    kube-scheduler's side). Its per-pod mean with minus without the extender is what the extender adds to the
-    serial cycle, measured by kube-scheduler itself: steadier than burst times on a shared machine, and it also
-    counts what the extender's histogram cannot see (the Go client's encoding and decoding, the wait for the
-    extender's process to be given a core). Attempts beyond one per pod are pods scheduled again (a conflict or
-    an unschedulable verdict): each costs a whole cycle more."""
-    text = scheduler_get(scheduler_url, token, "/metrics").decode()
+class SchedulerTotals(NamedTuple):
+    """kube-scheduler's own counters, read before and after a round (its /metrics)."""
+
+    algorithm_seconds: float  # scheduling_algorithm_duration_seconds: sum
+    attempts: float  # its count: one per scheduling attempt
+    by_result: dict[str, float]  # schedule_attempts_total by result
+    phase_seconds: dict[str, float]  # framework_extension_point_duration_seconds sums of IN_TREE_PHASES
+
+
+def scheduler_totals(text: str) -> SchedulerTotals:
+    """The counters of one /metrics text of kube-scheduler.
+
+    The algorithm is the part of each pod's serial scheduling cycle that finds and ranks nodes (filter and score
+    plugins, the extender's filter and prioritize calls with their HTTP and JSON on kube-scheduler's side). Its
+    per-pod mean with minus without the extender is what the extender adds to the serial cycle, measured by
+    kube-scheduler itself: steadier than burst times on a shared machine, and it also counts what the extender's
+    histogram cannot see (the Go client's encoding and decoding, the wait for the extender's process to be given
+    a core). Attempts beyond one per pod are pods scheduled again (a conflict or an unschedulable verdict): each
+    costs a whole cycle more.
+
+    The in-tree phases split it: kube-scheduler v1.37.2 observes one PreFilter, Filter (every node's filter
+    plugins, the parallel part: pkg/scheduler/schedule_one.go findNodesThatPassFilters), PreScore and Score per
+    attempt, none of which includes an extender's call (findNodesThatPassExtenders and prioritizeNodes call it
+    after them). What the algorithm spends outside them is then the extenders' calls plus the little that both
+    kinds of rounds do besides; a difference between with and without inside the phases is kube-scheduler's own
+    plugins working more (where pods landed changes what they do), not the calls."""
     found = dict(re.findall(rf"^{ALGORITHM_METRIC}_(sum|count) (\S+)$", text, re.MULTILINE))
     attempts: dict[str, float] = {}
     for result, value in re.findall(
         r'^scheduler_schedule_attempts_total\{[^}]*result="(\w+)"[^}]*\} (\S+)$', text, re.MULTILINE
     ):
         attempts[result] = attempts.get(result, 0.0) + float(value)
-    return float(found.get("sum", 0.0)), float(found.get("count", 0.0)), attempts
+    phases: dict[str, float] = {}
+    for labels, value in re.findall(rf"^{PHASE_METRIC}_sum\{{([^}}]*)\}} (\S+)$", text, re.MULTILINE):
+        point = re.search(r'extension_point="(\w+)"', labels)
+        if point is not None and point.group(1) in IN_TREE_PHASES:
+            phases[point.group(1)] = phases.get(point.group(1), 0.0) + float(value)
+    return SchedulerTotals(float(found.get("sum", 0.0)), float(found.get("count", 0.0)), attempts, phases)
+
+
+def scheduling_algorithm(scheduler_url: str, token: str) -> SchedulerTotals:
+    """scheduler_totals of kube-scheduler's /metrics now."""
+    return scheduler_totals(scheduler_get(scheduler_url, token, "/metrics").decode())
+
+
+def phases_per_pod(before: SchedulerTotals, after: SchedulerTotals) -> dict[str, float]:
+    """A round's ms per scheduling attempt in each in-tree phase, and in the rest of the algorithm ("rest": the
+    extender's calls are there); {} when the round made no attempt."""
+    attempts = after.attempts - before.attempts
+    if not attempts:
+        return {}
+    spent = {
+        phase: (after.phase_seconds.get(phase, 0.0) - before.phase_seconds.get(phase, 0.0)) / attempts * 1000
+        for phase in IN_TREE_PHASES
+    }
+    spent["rest"] = (after.algorithm_seconds - before.algorithm_seconds) / attempts * 1000 - sum(spent.values())
+    return spent
 
 
 def capture_profile(scheduler_url: str, token: str, seconds: int, path: Path) -> threading.Thread:
@@ -456,6 +503,7 @@ def bench(
         pids = {mode: plane.components[f"kube-scheduler-{mode}"].process.pid for mode in modes}
         urls = {mode: plane.components[f"kube-scheduler-{mode}"].url for mode in modes}
         cycle: dict[str, list[float]] = {mode: [] for mode in modes}  # ms per pod of the scheduling algorithm
+        phases: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}  # phases_per_pod of each round
         for index in range(rounds):
             for mode in round_order(modes, index):
                 extender_pid = extenders[mode].process.pid
@@ -470,13 +518,15 @@ def bench(
                 algorithm_after = scheduling_algorithm(urls[mode], plane.token)
                 if profile_dir is not None:
                     profiling.join()
-                attempts = algorithm_after[1] - algorithm_before[1]
+                attempts = algorithm_after.attempts - algorithm_before.attempts
                 if attempts:
-                    cycle[mode].append((algorithm_after[0] - algorithm_before[0]) / attempts * 1000)
+                    spent = algorithm_after.algorithm_seconds - algorithm_before.algorithm_seconds
+                    cycle[mode].append(spent / attempts * 1000)
+                    phases[mode].append(phases_per_pod(algorithm_before, algorithm_after))
                 retried = {
-                    result: count - algorithm_before[2].get(result, 0.0)
-                    for result, count in algorithm_after[2].items()
-                    if result != "scheduled" and count > algorithm_before[2].get(result, 0.0)
+                    result: count - algorithm_before.by_result.get(result, 0.0)
+                    for result, count in algorithm_after.by_result.items()
+                    if result != "scheduled" and count > algorithm_before.by_result.get(result, 0.0)
                 }
                 for name, value in thread_cpu(extender.url).items():
                     spent = value - threads_before.get(name, 0.0)
@@ -488,7 +538,7 @@ def bench(
                 rate = f"{pods / elapsed:6.1f} pods/s on {used} nodes"
                 print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {rate}{again}", flush=True)
         after = extender_metrics(extender.url)
-        report(nodes, pods, rounds, modes, seconds, cpu, cycle)
+        report(nodes, pods, rounds, modes, seconds, cpu, cycle, phases)
         for mode in modes:
             busiest = sorted(threads[mode].items(), key=lambda item: -item[1])[:6]
             shown = ", ".join(f"{name} {spent / (pods * rounds) * 1000:.2f}" for name, spent in busiest if spent > 0)
@@ -512,11 +562,12 @@ def report(
     seconds: dict[str, list[float]],
     cpu: dict[str, list[float]],
     cycle: dict[str, list[float]],
+    phases: dict[str, list[dict[str, float]]] | None = None,
 ) -> None:
     """Each scheduler with an extender against the plain one: pods/s, the ratio of the median times and each
     round pair's ratio (the rounds of one index run back to back: the machine's drift over a run moves both
-    alike, so the pairs' ratios are steadier than the ratio of the medians), CPU per pod on both sides and
-    kube-scheduler's scheduling algorithm per pod."""
+    alike, so the pairs' ratios are steadier than the ratio of the medians), CPU per pod on both sides,
+    kube-scheduler's scheduling algorithm per pod and, with `phases`, how it splits (phase_split)."""
     plain = modes[0]
     base = statistics.median(seconds[plain])
     print(f"{nodes:>6} nodes: without {pods / base:6.1f} pods/s (medians of {rounds} rounds)")
@@ -538,6 +589,9 @@ def report(
                 f"{base_cycle:.2f} ms without, {extended:.2f} ms with ({extended - base_cycle:+.2f} ms in the serial "
                 f"cycle)"
             )
+        if phases is not None and phases[plain] and phases[mode]:
+            split = phase_split(phases[plain], phases[mode])
+            print(f"          of which (medians, ms per pod without / with): {split}")
     if NULL_MODE in modes:
         ours = MODES[1]
         line = floor_comparison(seconds[ours], seconds[NULL_MODE], cycle[ours], cycle[NULL_MODE])
@@ -547,6 +601,25 @@ def report(
         print(f"        our server's null extender over the Go one: {line}")
     watching = statistics.median(cpu[f"{plain} extender"])
     print(f"        our extender in the plain rounds (watch events only): {watching:.2f} ms CPU per pod")
+
+
+def phase_split(without: list[dict[str, float]], with_it: list[dict[str, float]]) -> str:
+    """The algorithm's split per pod (phases_per_pod), medians over rounds: kube-scheduler's in-tree filter
+    plugins (PreFilter + Filter), its score plugins (PreScore + Score) and the rest, where the extender's calls
+    are."""
+
+    def median_of(rounds: list[dict[str, float]], parts: tuple[str, ...]) -> float:
+        return statistics.median(sum(spent.get(part, 0.0) for part in parts) for spent in rounds if spent)
+
+    shown = []
+    for label, parts in (
+        ("filter plugins", ("PreFilter", "Filter")),
+        ("score plugins", ("PreScore", "Score")),
+        ("the rest (the extender's calls)", ("rest",)),
+    ):
+        low, high = median_of(without, parts), median_of(with_it, parts)
+        shown.append(f"{label} {low:.2f} / {high:.2f} ({high - low:+.2f})")
+    return "; ".join(shown)
 
 
 def time_ratios(upper: list[float], lower: list[float]) -> str:
