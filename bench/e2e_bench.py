@@ -292,7 +292,7 @@ def scheduler_totals(text: str) -> SchedulerTotals:
     return SchedulerTotals(float(found.get("sum", 0.0)), float(found.get("count", 0.0)), attempts, phases)
 
 
-def scheduling_algorithm(scheduler_url: str, token: str) -> SchedulerTotals:
+def read_scheduler_totals(scheduler_url: str, token: str) -> SchedulerTotals:
     """scheduler_totals of kube-scheduler's /metrics now."""
     return scheduler_totals(scheduler_get(scheduler_url, token, "/metrics").decode())
 
@@ -509,20 +509,19 @@ def bench(
                 extender_pid = extenders[mode].process.pid
                 scheduler_cpu, extender_cpu = cpu_seconds(pids[mode]), cpu_seconds(extender_pid)
                 threads_before = thread_cpu(extender.url)
-                algorithm_before = scheduling_algorithm(urls[mode], plane.token)
+                algorithm_before = read_scheduler_totals(urls[mode], plane.token)
                 if profile_dir is not None:
                     profiling = capture_profile(
                         urls[mode], plane.token, profile_seconds, profile_dir / f"{nodes}-{mode}-{index}.pprof"
                     )
                 elapsed, used = run_round(plane, mode, index, pods)
-                algorithm_after = scheduling_algorithm(urls[mode], plane.token)
+                algorithm_after = read_scheduler_totals(urls[mode], plane.token)
                 if profile_dir is not None:
                     profiling.join()
-                attempts = algorithm_after.attempts - algorithm_before.attempts
-                if attempts:
-                    spent = algorithm_after.algorithm_seconds - algorithm_before.algorithm_seconds
-                    cycle[mode].append(spent / attempts * 1000)
-                    phases[mode].append(phases_per_pod(algorithm_before, algorithm_after))
+                split = phases_per_pod(algorithm_before, algorithm_after)
+                if split:  # its parts add up to the algorithm's ms per attempt ("rest" is what the phases leave)
+                    cycle[mode].append(sum(split.values()))
+                    phases[mode].append(split)
                 retried = {
                     result: count - algorithm_before.by_result.get(result, 0.0)
                     for result, count in algorithm_after.by_result.items()
