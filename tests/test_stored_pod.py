@@ -101,3 +101,75 @@ def test_the_verbs_decide_the_view_copy_at_that_version(monkeypatch: pytest.Monk
     rewritten = copy.deepcopy(held)
     rewritten["spec"]["resourceClaims"] = []
     assert filtered(rewritten) == same
+
+
+def test_a_version_that_changes_nothing_parsed_makes_no_new_snapshot_and_still_finds_the_view_copy() -> None:
+    """kube-scheduler lifting a pod's scheduling gates, a kubelet writing its conditions, a finalizer on a
+    claim: new resourceVersions, nothing the models parse. The store makes no new version (the view keeper and
+    the next verb have nothing to catch up on), and a verb sending the pod at that newer version still gets the
+    view's copy, until a real change of the pod (or its deletion) ends that."""
+    held = _versioned(gpu_pod("p"), "5")
+    held["spec"]["schedulingGates"] = [{"name": "example.com/gate"}]
+    engine = engine_for(_objects(held))
+    store, uid = engine.store, held["metadata"]["uid"]
+    stored = engine.snapshot().pods["team-a/p"]
+    version = store.version
+
+    ungated = _versioned(held, "6")
+    del ungated["spec"]["schedulingGates"]
+    ungated["status"] = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    store.apply("Pod", "MODIFIED", ungated)
+    assert store.version == version and engine.snapshot().pods["team-a/p"] is stored
+    assert engine.stored_pod("team-a", "p", uid, "6") is stored
+    assert engine.stored_pod("team-a", "p", uid, "5") is stored
+    assert engine.stored_pod("team-a", "p", uid, "7") is None
+
+    bound = _versioned(ungated, "7")
+    bound["spec"]["nodeName"] = "on-demand-0"
+    store.apply("Pod", "MODIFIED", bound)
+    assert store.version == version + 1
+    now = engine.snapshot().pods["team-a/p"]
+    assert now.node_name == "on-demand-0" and now.resource_version == "7"
+    assert engine.stored_pod("team-a", "p", uid, "7") is now
+    assert engine.stored_pod("team-a", "p", uid, "6") is None  # stood for the unbound copy only
+    # A snapshot taken before the real change never stands for a version after it.
+    assert not store.pod_at_version(stored, "7") and not store.pod_at_version(stored, "8")
+    written = _versioned(bound, "8")
+    written["status"] = {"conditions": [{"type": "PodScheduled", "status": "True"}], "podIP": "10.0.0.7"}
+    store.apply("Pod", "MODIFIED", written)
+    assert store.version == version + 1 and engine.stored_pod("team-a", "p", uid, "8") is now
+    assert not store.pod_at_version(stored, "8")
+    store.apply("Pod", "DELETED", written)
+    assert engine.stored_pod("team-a", "p", uid, "8") is None
+    store.apply("Pod", "ADDED", _versioned(bound, "9"))
+    assert engine.stored_pod("team-a", "p", uid, "8") is None  # the alias went with the deleted pod
+
+
+def test_a_claim_finalizer_makes_no_new_snapshot_an_allocation_does() -> None:
+    engine = engine_for(_objects())
+    store = engine.store
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "team-a", "uid": "c-uid", "resourceVersion": "10"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}},
+    }
+    store.apply("ResourceClaim", "ADDED", claim)
+    version = store.version
+    protected = copy.deepcopy(claim)
+    protected["metadata"].update(resourceVersion="11", finalizers=["resource.kubernetes.io/delete-protection"])
+    store.apply("ResourceClaim", "MODIFIED", protected)
+    assert store.version == version
+    assert engine.snapshot().claims["team-a/c"].resource_version == "10"
+    allocated = copy.deepcopy(protected)
+    allocated["metadata"]["resourceVersion"] = "12"
+    allocated["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "on-demand-0", "device": "gpu-0"}]
+            }
+        }
+    }
+    store.apply("ResourceClaim", "MODIFIED", allocated)
+    assert store.version == version + 1
+    assert engine.snapshot().claims["team-a/c"].allocation is not None

@@ -384,7 +384,7 @@ class SchedulingService:
         """The view's copy of a pod, when it is the very version asked about (transport/wire.py
         parse_extender_args takes it instead of parsing the request's copy again)."""
         pod = self.snapshot().pods.get(f"{namespace}/{name}")
-        if pod is None or pod.uid != uid or pod.resource_version != resource_version:
+        if pod is None or pod.uid != uid or not self.store.pod_at_version(pod, resource_version):
             return None
         return pod
 

@@ -268,7 +268,8 @@ class Pod:
     claims: tuple[PodClaimRef, ...]
     # pod claim entry name -> generated ResourceClaim name (None: the controller decided none is needed)
     claim_statuses: Mapping[str, str | None]
-    resource_version: str = ""
+    # Not compared: a new version that changes nothing parsed here is no change to the view (ClusterStore._upsert)
+    resource_version: str = field(default="", compare=False)
     owner_uids: tuple[str, ...] = ()  # e.g. the Job whose Workload Kueue admitted
     tolerations: tuple[Toleration, ...] = ()
     # Effective pod requests of extended resource names (resourcehelper.PodRequests), for DRA-backed extended

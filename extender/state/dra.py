@@ -208,7 +208,8 @@ class ResourceClaim:
     reserved_for: tuple[ConsumerRef, ...]
     owner_uids: tuple[str, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
-    resource_version: str = ""
+    # Not compared: a finalizer added or removed is no change to the view (ClusterStore._upsert)
+    resource_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:

@@ -259,7 +259,8 @@ class ClusterStore:
         self.foreground = ForegroundWork()
         self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME if kind not in PERSISTENT_KINDS}
         self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
-        self._raw_versions: dict[str, dict[str, str]] = {kind: {} for kind in KINDS_BY_NAME}
+        # pod key -> (the pod as stored, a newer resourceVersion it stands for): see pod_at_version.
+        self._pod_versions: dict[str, tuple[Pod, str]] = {}
         self._dirty_kinds: set[str] = set(KINDS_BY_NAME)
         self._version = 0
         self._snapshot: ClusterSnapshot | None = None
@@ -382,10 +383,17 @@ class ClusterStore:
         if kind == "Node" and old is not None and _node_view(old) == _node_view(obj):
             return  # status heartbeats change nothing we read; keep caches keyed on the old object
         if old is not None and old == obj:
-            # Nothing we parse changed (value-compared models; identity-compared ones never match): e.g. Kueue
-            # rewriting a ClusterQueue's status on every admission, which would otherwise rebuild the quota
-            # context and recompute usage over every pod.
+            # Nothing we parse changed (value-compared models, resourceVersion left out of the comparison;
+            # identity-compared ones never match): e.g. Kueue rewriting a ClusterQueue's status on every
+            # admission, which would otherwise rebuild the quota context and recompute usage over every pod; a
+            # kubelet's pod status writes (conditions, container statuses), a pod's scheduling gates lifted, a
+            # claim's finalizer added or removed. No new snapshot: the view keeper and the next verb have nothing
+            # to catch up on.
+            if kind == "Pod":
+                self._pod_versions[key] = (old, obj.resource_version)
             return
+        if kind == "Pod":
+            self._pod_versions.pop(key, None)
         if kind in PERSISTENT_KINDS:
             self._persistent[kind] = self._persistent[kind].set(key, obj)
         else:
@@ -410,6 +418,8 @@ class ClusterStore:
         old = self._objects_of(kind).get(key)
         if old is None:
             return
+        if kind == "Pod":
+            self._pod_versions.pop(key, None)
         if kind in PERSISTENT_KINDS:
             self._persistent[kind] = self._persistent[kind].delete(key)
         else:
@@ -584,6 +594,17 @@ class ClusterStore:
         with self._changed:
             self._changed.wait_for(lambda: self._version != version, timeout)
             return self._version
+
+    def pod_at_version(self, pod: Pod, resource_version: str) -> bool:
+        """Whether `pod`, as a snapshot holds it, is that pod at `resource_version` too: its own version, or a
+        newer one whose watch event changed nothing the models parse (kept as a no-op by `_upsert`). The pair
+        names the very object it stands for, so a snapshot taken before a later real change never matches the
+        later version. (kube-scheduler sends the verbs the pod at its newest version: after its scheduling
+        gates are lifted, after the kubelet's status writes; SchedulingService.stored_pod.)"""
+        if pod.resource_version == resource_version:
+            return True
+        newer = self._pod_versions.get(pod.key)
+        return newer is not None and newer[0] is pod and newer[1] == resource_version
 
     def snapshot(self) -> ClusterSnapshot:
         with self._lock:
