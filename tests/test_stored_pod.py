@@ -104,10 +104,10 @@ def test_the_verbs_decide_the_view_copy_at_that_version(monkeypatch: pytest.Monk
 
 
 def test_a_version_that_changes_nothing_parsed_makes_no_new_snapshot_and_still_finds_the_view_copy() -> None:
-    """kube-scheduler lifting a pod's scheduling gates, a kubelet writing its conditions, a finalizer on a
-    claim: new resourceVersions, nothing the models parse. The store makes no new version (the view keeper and
-    the next verb have nothing to catch up on), and a verb sending the pod at that newer version still gets the
-    view's copy, until a real change of the pod (or its deletion) ends that."""
+    """kube-scheduler lifting a pod's scheduling gates, a kubelet writing its conditions or starting it, a
+    finalizer on a claim: new resourceVersions, nothing the models parse. The store makes no new version (the
+    view keeper and the next verb have nothing to catch up on), and a verb sending the pod at that newer version
+    still gets the view's copy, until a real change of the pod (or its deletion) ends that."""
     held = _versioned(gpu_pod("p"), "5")
     held["spec"]["schedulingGates"] = [{"name": "example.com/gate"}]
     engine = engine_for(_objects(held))
@@ -139,10 +139,21 @@ def test_a_version_that_changes_nothing_parsed_makes_no_new_snapshot_and_still_f
     store.apply("Pod", "MODIFIED", written)
     assert store.version == version + 1 and engine.stored_pod("team-a", "p", uid, "8") is now
     assert not store.pod_at_version(stored, "8")
-    store.apply("Pod", "DELETED", written)
-    assert engine.stored_pod("team-a", "p", uid, "8") is None
-    store.apply("Pod", "ADDED", _versioned(bound, "9"))
-    assert engine.stored_pod("team-a", "p", uid, "8") is None  # the alias went with the deleted pod
+    running = _versioned(written, "9")
+    running["status"]["phase"] = "Running"  # the kubelet started it: all the view reads of the phase is terminal
+    store.apply("Pod", "MODIFIED", running)
+    assert store.version == version + 1 and engine.stored_pod("team-a", "p", uid, "9") is now
+    finished = _versioned(running, "10")
+    finished["status"]["phase"] = "Succeeded"
+    store.apply("Pod", "MODIFIED", finished)
+    assert store.version == version + 2 and engine.snapshot().pods["team-a/p"].is_terminal
+    assert engine.stored_pod("team-a", "p", uid, "9") is None
+    store.apply("Pod", "MODIFIED", _versioned(finished, "11"))
+    assert engine.stored_pod("team-a", "p", uid, "11") is engine.snapshot().pods["team-a/p"]
+    store.apply("Pod", "DELETED", finished)
+    assert engine.stored_pod("team-a", "p", uid, "11") is None
+    store.apply("Pod", "ADDED", _versioned(bound, "12"))
+    assert engine.stored_pod("team-a", "p", uid, "11") is None  # the alias went with the deleted pod
 
 
 def test_a_claim_finalizer_makes_no_new_snapshot_an_allocation_does() -> None:

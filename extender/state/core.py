@@ -262,7 +262,9 @@ class Pod:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     node_name: str
-    phase: str
+    # status.phase when it is Succeeded or Failed (the pod holds nothing any more), else "": all the view reads of
+    # the phase, so the kubelet's Pending -> Running is no change to it (ClusterStore._upsert).
+    terminal_phase: str
     deleting: bool
     scheduler_name: str
     claims: tuple[PodClaimRef, ...]
@@ -289,7 +291,7 @@ class Pod:
 
     @property
     def is_terminal(self) -> bool:
-        return self.phase in TERMINAL_POD_PHASES
+        return bool(self.terminal_phase)
 
 
 def pod_identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
@@ -328,6 +330,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         if generated is not None and not isinstance(generated, str):
             raise ObjectError(child_path(status_path, "resourceClaimName"), "must be a string")
         statuses[get_str(raw, "name", status_path, required=True)] = generated
+    phase = get_str(status, "phase", "status")
     return Pod(
         namespace=meta.namespace,
         name=meta.name,
@@ -335,7 +338,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         labels=meta.labels,
         annotations=meta.annotations,
         node_name=get_str(spec, "nodeName", "spec"),
-        phase=get_str(status, "phase", "status"),
+        terminal_phase=phase if phase in TERMINAL_POD_PHASES else "",
         deleting=meta.deleting,
         scheduler_name=get_str(spec, "schedulerName", "spec", default="default-scheduler"),
         claims=tuple(claims),
