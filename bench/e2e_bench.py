@@ -502,7 +502,6 @@ def bench(
         threads: dict[str, dict[str, float]] = {mode: {} for mode in modes}  # mode -> thread -> CPU seconds
         pids = {mode: plane.components[f"kube-scheduler-{mode}"].process.pid for mode in modes}
         urls = {mode: plane.components[f"kube-scheduler-{mode}"].url for mode in modes}
-        cycle: dict[str, list[float]] = {mode: [] for mode in modes}  # ms per pod of the scheduling algorithm
         phases: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}  # phases_per_pod of each round
         for index in range(rounds):
             for mode in round_order(modes, index):
@@ -519,8 +518,7 @@ def bench(
                 if profile_dir is not None:
                     profiling.join()
                 split = phases_per_pod(algorithm_before, algorithm_after)
-                if split:  # its parts add up to the algorithm's ms per attempt ("rest" is what the phases leave)
-                    cycle[mode].append(sum(split.values()))
+                if split:
                     phases[mode].append(split)
                 retried = {
                     result: count - algorithm_before.by_result.get(result, 0.0)
@@ -537,7 +535,7 @@ def bench(
                 rate = f"{pods / elapsed:6.1f} pods/s on {used} nodes"
                 print(f"  round {index} {mode:>8}: {elapsed:6.2f}s  {rate}{again}", flush=True)
         after = extender_metrics(extender.url)
-        report(nodes, pods, rounds, modes, seconds, cpu, cycle, phases)
+        report(nodes, pods, rounds, modes, seconds, cpu, phases)
         for mode in modes:
             busiest = sorted(threads[mode].items(), key=lambda item: -item[1])[:6]
             shown = ", ".join(f"{name} {spent / (pods * rounds) * 1000:.2f}" for name, spent in busiest if spent > 0)
@@ -560,13 +558,14 @@ def report(
     modes: tuple[str, ...],
     seconds: dict[str, list[float]],
     cpu: dict[str, list[float]],
-    cycle: dict[str, list[float]],
-    phases: dict[str, list[dict[str, float]]] | None = None,
+    phases: dict[str, list[dict[str, float]]],
 ) -> None:
     """Each scheduler with an extender against the plain one: pods/s, the ratio of the median times and each
     round pair's ratio (the rounds of one index run back to back: the machine's drift over a run moves both
     alike, so the pairs' ratios are steadier than the ratio of the medians), CPU per pod on both sides,
-    kube-scheduler's scheduling algorithm per pod and, with `phases`, how it splits (phase_split)."""
+    kube-scheduler's scheduling algorithm per pod (each round's phases_per_pod: its parts add up to the algorithm's
+    ms per attempt, "rest" being what the phases leave) and how it splits (phase_split)."""
+    cycle = {mode: [sum(split.values()) for split in phases[mode]] for mode in modes}
     plain = modes[0]
     base = statistics.median(seconds[plain])
     print(f"{nodes:>6} nodes: without {pods / base:6.1f} pods/s (medians of {rounds} rounds)")
@@ -588,7 +587,7 @@ def report(
                 f"{base_cycle:.2f} ms without, {extended:.2f} ms with ({extended - base_cycle:+.2f} ms in the serial "
                 f"cycle)"
             )
-        if phases is not None and phases[plain] and phases[mode]:
+        if phases[plain] and phases[mode]:
             split = phase_split(phases[plain], phases[mode])
             print(f"          of which (medians, ms per pod without / with): {split}")
     if NULL_MODE in modes:

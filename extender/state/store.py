@@ -386,9 +386,9 @@ class ClusterStore:
             # Nothing we parse changed (value-compared models, resourceVersion left out of the comparison;
             # identity-compared ones never match): e.g. Kueue rewriting a ClusterQueue's status on every
             # admission, which would otherwise rebuild the quota context and recompute usage over every pod; a
-            # kubelet's pod status writes (conditions, container statuses), a pod's scheduling gates lifted, a
-            # claim's finalizer added or removed. No new snapshot: the view keeper and the next verb have nothing
-            # to catch up on.
+            # kubelet's pod status writes up to Running (conditions, container statuses, the phase), a pod's
+            # scheduling gates lifted, a claim's finalizer added or removed. No new snapshot: the view keeper and
+            # the next verb have nothing to catch up on.
             if kind == "Pod":
                 self._pod_versions[key] = (old, obj.resource_version)
             return
