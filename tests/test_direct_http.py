@@ -131,8 +131,10 @@ def exchange(
         return responses, closed
 
 
-def verb_request(path: str, pod: str, *extra: str, chunked: bool = False, version: str = "1.1") -> bytes:
-    body = json.dumps({"Pod": gpu_pod(pod, template="one"), "NodeNames": NODES}).encode()
+def verb_request(
+    path: str, pod: str, *extra: str, chunked: bool = False, version: str = "1.1", names: list[str] = NODES
+) -> bytes:
+    body = json.dumps({"Pod": gpu_pod(pod, template="one"), "NodeNames": names}).encode()
     lines = [f"POST {path} HTTP/{version}", "Host: x", "Content-Type: application/json", *extra]
     if chunked:
         return head(*lines, "Transfer-Encoding: chunked", body=f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
@@ -151,8 +153,11 @@ def test_both_paths_give_the_same_answers(port: int) -> None:
         "http/1.0": {"version": "1.0"},
     }.items():
         kwargs: dict[str, Any] = {k: v for k, v in extra.items() if k != "extra"}
+        # prioritize asked about a node no one knows too: it scores 0, the lowest, and the answer names the three
+        # others with their scores (wire.relative_scores; the three alone, all empty, would score alike: `[]`)
         requests = [
-            verb_request(v, f"same-{label}", *extra.get("extra", ()), **kwargs) for v in ("/filter", "/prioritize")
+            verb_request(v, f"same-{label}", *extra.get("extra", ()), names=names, **kwargs)
+            for v, names in (("/filter", NODES), ("/prioritize", [*NODES, "ghost"]))
         ]
         got = []
         for data in requests:
@@ -161,7 +166,7 @@ def test_both_paths_give_the_same_answers(port: int) -> None:
             got.append((response[0], json.loads(response[2])))
         answers[label] = got
     assert answers["direct"][0][0] == 200 and answers["direct"][0][1]["NodeNames"] == NODES
-    assert sorted(s["Host"] for s in answers["direct"][1][1]) == NODES
+    assert [s["Host"] for s in answers["direct"][1][1]] == NODES
     for label in ("chunked", "expect", "http/1.0"):
         assert answers[label] == answers["direct"], label
 

@@ -254,7 +254,8 @@ def check_filter(response: Any, args: Any, nodes_form: bool) -> None:
 
 def check_prioritize(response: Any, args: Any, *, scores_nothing: bool = False) -> None:
     """`scores_nothing`: the pod has nothing for the extender to decide, whose answer names no node
-    (wire.scores_nothing); every other valid request gets an entry per node asked, in the order asked."""
+    (wire.scores_nothing); every other valid request gets an entry per node above the lowest score asked, in the
+    order asked, each with its score less that lowest (wire.relative_scores: 1..10)."""
     assert response.status_code in (200, 400, 413), response.get_data(as_text=True)
     if response.status_code != 200:
         check_error_body(response)
@@ -264,9 +265,10 @@ def check_prioritize(response: Any, args: Any, *, scores_nothing: bool = False) 
     for entry in scores:
         assert set(entry) == {"Host", "Score"}
         assert isinstance(entry["Host"], str)
-        assert type(entry["Score"]) is int and 0 <= entry["Score"] <= 10, entry
+        assert type(entry["Score"]) is int and 0 < entry["Score"] <= 10, entry
     if args is not None:
-        assert [entry["Host"] for entry in scores] == ([] if scores_nothing else list(args))
+        named = [entry["Host"] for entry in scores]
+        assert named == ([] if scores_nothing else [name for name in args if name in set(named)])
 
 
 def post(path: str, data: bytes, content_type: str = "application/json") -> Any:

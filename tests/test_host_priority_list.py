@@ -1,5 +1,7 @@
 """prioritize's answer joined from the request's names and a separator per score must be byte for byte what
-orjson makes of the HostPriorityList (transport/wire.py host_priority_list)."""
+orjson makes of the HostPriorityList (transport/wire.py host_priority_list), name only the nodes above the lowest
+score asked about, each with its score less that lowest, and leave kube-scheduler's ranking of the nodes as the
+plain scores would (wire.relative_scores)."""
 
 from __future__ import annotations
 
@@ -36,12 +38,19 @@ any_names = st.lists(st.text(max_size=12), max_size=30)
 node_names = st.lists(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,10}[a-z0-9])?", fullmatch=True), max_size=30)
 
 
+def relative(names: list[str], scores: dict[str, int]) -> list[dict[str, Any]]:
+    """The answer written out plainly: every node asked above the lowest score, less that lowest."""
+    plain = [scores.get(name, 0) for name in names]
+    lowest = min(plain, default=0)
+    return [{"Host": name, "Score": score - lowest} for name, score in zip(names, plain, strict=True) if score > lowest]
+
+
 def check(names: list[str], data: st.DataObject) -> None:
     scored = data.draw(st.lists(st.sampled_from(names), unique=True) if names else st.just([]))
     scores = {name: data.draw(st.integers(0, MAX_SCORE)) for name in scored}
     encoded = host_priority_list(names, ranking(scores))
     assert encoded == expected(names, scores)
-    assert orjson.loads(encoded) == [{"Host": name, "Score": scores.get(name, 0)} for name in names]
+    assert orjson.loads(encoded) == relative(names, scores)
 
 
 @settings(max_examples=200, deadline=None)
@@ -58,10 +67,50 @@ def test_any_names_answer_equals_the_dict_answer(names: list[str], data: st.Data
     check(names, data)
 
 
-def test_no_scores_answers_zero_for_every_node_asked() -> None:
+def kube_scheduler_totals(answer: list[dict[str, Any]], in_tree: dict[str, int], weight: int) -> dict[str, int]:
+    """pkg/scheduler/schedule_one.go prioritizeNodes: each node's in-tree total, plus score x weight x
+    (MaxNodeScore / MaxExtenderPriority) for each node the extender's answer names."""
+    totals = dict(in_tree)
+    for entry in answer:
+        totals[entry["Host"]] += entry["Score"] * weight * (100 // MAX_SCORE)
+    return totals
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.dictionaries(st.from_regex(r"node-[0-9]{1,3}", fullmatch=True), st.integers(0, MAX_SCORE), min_size=1),
+    data=st.data(),
+)
+def test_kube_scheduler_ranks_the_nodes_as_with_the_plain_scores(scores: dict[str, int], data: st.DataObject) -> None:
+    """Every two nodes compare the same in kube-scheduler's totals (its in-tree plugins' scores plus ours, at
+    any extender weight) whether the answer says the plain scores for every node or the relative ones: the
+    node kube-scheduler picks, and its order of the rest, only differ among ties."""
+    names = list(scores)
+    in_tree = {name: data.draw(st.integers(0, 300)) for name in names}
+    weight = data.draw(st.integers(1, 5))
+    plain = [{"Host": name, "Score": scores[name]} for name in names]
+    answer = orjson.loads(host_priority_list(names, ranking(scores)))
+    assert len(answer) == sum(score > min(scores.values()) for score in scores.values())
+    with_plain = kube_scheduler_totals(plain, in_tree, weight)
+    with_relative = kube_scheduler_totals(answer, in_tree, weight)
+    for first in names:
+        for second in names:
+            assert (with_plain[first] > with_plain[second]) == (with_relative[first] > with_relative[second])
+
+
+def test_no_scores_or_equal_scores_name_no_node() -> None:
+    """Every node asked at the same score: nothing to add to any, the answer is empty (kube-scheduler ranks by
+    its own plugins alone)."""
     for names in (["node-1", "node-2.zone", "node-1"], ["node-1", 'we"ird\\name', "node-1", "nöde-é"]):
-        assert host_priority_list(names, ranking({})) == expected(names, {})
-        assert orjson.loads(host_priority_list(names, ranking({}))) == [{"Host": n, "Score": 0} for n in names]
+        assert host_priority_list(names, ranking({})) == expected(names, {}) == b"[]"
+        assert host_priority_list(names, ranking(dict.fromkeys(names, 7))) == b"[]"
+
+
+def test_binpacking_names_only_the_nodes_above_the_lowest() -> None:
+    """A large cluster mostly empty: the empty nodes share the lowest score and are left out."""
+    names = [f"node-{i}" for i in range(1000)]
+    scores = dict.fromkeys(names, 6) | {"node-17": 9, "node-500": 7}
+    assert host_priority_list(names, ranking(scores)) == b'[{"Host":"node-17","Score":3},{"Host":"node-500","Score":1}]'
 
 
 def test_a_pod_with_nothing_to_decide_gets_an_empty_list() -> None:
@@ -77,4 +126,4 @@ def test_score_outside_the_range_falls_back_to_encoding_the_list() -> None:
     names = ["a", "b"]
     for scores in ({"a": MAX_SCORE + 1}, {"b": -1}, {"a": 2, "b": -MAX_SCORE - 1}):
         assert host_priority_list(names, ranking(scores)) == expected(names, scores)
-        assert orjson.loads(host_priority_list(names, ranking(scores)))[0]["Score"] == scores.get("a", 0)
+        assert orjson.loads(host_priority_list(names, ranking(scores))) == relative(names, scores)

@@ -73,18 +73,18 @@ def test_keys_in_any_letter_case(client):
     response = post(client, "/filter", {"pod": gpu_pod("p"), "nodenames": NODES})
     assert response.get_json()["NodeNames"] == ["on-demand-0", "on-demand-1"]
     response = post(client, "/prioritize", {"POD": gpu_pod("p"), "NODENAMES": NODES})
-    assert {entry["Host"] for entry in response.get_json()} == set(NODES)
+    # the pod's claims were read: the nodes of its flavor score above spot-0, which it cannot use
+    assert {entry["Host"] for entry in response.get_json()} == {"on-demand-0", "on-demand-1"}
 
 
 def test_prioritize_scores_are_integers_in_range(client):
     post(client, "/filter", {"Pod": gpu_pod("p"), "NodeNames": NODES})
     response = post(client, "/prioritize", {"Pod": gpu_pod("p"), "NodeNames": NODES})
     scores = response.get_json()
-    assert [s["Host"] for s in scores] == NODES
+    # spot-0 did not pass (0, the lowest score asked): left out, the others less that 0 (wire.relative_scores)
+    assert [s["Host"] for s in scores] == ["on-demand-0", "on-demand-1"]
     for entry in scores:
-        assert isinstance(entry["Score"], int) and 0 <= entry["Score"] <= 10
-    by_host = {s["Host"]: s["Score"] for s in scores}
-    assert by_host["spot-0"] == 0
+        assert isinstance(entry["Score"], int) and 0 < entry["Score"] <= 10
 
 
 def test_unknown_nodes_are_rejected_per_node(client):
@@ -105,12 +105,12 @@ def test_pod_without_claims_takes_fast_path(client):
 
 def test_pod_without_claims_gets_an_empty_prioritize_answer(client):
     """Nothing of ours to score: kube-scheduler ranks the pod as without an extender (wire.scores_nothing), on the
-    lean path and through Flask alike; a device pod still gets an entry per node."""
+    lean path and through Flask alike; a device pod gets an entry per node above the lowest score asked."""
     plain = orjson.dumps({"Pod": b.pod("plain", "default"), "NodeNames": NODES})
     assert client.post("/prioritize", data=plain, content_type="application/json").get_json() == []
     assert _without_length(client, "/prioritize", plain).get_json() == []
     scored = post(client, "/prioritize", {"Pod": gpu_pod("p"), "NodeNames": NODES}).get_json()
-    assert [entry["Host"] for entry in scored] == NODES
+    assert [entry["Host"] for entry in scored] == ["on-demand-0", "on-demand-1"]
 
 
 @pytest.mark.parametrize(
