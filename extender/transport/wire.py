@@ -206,7 +206,8 @@ def relative_scores(totals: list[int]) -> tuple[list[bool], list[int]]:
     Why: kube-scheduler (pkg/scheduler/schedule_one.go prioritizeNodes) adds score x weight x 10 to the total of
     each node an answer names and nothing to the others, then takes the node with the highest total. Taking the
     same amount off every node's score changes no difference between two totals, so the nodes rank as with the
-    plain scores; and every node left out gets the 0 it would have been sent. What the answer saves is
+    plain scores; a node left out is one whose score less the lowest is 0, which is what kube-scheduler adds to a
+    node an answer does not name. What the answer saves is
     kube-scheduler's work per entry inside its serial cycle: encoding/json decoding the entry, a map entry and
     two allocations to merge it (0.9 ms for 1000 entries, 0.05-0.08 ms for 50, on a 2-core machine in a loop of
     kube-scheduler's decoding and prioritizeNodes' merge). Binpacking leaves most nodes of a large cluster empty,
