@@ -32,9 +32,9 @@ import sys
 import time
 from typing import Any
 
-from extender.decisions.feasibility import device_outcomes
-from extender.decisions.pod_claims import resolve_pod_claims
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.feasibility import device_outcomes
+from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from testkit import builders as b

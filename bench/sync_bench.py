@@ -16,8 +16,8 @@ import time
 
 import orjson
 
-from extender.decisions.quota_context import KueueConfigRef, build_quota_context
-from extender.decisions.usage import pod_usage
+from extender.decisions.quota.attribution import pod_usage
+from extender.decisions.quota.context import KueueConfigRef, build_quota_context
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.indexes.usage import UsageIndex
 from extender.state.store import ClusterStore

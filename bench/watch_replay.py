@@ -32,9 +32,9 @@ from typing import Any
 
 import bench.loop_bench as loop_bench
 from bench.e2e_bench import KUEUE, find_binaries, kueue_objects, populate, run_round, start_schedulers
+from extender.kube.api import KubeApi, load_kubeconfig
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.kinds import KINDS_BY_NAME
-from extender.state.live.api import KubeApi, load_kubeconfig
 from extender.state.live.resources import Resource
 from extender.state.live.snapshot_writer import write_snapshot
 from extender.state.live.watcher import ResourceWatcher, WatchSettings

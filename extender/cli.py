@@ -84,7 +84,7 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
     serving_live = binder is not None and getattr(args, "command", "") == "serve"
     requeue = None
     if config.requeue.device_class_name and serving_live:
-        from extender.state.live.requeue import Requeuer
+        from extender.kube.requeue import Requeuer
 
         requeue = Requeuer(
             source.config,  # type: ignore[attr-defined]  # a live source (binder is not None)
@@ -208,7 +208,7 @@ def _diagnostics_authorizer(service: SchedulingService, config: ExtenderConfig) 
     api_config = getattr(service.source, "config", None)
     if api_config is None:
         raise ConfigError("diagnostics.auth.mode: kubernetes needs a live cluster (--kubeconfig or --in-cluster)")
-    from extender.state.live.access_review import AccessReviewer
+    from extender.transport.access_review import AccessReviewer
 
     return AccessReviewer(api_config, cache_seconds=config.diagnostics.auth.cache_seconds)
 

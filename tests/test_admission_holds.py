@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions.admission_holds import admitted_quota, governed_resources
+from extender.decisions.quota.workload_holds import admitted_quota, governed_resources
 from extender.service import SchedulingService
 from extender.state.core import parse_pod
 from extender.state.kueue import parse_workload

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.decisions.allocator import (
+from extender.decisions.devices.allocator import (
     CATEGORY_CLAIM_NODE,
     CATEGORY_CLAIM_SPEC,
     CATEGORY_CLASS,

@@ -1,4 +1,4 @@
-"""DRA CEL selectors (extender.decisions.cel) against example-driver-shaped devices.
+"""DRA CEL selectors (extender.decisions.devices.cel) against example-driver-shaped devices.
 
 The expectations follow kube-scheduler's k8s.io/dynamic-resource-allocation/cel; the `oracle` tests at
 the end check a large set of them against that very Go package when a Go toolchain is available.
@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions.cel import (
+from extender.decisions.devices.cel import (
     MAX_EXPRESSION_LENGTH,
     ActivationCache,
     CompiledSelector,
@@ -24,8 +24,8 @@ from extender.decisions.cel import (
     compile_selector,
     new_program_cache,
 )
-from extender.decisions.cel.quantity_type import QuantityParseError
-from extender.decisions.cel.semver_type import SemverParseError, parse
+from extender.decisions.devices.cel.quantity_type import QuantityParseError
+from extender.decisions.devices.cel.semver_type import SemverParseError, parse
 from extender.state.dra import Attribute, Device
 from extender.state.quantity import parse_quantity, parse_quantity_string
 
@@ -842,7 +842,7 @@ def cel_oracle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.skip(f"building the CEL oracle failed (offline without a module cache?): {failure[-300:]}")
 
 
-# Deviations we know of and accept (see extender/decisions/cel/README.md).
+# Deviations we know of and accept (see extender/decisions/devices/cel/README.md).
 KNOWN_DEVIATIONS = {
     # Upstream: "no such overload" (Semver.Equal refuses other types); here: false, like other mixed ==.
     "device.attributes['d'].v == 'x'",

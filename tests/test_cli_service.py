@@ -7,8 +7,8 @@ import argparse
 from pathlib import Path
 
 from extender import cli
+from extender.kube.requeue import Requeuer
 from extender.service import ExtenderConfig
-from extender.state.live.requeue import Requeuer
 from tests.support.fake_api import FakeApiServer
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.decisions.allocator import Allocation, NotAllocatable
-from extender.decisions.feasibility import device_outcomes
-from extender.decisions.pod_claims import resolve_pod_claims
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.allocator import Allocation, NotAllocatable
+from extender.decisions.devices.feasibility import device_outcomes
+from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore
 from testkit import builders as b

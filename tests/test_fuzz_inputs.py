@@ -30,7 +30,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.decisions.cel import SelectorError, compile_selector
+from extender.decisions.devices.cel import SelectorError, compile_selector
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.dra import Attribute, Device

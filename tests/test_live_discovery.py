@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import urllib3
 
+from extender.kube.api import iter_lines
 from extender.state.live import (
     ApiConfigError,
     ApiError,
@@ -16,7 +17,6 @@ from extender.state.live import (
     list_objects,
     load_kubeconfig,
 )
-from extender.state.live.api import iter_lines
 from testkit import builders as b
 from tests.support.fake_api import DRA, DRA_PLURALS, KUEUE, KUEUE_PLURALS, FakeApiServer
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from extender.decisions.usage import pod_usage
+from extender.decisions.quota.attribution import pod_usage
 from extender.service.history import DecisionHistory
 from extender.service.quota_view import add_amounts
 from extender.state.core import parse_pod

@@ -557,7 +557,7 @@ def test_a_shared_claim_stays_charged_while_any_consumer_runs():
     the others: the charge must pass on at once (it used to lapse until the claim's event, and a filter in
     between handed the same quota out again: the no-overcommit stress test caught it once). Pods arriving in
     any order against reservedFor's order charge the claim once, and the index agrees with a recount."""
-    from extender.decisions.usage import pod_usage
+    from extender.decisions.quota.attribution import pod_usage
     from extender.state.indexes.usage import UsageIndex
 
     gpu = ("team-a", "on-demand", RESOURCE)

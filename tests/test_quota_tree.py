@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.decisions.quota_tree import Fit, FitOutcome, QuotaTree, worst_fit
+from extender.decisions.quota.tree import Fit, FitOutcome, QuotaTree, worst_fit
 from extender.state.kueue import (
     ClusterQueue,
     Cohort,

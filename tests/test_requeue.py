@@ -1,6 +1,6 @@
 """Requeue of pods the extender parked (issue 15, point 3; service/parking.py): when quota or devices free up
 through what kube-scheduler does not watch, or through an event it saw before our view did, the service asks
-for a requeue once (state/live/requeue.py bumps a DeviceClass)."""
+for a requeue once (kube/requeue.py bumps a DeviceClass)."""
 
 from __future__ import annotations
 

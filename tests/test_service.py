@@ -14,10 +14,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.decisions.features import DEFAULT_FEATURES
+from extender.decisions.devices.features import DEFAULT_FEATURES
+from extender.memo import BoundedMemo
 from extender.service import ConfigError, ExtenderConfig, parse_config
 from extender.service.config import parse_section
-from extender.state.indexes.memo import BoundedMemo
 from extender.state.kueue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS

@@ -3,7 +3,7 @@
 Decisions keep no state of their own: like upstream's structured allocator, which receives its CEL cache and
 its view of allocated devices from the scheduler plugin (k8s.io/dynamic-resource-allocation/structured,
 NewAllocator), every memo a decision uses is one of these explicit objects, passed in. Each is a
-`BoundedMemo` (extender/state/indexes/memo.py: one eviction rule, one locking rule). What invalidates each:
+`BoundedMemo` (extender/memo.py: one eviction rule, one locking rule). What invalidates each:
 
 | memo | key (part / entry) | retired by |
 | --- | --- | --- |
@@ -23,7 +23,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | | | the nodes its change list names (claim, slice, Node events on them), or all (pools spanning nodes); |
 | | | its score groups (ScoreGroups) follow it, less the nodes dropped |
 
-The gates (decisions/features.py) are one value for the service's life; the memos whose answers depend on
+The gates (decisions/devices/features.py) are one value for the service's life; the memos whose answers depend on
 them are keyed by objects of the gated view (`gated` hands out one NodeDevices, with its own Device objects,
 per original NodeDevices and Features), so a verdict or free list computed under one gate set is never read
 under another, even when tests run several gate sets through one DecisionCaches.
@@ -38,16 +38,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from extender.decisions.cel import ActivationCache, ProgramCache, new_program_cache
+from extender.decisions.devices.cel import ActivationCache, ProgramCache, new_program_cache
+from extender.memo import BoundedMemo
 from extender.state.dra import Device
 from extender.state.indexes.driver_usage import DriverUsageIndex
-from extender.state.indexes.memo import BoundedMemo
 from extender.state.inventory import NodeDevices
 from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
 
 if TYPE_CHECKING:
-    from extender.decisions.allocator import Allocation, ChosenDevice
-    from extender.decisions.selection import Selectable, Verdict
+    from extender.decisions.devices.allocator import Allocation, ChosenDevice
+    from extender.decisions.devices.selection import Selectable, Verdict
 
 MAX_VERDICTS = 500_000
 MAX_NODE_LISTS = 200_000
@@ -160,7 +160,7 @@ class FreeSelectable(NamedTuple):
     # Every free device serves a request without capacity requests (its requestPolicy allows the default).
     default_requests_fit: bool
     # The whole answer of the commonest pod (one claim, one ExactCount request) on this node, per request
-    # shape (decisions/allocator.py, PodAllocator._one_request): shared by every pod of that shape until the
+    # shape (decisions/devices/allocator.py, PodAllocator._one_request): shared by every pod of that shape until the
     # node's allocations change, so a node costs those pods one lookup and no new objects (a full node: one
     # lookup and one refusal).
     allocations: dict[object, Allocation | Shortfall]
@@ -202,7 +202,8 @@ class DecisionCaches:
     request_shapes: BoundedMemo[tuple[object, ...], object] = field(
         default_factory=lambda: BoundedMemo("request_shapes", MAX_REQUEST_SHAPES)
     )
-    # (class signature, request-shape token) -> the answers of its nodes (decisions/allocator.py settle_remembered)
+    # (class signature, request-shape token) -> the answers of its nodes
+    # (decisions/devices/allocator.py settle_remembered)
     settled: BoundedMemo[tuple[ClassSignature, object], SettledNodes] = field(
         default_factory=lambda: BoundedMemo("settled", MAX_REQUEST_SHAPES)
     )

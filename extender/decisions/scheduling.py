@@ -17,19 +17,20 @@ from functools import cached_property, partial
 from itertools import repeat
 from typing import NamedTuple
 
-from extender.decisions.allocator import (
+from extender.decisions.caches import NO_SCORE_GROUPS, DecisionCaches, SettledNodes
+from extender.decisions.devices.allocator import (
     DEFAULT_SEARCH_BUDGET,
     Allocation,
     ClaimAllocation,
     NotAllocatable,
 )
-from extender.decisions.caches import NO_SCORE_GROUPS, DecisionCaches, SettledNodes
-from extender.decisions.extended_resources import resolve_extended
-from extender.decisions.feasibility import device_outcomes, unknown_node
-from extender.decisions.features import DEFAULT_FEATURES, Features
-from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
-from extender.decisions.quota_context import QuotaContext
-from extender.decisions.quota_decision import (
+from extender.decisions.devices.extended_resources import resolve_extended
+from extender.decisions.devices.feasibility import device_outcomes, unknown_node
+from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
+from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.context import QuotaContext
+from extender.decisions.quota.decision import (
     NOT_GOVERNED,
     UNMAPPED_IGNORE,
     NodeQuota,
@@ -37,7 +38,7 @@ from extender.decisions.quota_decision import (
     QuotaRejection,
     decide_quota,
 )
-from extender.decisions.quota_tree import QuotaLedger
+from extender.decisions.quota.tree import QuotaLedger
 from extender.decisions.scoring import (
     STRATEGIES,
     STRATEGY_ANNOTATION,
@@ -48,7 +49,6 @@ from extender.decisions.scoring import (
     node_parts,
     quota_headroom,
 )
-from extender.decisions.selection import DeviceMatcher
 from extender.state.core import Pod
 from extender.state.kueue import pod_queue_name
 from extender.state.reservations import QuotaKey
@@ -62,7 +62,7 @@ class DecisionOptions:
     unmapped_classes: str = UNMAPPED_IGNORE
     search_budget: int = DEFAULT_SEARCH_BUDGET
     allow_strategy_annotation: bool = True
-    # The DRA feature gates (config `features:`), one value for the service's life; see decisions/features.py.
+    # The DRA feature gates (config `features:`), one value for the service's life; see decisions/devices/features.py.
     features: Features = DEFAULT_FEATURES
 
 

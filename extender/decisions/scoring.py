@@ -14,8 +14,8 @@ from fractions import Fraction
 from functools import partial
 from typing import NamedTuple
 
-from extender.decisions.allocator import Allocation
-from extender.decisions.quota_decision import NodeQuota
+from extender.decisions.devices.allocator import Allocation
+from extender.decisions.quota.decision import NodeQuota
 
 MAX_SCORE = 10
 STRATEGY_MOST = "MostAllocated"

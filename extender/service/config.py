@@ -18,15 +18,15 @@ from typing import Any, TypeVar
 
 import yaml
 
-from extender.decisions.features import (
+from extender.decisions.devices.features import (
     DEFAULT_FEATURES,
     GATE_DEPENDENCIES,
     LOCKED_GATES,
     UNIMPLEMENTED_ALPHA_GATES,
     Features,
 )
-from extender.decisions.quota_context import KueueConfigRef
-from extender.decisions.quota_decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
+from extender.decisions.quota.context import KueueConfigRef
+from extender.decisions.quota.decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.scheduling import DecisionOptions
 from extender.decisions.scoring import STRATEGIES, STRATEGY_MOST, ScoringWeights
 from extender.state.errors import ObjectError

@@ -18,7 +18,7 @@ So `ParkedPods` remembers, over the refusals since the last requeue, what the la
 the quota context, the quota charged per (ClusterQueue, flavor, resource) (usage + reservations + provisional
 + admitted holds, what the view's ledger is built from) and the store's count of device releases. A later view
 that shows the context rebuilt, a reservation expired, any charge lower, or a device released asks for one
-requeue (state/live/requeue.py): harmless when nothing fits after all, the pod is refused and parked again.
+requeue (kube/requeue.py): harmless when nothing fits after all, the pod is refused and parked again.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from extender.decisions.allocator import CATEGORY_NO_DEVICES, CATEGORY_POOL, CATEGORY_TAKEN
-from extender.decisions.quota_context import QuotaContext
-from extender.decisions.quota_decision import CATEGORY_QUOTA
+from extender.decisions.devices.allocator import CATEGORY_NO_DEVICES, CATEGORY_POOL, CATEGORY_TAKEN
+from extender.decisions.quota.context import QuotaContext
+from extender.decisions.quota.decision import CATEGORY_QUOTA
 from extender.service.quota_view import QuotaView
 from extender.state.reservations import QuotaKey
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from extender.decisions.quota_context import QuotaContext
-from extender.decisions.quota_tree import QuotaLedger
+from extender.decisions.quota.context import QuotaContext
+from extender.decisions.quota.tree import QuotaLedger
 from extender.state.reservations import QuotaKey, Reservation
 from extender.state.store import ClusterSnapshot
 
@@ -37,7 +37,7 @@ class QuotaView:
     ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved + admitted holds
     charged: Mapping[QuotaKey, Fraction]  # what the ledger is built from: usage + reserved + provisional + holds
     at: float  # the reservation clock when the view was taken (for "expires in")
-    # What admitted Workloads hold beyond what their pods hold on nodes (decisions/admission_holds.py): in
+    # What admitted Workloads hold beyond what their pods hold on nodes (decisions/quota/workload_holds.py): in
     # total, and per Workload key (its own pods are decided without it).
     admitted_holds: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
     workload_holds: Mapping[str, Mapping[QuotaKey, Fraction]] = field(default_factory=dict)

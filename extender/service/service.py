@@ -18,26 +18,26 @@ from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from functools import partial
 
-from extender.decisions.admission_holds import (
+from extender.decisions.caches import DecisionCaches
+from extender.decisions.devices.extended_resources import is_dra_backed
+from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
+from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.quota.workload_holds import (
     admitted_quota,
     governed_resources,
     holds_with_reservations,
     own_workload,
     remaining_hold,
 )
-from extender.decisions.caches import DecisionCaches
-from extender.decisions.extended_resources import is_dra_backed
-from extender.decisions.quota_context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
-from extender.decisions.selection import DeviceMatcher
-from extender.decisions.usage import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.parking import ParkedPods
 from extender.service.quota_view import QuotaView, add_amounts
-from extender.service.reservations import pods_to_reconcile, reservation_state
+from extender.service.reconciliation import pods_to_reconcile, reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
@@ -110,7 +110,8 @@ class SchedulingService:
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
         self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
-        # Placed pods' charges usage does not show yet (decisions/usage.py provisional_usage), kept the same way.
+        # Placed pods' charges usage does not show yet (decisions/quota/attribution.py provisional_usage), kept
+        # the same way.
         self.provisional_index = UsageIndex()
         # With a journal (state/reservation_journal.py), the ledger outlives this process: kube-scheduler may
         # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
@@ -124,7 +125,7 @@ class SchedulingService:
         self._context_key: tuple[object, ...] | None = None
         self._context: QuotaContext | None = None
         # Pods refused for quota or devices since the last requeue (service/parking.py): when a later view shows
-        # either freed, `requeue` (state/live/requeue.py) wakes them (kube-scheduler may see no event for it).
+        # either freed, `requeue` (kube/requeue.py) wakes them (kube-scheduler may see no event for it).
         self.requeue = requeue
         self.parked = ParkedPods()
         self._stopping = threading.Event()

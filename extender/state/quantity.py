@@ -18,7 +18,7 @@ Bounds upstream does not have, so that hostile text cannot allocate giant intege
 numbers of more than 1000 digits are refused.
 
 Every value is therefore a whole number of nano-units, which is what lets the CEL quantity type
-(decisions/cel/quantity_type.py) carry it exactly as an integer count of nano-units.
+(decisions/devices/cel/quantity_type.py) carry it exactly as an integer count of nano-units.
 """
 
 from __future__ import annotations

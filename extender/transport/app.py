@@ -393,7 +393,7 @@ class AccessDecision(Protocol):
 
 
 class Authorizer(Protocol):
-    """Decides who may read /diagnostics (state/live/access_review.py: TokenReview + SubjectAccessReview)."""
+    """Decides who may read /diagnostics (transport/access_review.py: TokenReview + SubjectAccessReview)."""
 
     def review(self, token: str, path: str, verb: str = "get") -> AccessDecision: ...
 

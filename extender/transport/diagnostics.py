@@ -131,7 +131,7 @@ class Holder:
     """A claim holding a device, and the pods it is reserved for (pod key, bound node or "").
 
     in_flight: reserved for pods none of which is bound yet: kube-scheduler's PreBind wrote the allocation and
-    reservedFor, the binding is not visible yet (the window decisions/usage.py in_flight_node counts)."""
+    reservedFor, the binding is not visible yet (the window decisions/quota/attribution.py in_flight_node counts)."""
 
     claim: str
     admin_access: bool

@@ -23,18 +23,18 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from extender.decisions.allocator import (
+from extender.decisions.devices.allocator import (
     CATEGORY_BUDGET,
     CATEGORY_SELECTOR,
     Allocation,
     AllocationOutcome,
     NotAllocatable,
 )
-from extender.decisions.cel import SelectorError, compile_selector
-from extender.decisions.feasibility import device_outcomes
-from extender.decisions.features import DEFAULT_FEATURES, Features
-from extender.decisions.pod_claims import resolve_pod_claims
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.cel import SelectorError, compile_selector
+from extender.decisions.devices.feasibility import device_outcomes
+from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.capacity import CapacityError, request_fits
 from extender.state.core import parse_pod
 from extender.state.dra import BLOCKING_TAINT_EFFECTS, MAX_DEVICES_PER_ALLOCATION, ClaimSpec, Device

@@ -111,7 +111,7 @@ upstream picks its `incubating` allocator, which sorts pools and slices by name 
 the same order as ours, so its first solution must equal ours exactly, the capacity each share consumes
 included. distinctAttribute is supported."""
 
-# Oracle feature name -> our Features field (extender/decisions/features.py GATES): each profile runs our
+# Oracle feature name -> our Features field (extender/decisions/devices/features.py GATES): each profile runs our
 # allocator with the gates upstream's allocator gets, not with the 1.37 defaults for both.
 OUR_FEATURE_FIELDS: dict[str, str] = {
     "adminAccess": "admin_access",

@@ -18,7 +18,7 @@ and claims arrive on separate watches, which deliver, and after a reset or a rel
 the binding showed before the allocation PreBind had written ahead of it, the pod counted as nothing and its
 quota was given again. Now the reservation stays until the allocation shows (as on main), and a placed pod's
 claims that usage does not show yet are a provisional charge for pods without a reservation (a restarted
-extender's case; decisions/usage.py provisional_usage). The window the kill opens with kube-scheduler still
+extender's case; decisions/quota/attribution.py provisional_usage). The window the kill opens with kube-scheduler still
 binding what the killed process let through is tests/e2e/test_restart_window.py's.
 """
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 
 from extender.state.live import load_kubeconfig
-from extender.state.live.access_review import AccessReviewer
+from extender.transport.access_review import AccessReviewer
 from extender.transport.app import create_app
 from tests.e2e.cluster import ControlPlane
 from tests.support.scenarios import engine_for

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from extender.decisions.feasibility import device_outcomes
-from extender.decisions.features import DEFAULT_FEATURES
-from extender.decisions.pod_claims import resolve_pod_claims
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.feasibility import device_outcomes
+from extender.decisions.devices.features import DEFAULT_FEATURES
+from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore
 from testkit import builders as b

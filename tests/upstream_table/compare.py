@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.decisions.features import Features
+from extender.decisions.devices.features import Features
 from tests.differential import harness
 from tests.upstream_table.convert import canonical, harness_case, node_result
 from tests.upstream_table.expectations import CONSUMED_CAPACITY_NOT_COMPARED

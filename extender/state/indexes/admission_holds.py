@@ -1,6 +1,6 @@
 """Quota admitted Workloads hold beyond what their pods already hold, kept in step with the cluster view.
 
-The rule of what a Workload holds is a decision (decisions/admission_holds.py: what Kueue admitted it for,
+The rule of what a Workload holds is a decision (decisions/quota/workload_holds.py: what Kueue admitted it for,
 minus what its pods hold, never below zero); this index only keeps, per Workload, what Kueue admitted it for
 and the remaining hold, and their sum per quota key. It is refreshed from the usage index's list of Workloads
 whose pods' usage (or whose object) changed, so a watch event costs the Workloads it touches, not all of them.

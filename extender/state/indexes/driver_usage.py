@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from extender.state.indexes.memo import BoundedMemo
+from extender.memo import BoundedMemo
 from extender.state.inventory import NodeDevices
 from extender.state.store import ClusterSnapshot
 

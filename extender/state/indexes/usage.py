@@ -4,8 +4,8 @@ Usage comes from what is actually allocated (claim status), so a restart or a lo
 from the API server. This index only does the bookkeeping: which pods hold what, and which claims and nodes
 each depends on, so that a Pod, ResourceClaim or Node event re-attributes only the pods it touches. How one
 pod's allocations translate into quota (the DeviceClass mapping, the node's flavor) is a decision
-(`decisions/usage.py: pod_usage`), handed in as `attribute` together with the `basis` it depends on (the quota
-context): a new basis, or a change of a kind in `GLOBAL_KINDS`, recomputes everything.
+(`decisions/quota/attribution.py: pod_usage`), handed in as `attribute` together with the `basis` it depends on
+(the quota context): a new basis, or a change of a kind in `GLOBAL_KINDS`, recomputes everything.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class UsageIndex:
         for change in changes:
             if change.kind == "Pod":
                 touched.add(change.key)
-                # A shared claim is charged to its first consumer still running (decisions/usage.py
+                # A shared claim is charged to its first consumer still running (decisions/quota/attribution.py
                 # charges_claim): one coming, finishing or going passes the charge on to the claim's other pods.
                 old = self._by_pod.get(change.key)
                 for claim_key in old.claims if old is not None else ():

@@ -5,8 +5,8 @@ transport layer builds a LiveSource with `from_kubeconfig` or `in_cluster`, read
 and uses `Binder` for the optional bind verb and `write_snapshot` for `dra-extender snapshot`.
 """
 
-from extender.state.live.api import ApiConfigError, ApiError, KubeApi, load_in_cluster, load_kubeconfig
-from extender.state.live.binder import Binder, BindingError
+from extender.kube.api import ApiConfigError, ApiError, KubeApi, load_in_cluster, load_kubeconfig
+from extender.kube.binder import Binder, BindingError
 from extender.state.live.resources import (
     DEFAULT_KUEUE_CONFIGMAP,
     KUEUE_ABSENT_MESSAGE,

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.kube.api import ApiError, KubeApi, path_segment
 from extender.state.kinds import KINDS, RESOURCE_GROUP, KindInfo
-from extender.state.live.api import ApiError, KubeApi, path_segment
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from typing import Any, TextIO
 import yaml
 from kubernetes.client import Configuration
 
+from extender.kube.api import KubeApi, load_kubeconfig
 from extender.state.errors import ObjectError
 from extender.state.kinds import KINDS, object_key
-from extender.state.live.api import KubeApi, load_kubeconfig
 from extender.state.live.resources import DEFAULT_KUEUE_CONFIGMAP, KUEUE_ABSENT_MESSAGE, discover, list_objects
 from extender.state.live.source import LiveSource
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from kubernetes.client import Configuration
 
+from extender.kube.api import KubeApi, load_in_cluster, load_kubeconfig
+from extender.kube.binder import Binder
 from extender.state.kinds import KINDS_BY_NAME, KUEUE_GROUP, RESOURCE_GROUP
-from extender.state.live.api import KubeApi, load_in_cluster, load_kubeconfig
-from extender.state.live.binder import Binder
 from extender.state.live.resources import (
     DEFAULT_KUEUE_CONFIGMAP,
     DRA_ABSENT_MESSAGE,

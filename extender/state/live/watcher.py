@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import urllib3
 
+from extender.kube.api import ApiError, KubeApi, iter_lines
 from extender.state.errors import ObjectError
 from extender.state.kinds import object_key
-from extender.state.live.api import ApiError, KubeApi, iter_lines
 from extender.state.live.resources import Resource, list_objects, normalise_item
 from extender.state.store import ClusterStore
 

@@ -19,12 +19,12 @@ import re
 
 from cel_expr_python import cel
 
-from extender.decisions.cel import analysis
-from extender.decisions.cel.checked_ast import decode_checked, encode_checked
-from extender.decisions.cel.device_activation import ActivationCache, DeviceDataError, activation_for
-from extender.decisions.cel.environment import environments
+from extender.decisions.devices.cel import analysis
+from extender.decisions.devices.cel.checked_ast import decode_checked, encode_checked
+from extender.decisions.devices.cel.device_activation import ActivationCache, DeviceDataError, activation_for
+from extender.decisions.devices.cel.environment import environments
+from extender.memo import BoundedMemo
 from extender.state.dra import Device
-from extender.state.indexes.memo import BoundedMemo
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COST = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from extender.decisions.usage import in_flight_node
+from extender.decisions.quota.attribution import in_flight_node
 from extender.state.core import Pod
 from extender.state.reservations import Reservation
 from extender.state.store import NODE_DEVICES, Change, ClusterSnapshot

@@ -23,7 +23,7 @@ from typing import Any
 import urllib3
 from kubernetes.client import Configuration
 
-from extender.state.live.api import ApiError, KubeApi
+from extender.kube.api import ApiError, KubeApi
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from extender.decisions.cel.protowire import (
+from extender.decisions.devices.cel.protowire import (
     WIRE_BYTES,
     WIRE_VARINT,
     WireError,

@@ -23,8 +23,8 @@ from functools import lru_cache
 
 from cel_expr_python import cel
 
-from extender.decisions.cel import quantity_type, semver_type
-from extender.decisions.cel.checked_ast import (
+from extender.decisions.devices.cel import quantity_type, semver_type
+from extender.decisions.devices.cel.checked_ast import (
     CALL,
     COMPREHENSION,
     CONST,
@@ -39,7 +39,7 @@ from extender.decisions.cel.checked_ast import (
     decode_expr,
     string_constant,
 )
-from extender.decisions.cel.environment import (
+from extender.decisions.devices.cel.environment import (
     DEVICE_FIELDS,
     VAR_ATTRIBUTES,
     VAR_CAPACITY,
@@ -47,7 +47,7 @@ from extender.decisions.cel.environment import (
     VAR_DRIVER,
     VAR_MULTI,
 )
-from extender.decisions.cel.protowire import field_bytes, iter_fields
+from extender.decisions.devices.cel.protowire import field_bytes, iter_fields
 
 _STRING = CelType("primitive", "string")
 _INNER_ATTRIBUTES = CelType("map", "map", (_STRING, CelType("dyn")))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from extender.decisions.caches import ClassSignature, DecisionCaches
-from extender.decisions.cel import SelectorError, compile_selector
+from extender.decisions.devices.cel import SelectorError, compile_selector
 from extender.state.dra import Device, DeviceClass
 from extender.state.inventory import NodeDevices
 

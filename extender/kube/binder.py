@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib3
 from kubernetes.client import Configuration
 
-from extender.state.live.api import ApiError, KubeApi, path_segment
+from extender.kube.api import ApiError, KubeApi, path_segment
 
 
 class BindingError(RuntimeError):

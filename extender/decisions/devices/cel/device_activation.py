@@ -24,8 +24,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from extender.decisions.cel import quantity_type, semver_type
-from extender.decisions.cel.environment import (
+from extender.decisions.devices.cel import quantity_type, semver_type
+from extender.decisions.devices.cel.environment import (
     VAR_ATTRIBUTES,
     VAR_CAPACITY,
     VAR_DEVICE,

@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from math import ceil
 
-from extender.decisions.extended_resources import quota_resource
-from extender.decisions.quota_context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
+from extender.decisions.devices.extended_resources import quota_resource
+from extender.decisions.quota.context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
 from extender.state.core import Pod
 from extender.state.dra import DeviceClass
 from extender.state.kueue import Workload

@@ -6,8 +6,8 @@ CompiledSelector.matches(device, activations) -> bool (SelectorError(phase="runt
 See environment.py for how the Kubernetes environment is emulated on cel-expr-python.
 """
 
-from extender.decisions.cel.device_activation import ActivationCache
-from extender.decisions.cel.selector import (
+from extender.decisions.devices.cel.device_activation import ActivationCache
+from extender.decisions.devices.cel.selector import (
     MAX_COST,
     MAX_EXPRESSION_LENGTH,
     CompiledSelector,

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from cel_expr_python import cel
 
-from extender.decisions.cel import library, quantity_type, semver_type
+from extender.decisions.devices.cel import library, quantity_type, semver_type
 
 QUANTITY = cel.Type.AbstractType(quantity_type.QUANTITY_TYPE_NAME)
 SEMVER = cel.Type.AbstractType(semver_type.SEMVER_TYPE_NAME)

@@ -12,27 +12,27 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from extender.decisions.allocator import Allocation, ChosenDevice
-from extender.decisions.device_charges import (
-    UNMAPPED_IGNORE as UNMAPPED_IGNORE,
-)
-from extender.decisions.device_charges import (
-    UNMAPPED_REJECT as UNMAPPED_REJECT,
-)
-from extender.decisions.device_charges import (
-    counts_devices_only,
-    device_charge,
-    unmapped_reason,
-)
-from extender.decisions.extended_resources import (
+from extender.decisions.devices.allocator import Allocation, ChosenDevice
+from extender.decisions.devices.extended_resources import (
     EXTENDED_CLAIM_NAME,
     NO_EXTENDED,
     ExtendedRequests,
     extended_charges,
 )
-from extender.decisions.quota_context import QuotaContext, untolerated_taint
-from extender.decisions.quota_tree import Fit, FitOutcome, QuotaLedger, worst_fit
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.charges import (
+    UNMAPPED_IGNORE as UNMAPPED_IGNORE,
+)
+from extender.decisions.quota.charges import (
+    UNMAPPED_REJECT as UNMAPPED_REJECT,
+)
+from extender.decisions.quota.charges import (
+    counts_devices_only,
+    device_charge,
+    unmapped_reason,
+)
+from extender.decisions.quota.context import QuotaContext, untolerated_taint
+from extender.decisions.quota.tree import Fit, FitOutcome, QuotaLedger, worst_fit
 from extender.state.core import Pod, Toleration
 from extender.state.dra import consumed_by_name
 from extender.state.kueue import (

@@ -10,17 +10,17 @@ import time
 from collections.abc import Iterable, KeysView, Sequence
 from typing import NamedTuple
 
-from extender.decisions.allocator import (
+from extender.decisions.caches import SettledNodes
+from extender.decisions.devices.allocator import (
     DEFAULT_SEARCH_BUDGET,
     Allocation,
     AllocationOutcome,
     NotAllocatable,
     PodAllocator,
 )
-from extender.decisions.caches import SettledNodes
-from extender.decisions.features import DEFAULT_FEATURES, Features
-from extender.decisions.pod_claims import PodClaims
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.pod_claims import PodClaims
+from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.store import ClusterSnapshot
 
 CATEGORY_UNKNOWN_NODE = "unknown-node"
@@ -76,7 +76,7 @@ def device_outcomes(
 ) -> DeviceOutcomes:
     """`deadline` (a time.perf_counter() instant): nodes not reached by then fail with a resolvable reason, so
     the answer still arrives before kube-scheduler's httpTimeout and those nodes are tried again next cycle.
-    `features`: the DRA feature gates the allocator honours (decisions/features.py). `asked`: `node_names` as
+    `features`: the DRA feature gates the allocator honours (decisions/devices/features.py). `asked`: `node_names` as
     a dict's keys, when the caller has them. Kept apart as they are found, so that the caller reads each kind
     without a pass over every node."""
     if pod_claims.problems:

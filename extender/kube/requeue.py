@@ -26,7 +26,7 @@ import orjson
 import urllib3
 from kubernetes.client import Configuration
 
-from extender.state.live.api import ApiError, KubeApi, path_segment
+from extender.kube.api import ApiError, KubeApi, path_segment
 
 log = logging.getLogger(__name__)
 

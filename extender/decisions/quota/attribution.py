@@ -12,10 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from fractions import Fraction
 
-from extender.decisions.admission_holds import own_workload
-from extender.decisions.allocator import DEFAULT_SEARCH_BUDGET
-from extender.decisions.device_charges import counts_devices_only, device_charge
-from extender.decisions.extended_resources import (
+from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
+from extender.decisions.devices.extended_resources import (
     EXTENDED_CLAIM_ANNOTATION,
     ExtendedRequests,
     class_for_resource,
@@ -23,12 +21,14 @@ from extender.decisions.extended_resources import (
     quota_resource,
     resolve_extended,
 )
-from extender.decisions.feasibility import device_outcomes
-from extender.decisions.features import DEFAULT_FEATURES, Features
-from extender.decisions.pod_claims import PodClaims, resolve_pod_claims
-from extender.decisions.quota_context import QuotaContext
-from extender.decisions.quota_decision import UNMAPPED_IGNORE, node_charges
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.feasibility import device_outcomes
+from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
+from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.charges import counts_devices_only, device_charge
+from extender.decisions.quota.context import QuotaContext
+from extender.decisions.quota.decision import UNMAPPED_IGNORE, node_charges
+from extender.decisions.quota.workload_holds import own_workload
 from extender.state.core import Pod
 from extender.state.dra import ClaimSpec, Device, ResourceClaim, consumed_by_name
 from extender.state.indexes.usage import PodUsage

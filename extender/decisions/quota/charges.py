@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
-from extender.decisions.quota_context import QuotaContext
-from extender.decisions.selection import DeviceMatcher
+from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.context import QuotaContext
 from extender.state.dra import Device
 from extender.state.kueue import DeviceClassMapping, DeviceClassSource, DeviceClassSourceKind
 

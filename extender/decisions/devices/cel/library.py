@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from extender.decisions.cel import quantity_type, semver_type
+from extender.decisions.devices.cel import quantity_type, semver_type
 
 
 def _type_name(value: object) -> str:

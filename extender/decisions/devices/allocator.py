@@ -21,9 +21,9 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from extender.decisions.caches import FreeSelectable, SettledNodes, Shortfall
-from extender.decisions.features import DEFAULT_FEATURES, Features, gated_devices
-from extender.decisions.free_devices import FreeView, free_selectable
-from extender.decisions.selection import DeviceMatcher, SelectorFailure
+from extender.decisions.devices.features import DEFAULT_FEATURES, Features, gated_devices
+from extender.decisions.devices.free_devices import FreeView, free_selectable
+from extender.decisions.devices.selection import DeviceMatcher, SelectorFailure
 from extender.state.capacity import CapacityError, SharedUse, request_fits
 from extender.state.core import Node
 from extender.state.dra import (
@@ -1202,7 +1202,7 @@ def allocate(
 ) -> AllocationOutcome:
     """Allocate all of a pod's pending claims together on one node, or say why that cannot be done.
 
-    `features`: the gates (see decisions/features.py); the question's devices must already be the gated view."""
+    `features`: the gates (see decisions/devices/features.py); the question's devices must already be the gated view."""
     node = question.node
     blocked = check_allocated_claims(node, allocated_claims)
     if not pending:

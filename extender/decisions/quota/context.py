@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.decisions.quota_tree import QuotaTree
+from extender.decisions.quota.tree import QuotaTree
+from extender.memo import BoundedMemo
 from extender.state.core import Node, Toleration
 from extender.state.errors import ObjectError
-from extender.state.indexes.memo import BoundedMemo
 from extender.state.kueue import (
     ClusterQueue,
     DeviceClassMappings,
