@@ -1,4 +1,4 @@
-"""`kubectl dra-quota` (extender/kubectl_plugin.py) against the embedded demo cluster.
+"""`kubectl dra-quota` (extender/kubectl_plugin/) against the embedded demo cluster.
 
 Three of its sources, each really answering: ``--snapshot`` (computed in-process from the demo snapshot),
 ``--server`` (a `dra-extender serve` process on the demo, its diagnostics listener), and the default path, the
@@ -28,6 +28,10 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
+from extender.kubectl_plugin.errors import PluginError
+from extender.kubectl_plugin.kubeconfig import context_namespace
+from extender.kubectl_plugin.remote import _from_extender, parse_service
+from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 from tests.e2e.cluster import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -321,12 +325,12 @@ def test_the_in_cluster_extender_through_the_service_proxy(
 
 def test_context_namespace_follows_kubectl(tmp_path: Path) -> None:
     config = kubeconfig(tmp_path, "http://127.0.0.1:1", namespace=None)
-    assert kubectl_plugin.context_namespace(str(config), None) == "default"
+    assert context_namespace(str(config), None) == "default"
     config = kubeconfig(tmp_path, "http://127.0.0.1:1", namespace="team-b")
-    assert kubectl_plugin.context_namespace(str(config), "main") == "team-b"
-    assert kubectl_plugin.parse_service("ns/name:9090") == ("ns", "name", "9090")
-    with pytest.raises(kubectl_plugin.PluginError):
-        kubectl_plugin.parse_service("name:9090")
+    assert context_namespace(str(config), "main") == "team-b"
+    assert parse_service("ns/name:9090") == ("ns", "name", "9090")
+    with pytest.raises(PluginError):
+        parse_service("name:9090")
 
 
 def test_the_console_script_is_installed() -> None:
@@ -363,9 +367,9 @@ def test_the_deployments_metrics_listener_behind_the_service_means_compute_local
     for path in ("/diagnostics/queues", "/diagnostics/nodes/x", "/ui/pods"):
         response = client.get(path)
         assert response.status_code == 404, path
-        assert response.get_json()["reason"] == kubectl_plugin.DIAGNOSTICS_ELSEWHERE
-        assert not kubectl_plugin._from_extender(response.get_data())
+        assert response.get_json()["reason"] == DIAGNOSTICS_ELSEWHERE
+        assert not _from_extender(response.get_data())
     assert client.get("/metrics").status_code == 200
     assert client.get("/nothing-here").get_json().get("reason") is None
     unknown_node = create_app(service).test_client().get("/diagnostics/nodes/no-such-node")
-    assert unknown_node.status_code == 404 and kubectl_plugin._from_extender(unknown_node.get_data())
+    assert unknown_node.status_code == 404 and _from_extender(unknown_node.get_data())

@@ -1,0 +1,45 @@
+"""`kubectl dra-quota`: the extender's explanations one kubectl away (console script ``kubectl-dra_quota``).
+
+kubectl runs any ``kubectl-<name>`` executable on PATH as ``kubectl <name>`` (a dash in the command is an
+underscore in the file name, krew's convention), passing the remaining arguments and the environment but none of
+its own flags, so this plugin reads ``--kubeconfig`` / ``KUBECONFIG``, ``--context`` and ``-n`` itself, as kubectl
+would (k8s.io/cli-runtime genericclioptions: the context's namespace, else ``default``).
+
+::
+
+    kubectl dra-quota explain [-n NS] POD     # rank every node for a pod of the cluster and say why
+    kubectl dra-quota explain -f pod.yaml     # ... for a pod that is not created yet
+    kubectl dra-quota queues                  # ClusterQueues: nominal, usage, reserved, available per flavor
+    kubectl dra-quota node NODE               # a node's devices, free or held by whom
+    ... [-o table|json|yaml] [--context CTX] [--kubeconfig FILE]
+
+Where the answer comes from, in this order:
+
+1. ``--server URL``: a running extender's diagnostics listener (e.g. through ``kubectl port-forward``);
+2. ``--snapshot FILE``: computed locally from a snapshot file (``dra-extender snapshot``, or the embedded demo's
+   ``extender/demo/cluster.yaml``);
+3. otherwise the cluster of the kubeconfig context: the in-cluster extender, reached through the API server's
+   service proxy on its diagnostics Service (``kube-system/dra-quota-scheduler-metrics:9090`` as the manifests
+   and the chart install it; ``--service`` to change), so the answer includes its in-flight quota reservations;
+   when that Service is absent, has no ready endpoint, or reaches a listener without diagnostics (the default
+   deployment keeps them on loopback: its port 9090 answers 404 with reason DIAGNOSTICS_ELSEWHERE), the answer
+   is computed locally from a live read of the cluster (as ``dra-extender explain --kubeconfig`` does), with a
+   note on stderr. ``--local`` skips the Service.
+
+Exit codes follow kubectl: 0 on success, 1 on an error (printed to stderr as ``error: ...``), 2 on bad usage.
+
+The service, the explanation and its table come from ``extender.cli`` and the diagnostics renderers it uses;
+this package only adds kubectl's conventions, the API reads and the service proxy:
+
+* ``arguments``: the command line (kubectl's flags before or after the subcommand);
+* ``kubeconfig``: which kubeconfig file and namespace, as kubectl resolves them;
+* ``cluster``: raw requests to the API server of a kubeconfig context;
+* ``source``, ``remote``, ``local``, ``fallback``: where the answer comes from (an extender over HTTP, a
+  service computed in-process, the first with the second as fallback);
+* ``rendering``: kubectl-style tables, JSON and YAML;
+* ``command``: the entry point tying them together; ``errors``: what ends the command with exit code 1.
+"""
+
+from extender.kubectl_plugin.command import main
+
+__all__ = ["main"]

@@ -1,0 +1,46 @@
+"""The in-cluster extender first, a local computation when nobody answers behind its Service."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from extender.kubectl_plugin.errors import UnreachableError
+from extender.kubectl_plugin.remote import HttpExtender
+from extender.kubectl_plugin.source import Extender
+
+LOCAL_NOTE = (
+    "computed locally from a live read of the cluster: the running extender's in-flight reservations are not included"
+)
+
+
+class FallbackExtender(Extender):
+    """The in-cluster extender through its Service; on UnreachableError, a LocalExtender (built once, on demand)."""
+
+    def __init__(self, remote: HttpExtender, local: Callable[[], Extender]) -> None:
+        self._remote = remote
+        self._make_local = local
+        self._local: Extender | None = None
+
+    def _call(self, call: Callable[[Extender], dict[str, Any]]) -> dict[str, Any]:
+        if self._local is None:
+            try:
+                return call(self._remote)
+            except UnreachableError as error:
+                print(f"note: {error}; {LOCAL_NOTE}", file=sys.stderr)
+                self._local = self._make_local()
+        return call(self._local)
+
+    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return self._call(lambda e: e.explain(pod))
+
+    def queues(self) -> dict[str, Any]:
+        return self._call(lambda e: e.queues())
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self._call(lambda e: e.node(name))
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.close()

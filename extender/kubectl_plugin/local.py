@@ -1,0 +1,55 @@
+"""The answer computed in-process: a service of our own over a snapshot file or a live read of the cluster."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from extender import cli
+from extender.kubectl_plugin.errors import PluginError
+from extender.kubectl_plugin.source import Extender
+from extender.service import load_config
+from extender.state.core import parse_pod
+from extender.state.errors import ObjectError
+
+
+class LocalExtender(Extender):
+    """A service of our own over a cluster source, built by extender.cli exactly as `dra-extender explain`
+    builds it; it reserves nothing."""
+
+    def __init__(self, source_args: argparse.Namespace, config_file: str | None, live: bool) -> None:
+        config = load_config(config_file)
+        self._service = cli._build_service(source_args, config)
+        if live:
+            cli._wait_ready(self._service)
+
+    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
+        from extender.transport.diagnostics import decision_json
+
+        try:
+            parsed = parse_pod(pod)
+        except ObjectError as error:
+            raise PluginError(f"pod: {error.describe()}") from None
+        return decision_json(self._service.explain(parsed))
+
+    def queues(self) -> dict[str, Any]:
+        from extender.transport.diagnostics import queues_json
+
+        view = self._service.quota_view()
+        return queues_json(view, self._service.unplaced_workloads(view.snapshot))
+
+    def node(self, name: str) -> dict[str, Any]:
+        from extender.transport.diagnostics import node_json
+
+        report = node_json(self._service.snapshot(), name)
+        if report is None:
+            raise PluginError(f'node "{name}" is not known')
+        return report
+
+    def close(self) -> None:
+        self._service.stop()
+
+
+def source_args(**values: Any) -> argparse.Namespace:
+    """The source flags extender.cli's service builder reads."""
+    return argparse.Namespace(**{"snapshot": None, "kubeconfig": None, "in_cluster": False, "context": None, **values})

@@ -1,0 +1,21 @@
+"""What every source of an answer offers: the extender's three diagnostics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Extender:
+    """Asks one source for the three diagnostics: explain(pod), queues(), node(name)."""
+
+    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def queues(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def node(self, name: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the source holds (watches, connections)."""
