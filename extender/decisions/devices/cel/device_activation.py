@@ -5,15 +5,15 @@ grouped by domain (the part of the qualified name before its first "/", as upstr
 parseQualifiedName), versions and quantities in their tagged-bytes form.
 
 cel-expr-python converts such Python data into CEL values when an evaluation first reads a variable and
-caches the result in its Activation, so reusing one Activation per device is what makes repeated
-evaluation cheap (about 2 us instead of 5-8 us). Two constraints of the library shape the cache:
+caches the result in its Activation, so reusing one Activation per device spares converting the device's
+data again on every evaluation. Two constraints of the library shape the cache:
 * an Activation's arena is registered in a thread-local table; a Python-implemented function (quantity(),
   compareTo(), ...) called while evaluating on another thread fails with "No PyCelArena found", so each
   thread keeps its own Activations;
 * every evaluation allocates its intermediate values in that arena and nothing is freed until the
   Activation goes, so an Activation is replaced after RENEW_AFTER evaluations.
-Devices are immutable and replaced by new objects when their slice changes; the cache keys on the object
-identity and holds a reference to the object, so an id can never be confused with a later device's.
+Devices are immutable and replaced by new objects when their slice changes; the cache keys on the Device
+itself, which compares and hashes by identity (state/dra.py), so a replaced device gets a new Activation.
 """
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ def device_data(device: Device) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class _Entry:
-    device: Device
     activation: Any  # cel.Activation, or None with `error` set
     error: DeviceDataError | None
     uses: int = 0
@@ -98,15 +97,15 @@ class ActivationCache(threading.local):
     RENEW_AFTER evaluations."""
 
     def __init__(self) -> None:
-        self.entries: dict[int, _Entry] = {}
+        self.entries: dict[Device, _Entry] = {}
 
 
 def _build(device: Device) -> _Entry:
     try:
         data = device_data(device)
     except DeviceDataError as error:
-        return _Entry(device, None, error)
-    return _Entry(device, environments().runtime.Activation(data=data), None)
+        return _Entry(None, error)
+    return _Entry(environments().runtime.Activation(data=data), None)
 
 
 def activation_for(device: Device, cache: ActivationCache | None = None) -> cel.Activation:
@@ -118,12 +117,12 @@ def activation_for(device: Device, cache: ActivationCache | None = None) -> cel.
             raise fresh.error
         return fresh.activation
     entries = cache.entries
-    entry = entries.get(id(device))
-    if entry is None or entry.device is not device or entry.uses >= RENEW_AFTER:
+    entry = entries.get(device)
+    if entry is None or entry.uses >= RENEW_AFTER:
         if entry is None and len(entries) >= MAX_DEVICES_PER_THREAD:
             del entries[next(iter(entries))]  # oldest first
         entry = _build(device)
-        entries[id(device)] = entry
+        entries[device] = entry
     if entry.error is not None:
         raise entry.error
     entry.uses += 1

@@ -72,40 +72,59 @@ def _overload(
     return entry
 
 
-def _checker_function_config() -> list[dict[str, Any]]:
-    """Declarations (no implementations) of what cel-go has and cel-cpp's bundled libraries don't."""
-    string, integer, boolean = _t("string"), _t("int"), _t("bool")
-    list_a, param_a = _t("list", _t("A", type_param=True)), _t("A", type_param=True)
+# The types the checker's YAML declarations below use (cel-expr-python's EnvConfig type form); read only.
+_STRING, _INT, _BOOL = _t("string"), _t("int"), _t("bool")
+_PARAM_A = _t("A", type_param=True)
+_LIST_A = _t("list", _t("A", type_param=True))
+
+
+def _cross_type_comparisons() -> list[dict[str, Any]]:
+    """The ordering operators over every ordered type plus mixed int/uint/double, as cel-go declares them
+    under cel.CrossTypeNumericComparisons(true) (k8s.io/apiserver/pkg/cel/environment/base.go); the standard
+    library's own declarations of these operators are excluded in new_checker_env."""
     functions: list[dict[str, Any]] = []
     for name, prefix in _COMPARISONS.items():
         overloads = [
-            _overload(f"{prefix}_{ident}", boolean, _t(cel_name), _t(cel_name)) for cel_name, ident in _ORDERED.items()
+            _overload(f"{prefix}_{ident}", _BOOL, _t(cel_name), _t(cel_name)) for cel_name, ident in _ORDERED.items()
         ]
         for left, left_id in _NUMERIC.items():
             for right, right_id in _NUMERIC.items():
                 if left != right:
-                    overloads.append(_overload(f"{prefix}_{left_id}_{right_id}", boolean, _t(left), _t(right)))
+                    overloads.append(_overload(f"{prefix}_{left_id}_{right_id}", _BOOL, _t(left), _t(right)))
         functions.append({"name": name, "overloads": overloads})
-    # cel-go ext.Strings(ext.StringsVersion(2)), declared here because the lists library below also
-    # declares indexOf/lastIndexOf and cel-cpp refuses a second declaration of a function name.
-    functions += [
-        {"name": "charAt", "overloads": [_overload("string_char_at_int", string, integer, target=string)]},
+    return functions
+
+
+def _index_functions() -> list[dict[str, Any]]:
+    """indexOf and lastIndexOf of the strings extension and of k8s.io/apiserver/pkg/cel/library/lists.go in one
+    declaration each: cel-cpp refuses a second declaration of a function name."""
+    return [
         {
             "name": "indexOf",
             "overloads": [
-                _overload("string_index_of_string", integer, string, target=string),
-                _overload("string_index_of_string_int", integer, string, integer, target=string),
-                _overload("list_a_index_of_int", integer, param_a, target=list_a),
+                _overload("string_index_of_string", _INT, _STRING, target=_STRING),
+                _overload("string_index_of_string_int", _INT, _STRING, _INT, target=_STRING),
+                _overload("list_a_index_of_int", _INT, _PARAM_A, target=_LIST_A),
             ],
         },
         {
             "name": "lastIndexOf",
             "overloads": [
-                _overload("string_last_index_of_string", integer, string, target=string),
-                _overload("string_last_index_of_string_int", integer, string, integer, target=string),
-                _overload("list_a_last_index_of_int", integer, param_a, target=list_a),
+                _overload("string_last_index_of_string", _INT, _STRING, target=_STRING),
+                _overload("string_last_index_of_string_int", _INT, _STRING, _INT, target=_STRING),
+                _overload("list_a_last_index_of_int", _INT, _PARAM_A, target=_LIST_A),
             ],
         },
+    ]
+
+
+def _strings_extension() -> list[dict[str, Any]]:
+    """cel-go ext.Strings(ext.StringsVersion(2)) (ext/strings.go), as k8s.io/apiserver/pkg/cel/environment
+    enables it; its indexOf and lastIndexOf come from _index_functions."""
+    string, integer = _STRING, _INT
+    return [
+        {"name": "charAt", "overloads": [_overload("string_char_at_int", string, integer, target=string)]},
+        *_index_functions(),
         {"name": "lowerAscii", "overloads": [_overload("string_lower_ascii", string, target=string)]},
         {"name": "upperAscii", "overloads": [_overload("string_upper_ascii", string, target=string)]},
         {
@@ -118,8 +137,8 @@ def _checker_function_config() -> list[dict[str, Any]]:
         {
             "name": "split",
             "overloads": [
-                _overload("string_split_string", _t("list", string), string, target=string),
-                _overload("string_split_string_int", _t("list", string), string, integer, target=string),
+                _overload("string_split_string", _t("list", _STRING), string, target=string),
+                _overload("string_split_string_int", _t("list", _STRING), string, integer, target=string),
             ],
         },
         {
@@ -140,26 +159,36 @@ def _checker_function_config() -> list[dict[str, Any]]:
         {
             "name": "join",
             "overloads": [
-                _overload("list_join", string, target=_t("list", string)),
-                _overload("list_join_string", string, string, target=_t("list", string)),
-            ],
-        },
-        # k8s.io/apiserver/pkg/cel/library/regex.go
-        {"name": "find", "overloads": [_overload("string_find_string", string, string, target=string)]},
-        {
-            "name": "findAll",
-            "overloads": [
-                _overload("string_find_all_string", _t("list", string), string, target=string),
-                _overload("string_find_all_string_int", _t("list", string), string, integer, target=string),
+                _overload("list_join", string, target=_t("list", _STRING)),
+                _overload("list_join_string", string, string, target=_t("list", _STRING)),
             ],
         },
     ]
-    # k8s.io/apiserver/pkg/cel/library/lists.go
+
+
+def _regex_library() -> list[dict[str, Any]]:
+    """find and findAll of k8s.io/apiserver/pkg/cel/library/regex.go."""
+    return [
+        {"name": "find", "overloads": [_overload("string_find_string", _STRING, _STRING, target=_STRING)]},
+        {
+            "name": "findAll",
+            "overloads": [
+                _overload("string_find_all_string", _t("list", _STRING), _STRING, target=_STRING),
+                _overload("string_find_all_string_int", _t("list", _STRING), _STRING, _INT, target=_STRING),
+            ],
+        },
+    ]
+
+
+def _lists_library() -> list[dict[str, Any]]:
+    """isSorted, min, max and sum of k8s.io/apiserver/pkg/cel/library/lists.go (indexOf and lastIndexOf are in
+    _index_functions)."""
+    functions: list[dict[str, Any]] = []
     for name in ("isSorted", "min", "max"):
         overloads = []
         for cel_name in _ORDERED:
             element = _t(cel_name)
-            result = boolean if name == "isSorted" else element
+            result = _BOOL if name == "isSorted" else element
             overloads.append(_overload(f"list_{cel_name}_{name.lower()}", result, target=_t("list", element)))
         functions.append({"name": name, "overloads": overloads})
     functions.append(
@@ -172,6 +201,11 @@ def _checker_function_config() -> list[dict[str, Any]]:
         }
     )
     return functions
+
+
+def _checker_function_config() -> list[dict[str, Any]]:
+    """Declarations (no implementations) of what cel-go has and cel-cpp's bundled libraries don't."""
+    return _cross_type_comparisons() + _strings_extension() + _regex_library() + _lists_library()
 
 
 def _kubernetes_functions(quantity: cel.Type, semver: cel.Type, *, runtime: bool) -> list[cel.FunctionDecl]:
