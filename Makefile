@@ -20,7 +20,7 @@ run: $(STAMP)
 test: lint
 	$(BIN)/pytest -q
 
-# The fast loop (two pytest-xdist workers; 29 s on a 2-core machine that took 45 s on one): no stress, fuzz, long property runs, differential, e2e or browser.
+# The fast loop, on two pytest-xdist workers: no stress, fuzz, long property runs, differential, e2e or browser.
 # Markers in pyproject.toml; make test still runs all of them.
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 -m "not slow and not e2e and not oracle and not browser and not image and not helm"
@@ -47,17 +47,16 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.compare_upstream
 	$(BIN)/python -m bench.web_bench
 
-# --- issue 14: the end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing) ---
+# The end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing).
 bench-e2e: $(STAMP)
 	$(BIN)/python -m tests.e2e.build
 	$(BIN)/python -m bench.e2e_bench --floor
-# --- end issue 14 ---
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 differential: $(STAMP)
 	DIFF_SCENARIOS=20000 $(BIN)/pytest -q -m oracle tests/differential
 
-# --- shipping (issue 16): the container image and the Go-built helm/kustomize; both print their build times ---
+# Shipping: the container image and the Go-built helm/kustomize; both print their build times.
 # make image [IMAGE=name:tag] [BASE=image] [LOCAL_BASE=1]   (image/build.sh documents every knob)
 image:
 	image/build.sh
@@ -65,7 +64,6 @@ image:
 # helm and kustomize from Go modules (tools/go.mod) into tools/.build/ (gitignored); the chart tests build them too.
 tools: $(STAMP)
 	$(BIN)/python -m tools.build
-# --- end shipping ---
 
 clean:
 	rm -rf $(VENV) build *.egg-info
