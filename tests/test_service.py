@@ -18,7 +18,7 @@ from extender.decisions.devices.features import DEFAULT_FEATURES
 from extender.memo import BoundedMemo
 from extender.service import ConfigError, ExtenderConfig, parse_config
 from extender.service.config import parse_section
-from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.kueue.local_queue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS
 from testkit import builders as b

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 from extender.decisions.caches import ClassSignature, DecisionCaches
 from extender.decisions.devices.cel import SelectorError, compile_selector
-from extender.state.dra import Device, DeviceClass
+from extender.state.dra.device_class import DeviceClass
+from extender.state.dra.devices import Device
 from extender.state.inventory import NodeDevices
 
 
