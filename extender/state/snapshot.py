@@ -191,8 +191,7 @@ class ClusterSnapshot:
             (found for uid in (owner_uid, *more_owner_uids) if uid and (found := self.admitted_workloads.get(uid))),
             None,
         )
-        workload: Workload | None = self.workloads.get(key) if key is not None else None
-        return workload
+        return self.workloads.get(key) if key is not None else None
 
     def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
         """The ResourceClaim behind one pod.spec.resourceClaims entry, if it exists yet."""

@@ -57,7 +57,7 @@ class DeviceMatcher:
 
     def __init__(self, caches: DecisionCaches | None = None) -> None:
         self.caches = caches if caches is not None else DecisionCaches()
-        self._verdict_parts = self.caches.verdicts.parts
+        self._verdict_parts = self.caches.verdicts.tables
 
     def selectable_on(
         self, devices: NodeDevices, device_class: DeviceClass, selectors: tuple[str, ...]

@@ -336,8 +336,8 @@ class ResourceWatcher:
 
     def apply_frame(self, line: bytes) -> _Outcome | None:
         """One frame of the watch stream: an event decoded and applied to the store, a bookmark, or the server's
-        error (EXPIRED when the resourceVersion is gone). Public for bench/watch_replay.py, which replays frames
-        recorded from a real control plane through this same path."""
+        error (EXPIRED when the resourceVersion is gone). Public so that frames recorded from a real control
+        plane can be replayed through the same path the watch takes."""
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as error:
