@@ -19,6 +19,7 @@ from extender.state.errors import ObjectError
 from extender.state.fields import type_name
 from extender.state.kueue.cluster_queue import parse_cluster_queue
 from extender.state.kueue.cohort import parse_cohort
+from extender.state.kueue.fields import KUEUE_GROUP
 from extender.state.kueue.local_queue import parse_local_queue
 from extender.state.kueue.resource_flavor import parse_resource_flavor
 from extender.state.kueue.workload import parse_workload
@@ -35,7 +36,6 @@ class KindInfo:
 
 
 RESOURCE_GROUP = "resource.k8s.io"
-KUEUE_GROUP = "kueue.x-k8s.io"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 

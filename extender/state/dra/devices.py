@@ -259,7 +259,7 @@ def parse_resource_slice(obj: Mapping[str, Any]) -> ResourceSlice:
     node_name = get_str(spec, "nodeName", "spec")
     all_nodes = get_bool(spec, "allNodes", "spec")
     per_device = get_bool(spec, "perDeviceNodeSelection", "spec")
-    chosen = sum(bool(x) for x in (node_name, node_selector_raw, all_nodes, per_device))
+    chosen = sum(bool(choice) for choice in (node_name, node_selector_raw, all_nodes, per_device))
     if chosen != 1:
         raise ObjectError("spec", "exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection is required")
     devices = tuple(

@@ -1,4 +1,5 @@
-"""ClusterQueue: quota per flavor, namespace selection, stop policy and flavor fungibility."""
+"""ClusterQueue: quota per flavor, namespace selection, stop policy and flavor fungibility
+(apis/kueue/v1beta2/clusterqueue_types.go)."""
 
 from __future__ import annotations
 

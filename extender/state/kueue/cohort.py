@@ -1,4 +1,5 @@
-"""Cohort: a node of the quota tree whose resourceGroups add quota shared by its subtree."""
+"""Cohort: a node of the quota tree whose resourceGroups add quota shared by its subtree
+(apis/kueue/v1beta2/cohort_types.go)."""
 
 from __future__ import annotations
 

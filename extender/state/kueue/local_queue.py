@@ -1,4 +1,5 @@
-"""LocalQueue: a namespace's queue pointing at a ClusterQueue, and the pod labels that name it."""
+"""LocalQueue: a namespace's queue pointing at a ClusterQueue, and the pod labels that name it
+(apis/kueue/v1beta2/localqueue_types.go)."""
 
 from __future__ import annotations
 

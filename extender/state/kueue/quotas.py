@@ -1,4 +1,5 @@
-"""resourceGroups: the quota of each flavor and resource, shared by ClusterQueue and Cohort."""
+"""resourceGroups: the quota of each flavor and resource, shared by ClusterQueue and Cohort (Kueue's ResourceGroup,
+FlavorQuotas and ResourceQuota, apis/kueue/v1beta2/clusterqueue_types.go)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ResourceFlavor: the node labels and taints that make a set of nodes one flavor."""
+"""ResourceFlavor: the node labels and taints that make a set of nodes one flavor
+(apis/kueue/v1beta2/resourceflavor_types.go)."""
 
 from __future__ import annotations
 

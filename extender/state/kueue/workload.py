@@ -1,4 +1,5 @@
-"""Workload: Kueue's unit of admission, its pod sets and the quota its admission reserves."""
+"""Workload: Kueue's unit of admission, its pod sets and the quota its admission reserves
+(apis/kueue/v1beta2/workload_types.go)."""
 
 from __future__ import annotations
 
