@@ -19,8 +19,8 @@ from extender.state.errors import ObjectError
 from extender.state.fields import type_name
 from extender.state.kueue.cluster_queue import parse_cluster_queue
 from extender.state.kueue.cohort import parse_cohort
-from extender.state.kueue.fields import KUEUE_GROUP
 from extender.state.kueue.local_queue import parse_local_queue
+from extender.state.kueue.parsing import KUEUE_GROUP
 from extender.state.kueue.resource_flavor import parse_resource_flavor
 from extender.state.kueue.workload import parse_workload
 

@@ -8,8 +8,8 @@ from fractions import Fraction
 from typing import Any
 
 from extender.state.core import NodeSelector, Toleration, parse_metadata, parse_node_selector
-from extender.state.dra.devices import DeviceKey
-from extender.state.dra.fields import TAINT_EFFECTS, parse_quantity_field, parse_selectors
+from extender.state.dra.device_class import parse_selectors
+from extender.state.dra.devices import TAINT_EFFECTS, DeviceKey, parse_quantity_field
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_bool, get_int, get_map, get_str, get_str_list, map_items
 

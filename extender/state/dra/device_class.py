@@ -1,4 +1,5 @@
-"""DeviceClass: the selectors and extended resource name a claim's request refers to by class name."""
+"""DeviceClass: the selectors and extended resource name a claim's request refers to by class name, and the
+parser of CEL selectors that classes and requests share."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.state.core import parse_metadata
-from extender.state.dra.fields import parse_selectors
-from extender.state.fields import get_map, get_str
+from extender.state.fields import child_path, get_map, get_str, map_items
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +32,14 @@ def parse_device_class(obj: Mapping[str, Any]) -> DeviceClass:
         resource_version=meta.resource_version,
         created=get_str(get_map(obj, "metadata", ""), "creationTimestamp", "metadata"),
     )
+
+
+def parse_selectors(raw: Mapping[str, Any], path: str) -> tuple[str, ...]:
+    """CEL expressions; a selector without one (a selector type this client does not know) is kept as "",
+    which fails to compile when the allocator reaches a device, as upstream's "CEL expression empty
+    (unsupported selector type?)" error does (structured/internal/incubating selectorsMatch)."""
+    expressions = []
+    for selector_path, selector in map_items(raw, "selectors", path):
+        cel = get_map(selector, "cel", selector_path)
+        expressions.append(get_str(cel, "expression", child_path(selector_path, "cel")))
+    return tuple(expressions)

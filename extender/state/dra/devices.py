@@ -9,15 +9,17 @@ from typing import Any, cast
 
 from extender.state.capacity import CapacityPolicy, CapacityRange, DeviceCapacity, default_request_fits
 from extender.state.core import NodeSelector, Taint, parse_metadata, parse_node_selector
-from extender.state.dra.fields import TAINT_EFFECTS, parse_quantity_field
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_bool, get_int, get_map, get_str, get_str_list, map_items, type_name
+from extender.state.quantity import QuantityError, parse_quantity
 
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device): how the allocator and claim results name a device."""
 
 # List-valued attributes exist only with DRAListTypeAttributes (alpha, off in 1.37); not modelled.
 LIST_ATTRIBUTE_KINDS = ("ints", "bools", "strings", "versions")
+# DeviceTaint effects; a claim's tolerations name the same ones (DeviceTaintEffect, resource/v1 types.go).
+TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -92,6 +94,14 @@ class ResourceSlice:
     devices: tuple[Device, ...]
     shared_counters: tuple[CounterSet, ...]
     resource_version: str = ""
+
+
+def parse_quantity_field(raw: object, path: str) -> Fraction:
+    """A resource.Quantity field (capacities, counters, capacity requests), its parse error named by `path`."""
+    try:
+        return parse_quantity(raw)
+    except QuantityError as error:
+        raise ObjectError(path, str(error)) from None
 
 
 def qualify(name: str, driver: str) -> str:

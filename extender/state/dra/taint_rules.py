@@ -7,8 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from extender.state.core import Taint, parse_metadata
-from extender.state.dra.devices import Device, ResourceSlice
-from extender.state.dra.fields import TAINT_EFFECTS
+from extender.state.dra.devices import TAINT_EFFECTS, Device, ResourceSlice
 from extender.state.errors import ObjectError
 from extender.state.fields import get_map, get_str
 

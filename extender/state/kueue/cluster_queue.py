@@ -10,7 +10,7 @@ from typing import Any
 
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_map, get_optional_str, get_str
-from extender.state.kueue.fields import (
+from extender.state.kueue.parsing import (
     KUEUE_API_VERSIONS,
     V1BETA1,
     V1BETA2,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.state.fields import get_map, get_optional_str
-from extender.state.kueue.fields import KUEUE_API_VERSIONS, V1BETA2, check_kind, object_name
+from extender.state.kueue.parsing import KUEUE_API_VERSIONS, V1BETA2, check_kind, object_name
 from extender.state.kueue.quotas import ResourceGroup, ResourceQuota, parse_resource_groups, quota_in
 
 

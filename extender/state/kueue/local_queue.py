@@ -9,7 +9,7 @@ from typing import Any
 
 from extender.state.fields import get_map, get_str
 from extender.state.kueue.cluster_queue import StopPolicy
-from extender.state.kueue.fields import KUEUE_API_VERSIONS, check_kind, enum_field, object_name, object_namespace
+from extender.state.kueue.parsing import KUEUE_API_VERSIONS, check_kind, enum_field, object_name, object_namespace
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue v0.19 labels the pods of a Job it admitted with the LocalQueue's name (pkg/controller/jobframework,

@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from extender.state.fields import get_str, map_items
-from extender.state.kueue.fields import nonnegative_quantity
+from extender.state.kueue.parsing import nonnegative_quantity
 
 FlavorResourceKey = tuple[str, str]  # (flavor, resource)
 

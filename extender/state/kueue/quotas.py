@@ -10,7 +10,7 @@ from typing import Any
 
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_str, get_str_list, map_items
-from extender.state.kueue.fields import nonnegative_quantity
+from extender.state.kueue.parsing import nonnegative_quantity
 from extender.state.quantity import format_quantity
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from extender.state.core import Node, Taint, Toleration
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_map, get_optional_int, get_optional_str, get_str, map_items
-from extender.state.kueue.fields import KUEUE_API_VERSIONS, check_kind, frozen_str_map, no_entries, object_name
+from extender.state.kueue.parsing import KUEUE_API_VERSIONS, check_kind, frozen_str_map, no_entries, object_name
 
 _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 

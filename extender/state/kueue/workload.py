@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from extender.state.fields import child_path, get_bool, get_int, get_map, get_optional_int, get_str, map_items
-from extender.state.kueue.fields import (
+from extender.state.kueue.parsing import (
     KUEUE_API_VERSIONS,
     check_kind,
     frozen_str_map,
