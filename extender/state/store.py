@@ -23,7 +23,11 @@ from extender.state.dra.devices import DeviceKey, ResourceSlice
 from extender.state.dra.taint_rules import DeviceTaintRule, apply_taint_rules
 from extender.state.errors import ObjectError
 from extender.state.foreground import ForegroundWork
-from extender.state.inventory import Pool, PoolKey, build_pool
+from extender.state.inventory import (
+    Pool,
+    PoolKey,
+    build_pool,
+)
 from extender.state.kinds import KINDS_BY_NAME, KindInfo, object_key
 from extender.state.kueue.queue_status import KueueQueueStatus, parse_queue_status
 from extender.state.kueue.workload import Workload
