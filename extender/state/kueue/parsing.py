@@ -24,15 +24,17 @@ _EMPTY_MAP: Mapping[str, Any] = MappingProxyType({})
 
 
 def no_entries() -> Mapping[str, Any]:
+    """Default for a model's map field: one shared, immutable empty mapping."""
     return _EMPTY_MAP
 
 
-# Immutable, unlike the shared helper's dict: these models are shared by every snapshot.
 def frozen_str_map(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, str]:
+    """A string map field, immutable unlike the shared helper's dict: these models are shared by every snapshot."""
     return MappingProxyType(get_str_map(obj, key, path))
 
 
 def nonnegative_quantity(obj: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> Fraction | None:
+    """A quota or limit: a resource.Quantity, never negative; None when absent and not required."""
     value = obj.get(key, _MISSING)
     field_path = child_path(path, key)
     if value is _MISSING or value is None:
@@ -50,6 +52,7 @@ def nonnegative_quantity(obj: Mapping[str, Any], key: str, path: str, *, require
 
 
 def optional_enum(obj: Mapping[str, Any], key: str, path: str, enum: type[_E]) -> _E | None:
+    """An enum field as the CRD's enum validation reads it; None when absent or empty."""
     text = get_str(obj, key, path)
     if not text:
         return None
@@ -62,6 +65,7 @@ def optional_enum(obj: Mapping[str, Any], key: str, path: str, enum: type[_E]) -
 
 
 def enum_field(obj: Mapping[str, Any], key: str, path: str, enum: type[_E], default: _E) -> _E:
+    """An enum field with the CRD's default when absent."""
     value = optional_enum(obj, key, path, enum)
     return default if value is None else value
 
@@ -85,9 +89,10 @@ def check_kind(obj: Mapping[str, Any], kind: str, api_versions: tuple[str, ...])
 
 
 def object_name(obj: Mapping[str, Any]) -> str:
+    """metadata.name, required."""
     return get_str(get_map(obj, "metadata", "", required=True), "name", "metadata", required=True)
 
 
 def object_namespace(obj: Mapping[str, Any]) -> str:
-    # Same default as the object keys used by the state indexes ("namespace/name").
+    """metadata.namespace, "default" when absent: the default the state indexes' keys ("namespace/name") use."""
     return get_str(get_map(obj, "metadata", "", required=True), "namespace", "metadata", default="default")

@@ -109,6 +109,8 @@ def parse_resource_groups(
 
 
 def quota_in(groups: tuple[ResourceGroup, ...], flavor: str, resource: str) -> ResourceQuota | None:
+    """The quota of one resource in one flavor, found in the group covering the resource; None when no group
+    covers it or that group does not list the flavor."""
     for group in groups:
         if resource not in group.covered_resources:
             continue
