@@ -1,7 +1,6 @@
 """The one bounded memo every index and cache of the extender is built on.
 
-Why one helper: each cache used to have its own eviction rule and its own locking habit, and one of them had
-none. Every memo now follows the same two rules, so a reader checks them once:
+All of them follow the same two rules, so a reader checks them once:
 
 - **Eviction**: a memo holds at most `max_entries` values; a write that finds it full clears it wholesale first.
   Values are keyed by object identity (a Device, a NodeDevices list, a Node) that a watch event retires by
@@ -11,8 +10,9 @@ none. Every memo now follows the same two rules, so a reader checks them once:
   lock. Every value is a pure function of its key (or carries the versions it was computed at and is checked by
   the reader), so a lost race costs a duplicate computation, never a wrong answer.
 
-Entries are grouped in parts (a selector signature, an expression): the hot loops fetch one part's table once
-per request and then pay one lookup per node, as upstream's allocator does with the caches its plugin owns.
+Entries are grouped in tables, one per table key (a selector signature, an expression): the hot loops fetch
+one table once per request and then pay one lookup per node, as upstream's allocator does with the caches its
+plugin owns.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ V = TypeVar("V")
 
 
 class BoundedMemo(Generic[K, V]):
-    __slots__ = ("_lock", "_parts", "_size", "clears", "max_entries", "name", "parts")
+    __slots__ = ("_lock", "_size", "_tables", "clears", "max_entries", "name", "tables")
 
     def __init__(self, name: str, max_entries: int) -> None:
         if max_entries < 1:
@@ -34,31 +34,31 @@ class BoundedMemo(Generic[K, V]):
         self.name = name
         self.max_entries = max_entries
         self.clears = 0
-        self._parts: dict[Hashable, dict[K, V]] = {}
+        self._tables: dict[Hashable, dict[K, V]] = {}
         # Read-only view for the hottest loops (selector verdicts per device): the same dict object for the
         # memo's whole life (a clear empties it in place), so a reader may keep it.
-        self.parts: Mapping[Hashable, Mapping[K, V]] = self._parts
+        self.tables: Mapping[Hashable, Mapping[K, V]] = self._tables
         self._size = 0
         self._lock = threading.Lock()
 
-    def table(self, part: Hashable = None) -> Mapping[K, V]:
-        """One part's entries, for a loop that looks up many keys of the same part (read-only)."""
-        entries = self._parts.get(part)
+    def table(self, table_key: Hashable = None) -> Mapping[K, V]:
+        """One table's entries, for a loop that looks up many keys of the same table (read-only)."""
+        entries = self._tables.get(table_key)
         return entries if entries is not None else {}
 
-    def get(self, key: K, part: Hashable = None) -> V | None:
-        entries = self._parts.get(part)
+    def get(self, key: K, table_key: Hashable = None) -> V | None:
+        entries = self._tables.get(table_key)
         return entries.get(key) if entries is not None else None
 
-    def put(self, key: K, value: V, part: Hashable = None) -> V:
+    def put(self, key: K, value: V, table_key: Hashable = None) -> V:
         with self._lock:
             if self._size >= self.max_entries:
-                self._parts.clear()
+                self._tables.clear()
                 self._size = 0
                 self.clears += 1
-            entries = self._parts.get(part)
+            entries = self._tables.get(table_key)
             if entries is None:
-                entries = self._parts[part] = {}
+                entries = self._tables[table_key] = {}
             if key not in entries:
                 self._size += 1
             entries[key] = value
@@ -66,7 +66,7 @@ class BoundedMemo(Generic[K, V]):
 
     def clear(self) -> None:
         with self._lock:
-            self._parts.clear()
+            self._tables.clear()
             self._size = 0
 
     def __len__(self) -> int:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from extender.decisions.quota.workload_holds import admitted_quota, governed_resources
 from extender.service import SchedulingService
 from extender.state.core import parse_pod
-from extender.state.kueue import parse_workload
+from extender.state.kueue.workload import parse_workload
 from testkit import builders as b
 from tests.support.quota import base_objects, filter_pod
 from tests.support.scenarios import RESOURCE, engine_for, gpu_pod

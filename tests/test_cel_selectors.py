@@ -26,7 +26,7 @@ from extender.decisions.devices.cel import (
 )
 from extender.decisions.devices.cel.quantity_type import QuantityParseError
 from extender.decisions.devices.cel.semver_type import SemverParseError, parse
-from extender.state.dra import Attribute, Device
+from extender.state.dra.devices import Attribute, Device
 from extender.state.quantity import parse_quantity, parse_quantity_string
 
 DRIVER = "gpu.example.com"

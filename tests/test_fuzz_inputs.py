@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from extender.decisions.devices.cel import SelectorError, compile_selector
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.core import parse_pod
-from extender.state.dra import Attribute, Device
+from extender.state.dra.devices import Attribute, Device
 from extender.state.errors import ObjectError
 from extender.state.snapshot_file import SnapshotError, iter_documents, load_snapshot_text
 from extender.state.sources import SnapshotSource

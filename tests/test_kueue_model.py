@@ -4,24 +4,19 @@ from fractions import Fraction
 import pytest
 import yaml
 
+from extender.state.core import Taint
 from extender.state.errors import ObjectError
-from extender.state.kueue import (
-    QUEUE_NAME_LABEL,
+from extender.state.kueue.cluster_queue import FungibilityPolicy, FungibilityPreference, StopPolicy, parse_cluster_queue
+from extender.state.kueue.cohort import parse_cohort
+from extender.state.kueue.device_class_mappings import (
     DeviceClassSourceKind,
-    FungibilityPolicy,
-    FungibilityPreference,
-    LabelSelector,
-    StopPolicy,
-    Taint,
-    parse_cluster_queue,
-    parse_cohort,
     parse_device_class_mappings,
     parse_kueue_configmap,
-    parse_label_selector,
-    parse_local_queue,
-    parse_resource_flavor,
-    parse_workload,
 )
+from extender.state.kueue.local_queue import QUEUE_NAME_LABEL, parse_local_queue
+from extender.state.kueue.resource_flavor import parse_resource_flavor
+from extender.state.kueue.workload import parse_workload
+from extender.state.labels import LabelSelector, parse_label_selector
 
 CLUSTER_QUEUE_V1BETA2 = """
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -4,8 +4,7 @@ import pytest
 
 from extender.state.core import Node, parse_node_selector
 from extender.state.errors import ObjectError
-from extender.state.kueue import parse_label_selector
-from extender.state.labels import Operator, Requirement
+from extender.state.labels import Operator, Requirement, parse_label_selector
 
 
 def node(name: str = "n1", **labels: str) -> Node:

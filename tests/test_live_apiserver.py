@@ -20,15 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.state.live import (
-    ApiError,
-    Binder,
-    BindingError,
-    KubeApi,
-    from_kubeconfig,
-    load_kubeconfig,
-    write_snapshot,
-)
+from extender.kube.api import ApiError, KubeApi, load_kubeconfig
+from extender.kube.binder import Binder, BindingError
+from extender.state.live import from_kubeconfig, write_snapshot
 from extender.state.snapshot_file import load_snapshot_text
 from extender.state.store import ClusterStore
 from tests.e2e import build

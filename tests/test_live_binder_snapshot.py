@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.state.live import (
-    Binder,
-    BindingError,
-    LiveSource,
-    load_kubeconfig,
-    write_snapshot,
-    write_snapshot_from_kubeconfig,
-)
+from extender.kube.api import load_kubeconfig
+from extender.kube.binder import Binder, BindingError
+from extender.state.live import LiveSource, write_snapshot, write_snapshot_from_kubeconfig
 from extender.state.snapshot_file import load_snapshot_text
 from testkit import builders as b
 from tests.support.fake_api import DRA, DRA_PLURALS, FakeApiServer, fresh_store, small_cluster, state_of

@@ -7,16 +7,8 @@ from pathlib import Path
 import pytest
 import urllib3
 
-from extender.kube.api import iter_lines
-from extender.state.live import (
-    ApiConfigError,
-    ApiError,
-    Backoff,
-    KubeApi,
-    discover,
-    list_objects,
-    load_kubeconfig,
-)
+from extender.kube.api import ApiConfigError, ApiError, KubeApi, iter_lines, load_kubeconfig
+from extender.state.live import Backoff, discover, list_objects
 from testkit import builders as b
 from tests.support.fake_api import DRA, DRA_PLURALS, KUEUE, KUEUE_PLURALS, FakeApiServer
 

@@ -5,14 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.decisions.quota.tree import Fit, FitOutcome, QuotaTree, worst_fit
-from extender.state.kueue import (
-    ClusterQueue,
-    Cohort,
-    FlavorQuotas,
-    ResourceGroup,
-    ResourceQuota,
-    StopPolicy,
-)
+from extender.state.kueue.cluster_queue import ClusterQueue, StopPolicy
+from extender.state.kueue.cohort import Cohort
+from extender.state.kueue.quotas import FlavorQuotas, ResourceGroup, ResourceQuota
 
 F = "a100"  # flavor used by most cases
 R = "gpu"  # resource used by most cases

@@ -18,7 +18,7 @@ from extender.decisions.devices.features import DEFAULT_FEATURES
 from extender.memo import BoundedMemo
 from extender.service import ConfigError, ExtenderConfig, parse_config
 from extender.service.config import parse_section
-from extender.state.kueue import QUEUE_NAME_LABEL
+from extender.state.kueue.local_queue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS
 from testkit import builders as b
@@ -200,13 +200,13 @@ def test_gunicorn_settings_file_documents_the_defaults():
 
 def test_bounded_memo_clears_wholesale_when_full_and_keeps_parts_apart():
     memo: BoundedMemo[str, int] = BoundedMemo("test", max_entries=3)
-    memo.put("a", 1, part="x")
-    memo.put("a", 2, part="y")
-    memo.put("a", 3, part="y")  # an overwrite is not a new entry
+    memo.put("a", 1, table_key="x")
+    memo.put("a", 2, table_key="y")
+    memo.put("a", 3, table_key="y")  # an overwrite is not a new entry
     assert len(memo) == 2 and memo.get("a", "x") == 1 and memo.get("a", "y") == 3
     assert memo.table("y") == {"a": 3} and memo.table("z") == {}
-    memo.put("b", 4, part="x")
-    memo.put("c", 5, part="x")  # full: everything goes, then this one is kept
+    memo.put("b", 4, table_key="x")
+    memo.put("c", 5, table_key="x")  # full: everything goes, then this one is kept
     assert memo.clears == 1 and len(memo) == 1
     assert memo.get("a", "x") is None and memo.get("c", "x") == 5
     with pytest.raises(ValueError):
@@ -220,7 +220,7 @@ def test_bounded_memo_stays_within_its_bound_under_concurrent_writers():
     def write(offset: int) -> None:
         try:
             for value in range(5000):
-                memo.put(offset * 10_000 + value, value, part=value % 7)
+                memo.put(offset * 10_000 + value, value, table_key=value % 7)
                 assert len(memo) <= 500
         except BaseException as error:  # pragma: no cover - reported below
             errors.append(error)

@@ -208,7 +208,7 @@ def test_a_full_node_refuses_each_pod_by_its_own_claim():
 
 def test_remembered_answers_follow_every_kind_of_change_a_node_sees():
     """settle_remembered keeps the commonest pod's answers per shape across pods and drops the nodes that the
-    snapshot's change list names (state/store.py NODE_CHANGE_KINDS). Against a fresh engine built from the same
+    snapshot's change list names (state/snapshot.py NODE_CHANGE_KINDS). Against a fresh engine built from the same
     objects after every step, over a scripted start (a node three quarters full whose slice then shrinks under
     the free device and grows again) and a seeded run of claim allocations and releases, slices shrinking and
     growing, node label changes, and nodes leaving and coming back: every filter (every third one asking about

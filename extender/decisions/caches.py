@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from extender.decisions.devices.cel import ActivationCache, ProgramCache, new_program_cache
 from extender.memo import BoundedMemo
-from extender.state.dra import Device
+from extender.state.dra.devices import Device
 from extender.state.indexes.driver_usage import DriverUsageIndex
 from extender.state.inventory import NodeDevices
-from extender.state.store import NODE_CHANGE_KINDS, ClusterSnapshot
+from extender.state.snapshot import NODE_CHANGE_KINDS, ClusterSnapshot
 
 if TYPE_CHECKING:
     from extender.decisions.devices.allocator import Allocation, ChosenDevice
@@ -98,7 +98,7 @@ NO_SCORE_GROUPS = ScoreGroups({}, frozenset())
 class SettledNodes(NamedTuple):
     """The commonest pod's remembered answers for one request shape and (class, selectors), node by node, as
     of one snapshot (PodAllocator.settle_remembered). A later snapshot keeps those of the nodes its change list
-    does not name (state/store.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
+    does not name (state/snapshot.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
     were: one lookup per node, no per-node version checks. The nodes that can take the pod and the full ones
     are kept apart, so that a pod asked about every remembered node (kube-scheduler asks about all of them)
     gets its allocations as one copy of `allocations`, with no Python work per node; `scores` groups those

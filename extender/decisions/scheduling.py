@@ -50,9 +50,9 @@ from extender.decisions.scoring import (
     quota_headroom,
 )
 from extender.state.core import Pod
-from extender.state.kueue import pod_queue_name
+from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.reservations import QuotaKey
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 @dataclass(frozen=True, slots=True)

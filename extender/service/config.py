@@ -30,7 +30,7 @@ from extender.decisions.quota.decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.scheduling import DecisionOptions
 from extender.decisions.scoring import STRATEGIES, STRATEGY_MOST, ScoringWeights
 from extender.state.errors import ObjectError
-from extender.state.kueue import DeviceClassMappings, parse_device_class_mappings
+from extender.state.kueue.device_class_mappings import DeviceClassMappings, parse_device_class_mappings
 
 
 class ConfigError(ValueError):

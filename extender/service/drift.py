@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from extender.decisions.quota.decision import CATEGORY_FLAVOR
 from extender.decisions.scheduling import Ranking
 from extender.state.core import Pod
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 MAX_WORKLOADS_EXPLAINED = 10  # each explanation ranks every node for one pod
 

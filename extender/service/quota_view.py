@@ -16,7 +16,7 @@ from fractions import Fraction
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.tree import QuotaLedger
 from extender.state.reservations import QuotaKey, Reservation
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 def add_amounts(*parts: Mapping[QuotaKey, Fraction]) -> dict[QuotaKey, Fraction]:

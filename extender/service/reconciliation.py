@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from extender.decisions.quota.attribution import in_flight_node
 from extender.state.core import Pod
 from extender.state.reservations import Reservation
-from extender.state.store import NODE_DEVICES, Change, ClusterSnapshot
+from extender.state.snapshot import NODE_DEVICES, Change, ClusterSnapshot
 
 KEEP = "pending"  # not seen in the view yet
 SEEN = "seen"  # in the view, not bound: keep, and remember it was seen (its disappearance means deletion)

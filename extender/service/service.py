@@ -41,11 +41,13 @@ from extender.service.reconciliation import pods_to_reconcile, reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
-from extender.state.kueue import Workload, pod_queue_name
+from extender.state.kueue.local_queue import pod_queue_name
+from extender.state.kueue.workload import Workload
 from extender.state.reservation_journal import ReservationJournal
 from extender.state.reservations import QuotaKey, ReservationLedger
+from extender.state.snapshot import ClusterSnapshot
 from extender.state.sources import ClusterSource, SourceHealth
-from extender.state.store import ClusterSnapshot, ClusterStore
+from extender.state.store import ClusterStore
 
 log = logging.getLogger(__name__)
 

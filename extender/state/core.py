@@ -304,7 +304,7 @@ def pod_identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
     if not isinstance(meta, Mapping):
         return None
     identity = (meta.get("namespace"), meta.get("name"), meta.get("uid"), meta.get("resourceVersion"))
-    if not all(type(part) is str and part for part in identity):
+    if not all(type(value) is str and value for value in identity):
         return None
     return identity  # type: ignore[return-value]  # four non-empty strings, checked above
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from extender.state.core import Node
-from extender.state.dra import Device, DeviceKey, ResourceSlice
+from extender.state.dra.devices import Device, DeviceKey, ResourceSlice
 
 PoolKey = tuple[str, str]  # (driver, pool)
 

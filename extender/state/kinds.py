@@ -10,17 +10,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.state import kueue
 from extender.state.core import parse_config_map, parse_namespace, parse_node, parse_pod
-from extender.state.dra import (
-    parse_device_class,
-    parse_device_taint_rule,
-    parse_resource_claim,
-    parse_resource_claim_template,
-    parse_resource_slice,
-)
+from extender.state.dra.claims import parse_resource_claim, parse_resource_claim_template
+from extender.state.dra.device_class import parse_device_class
+from extender.state.dra.devices import parse_resource_slice
+from extender.state.dra.taint_rules import parse_device_taint_rule
 from extender.state.errors import ObjectError
 from extender.state.fields import type_name
+from extender.state.kueue.cluster_queue import parse_cluster_queue
+from extender.state.kueue.cohort import parse_cohort
+from extender.state.kueue.local_queue import parse_local_queue
+from extender.state.kueue.parsing import KUEUE_GROUP
+from extender.state.kueue.resource_flavor import parse_resource_flavor
+from extender.state.kueue.workload import parse_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +36,6 @@ class KindInfo:
 
 
 RESOURCE_GROUP = "resource.k8s.io"
-KUEUE_GROUP = "kueue.x-k8s.io"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 
@@ -62,11 +63,11 @@ KINDS: tuple[KindInfo, ...] = (
         True,
         parse_resource_claim_template,
     ),
-    KindInfo("ClusterQueue", KUEUE_GROUP, KUEUE_VERSIONS, "clusterqueues", False, kueue.parse_cluster_queue),
-    KindInfo("Cohort", KUEUE_GROUP, KUEUE_VERSIONS, "cohorts", False, kueue.parse_cohort),
-    KindInfo("LocalQueue", KUEUE_GROUP, KUEUE_VERSIONS, "localqueues", True, kueue.parse_local_queue),
-    KindInfo("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSIONS, "resourceflavors", False, kueue.parse_resource_flavor),
-    KindInfo("Workload", KUEUE_GROUP, KUEUE_VERSIONS, "workloads", True, kueue.parse_workload),
+    KindInfo("ClusterQueue", KUEUE_GROUP, KUEUE_VERSIONS, "clusterqueues", False, parse_cluster_queue),
+    KindInfo("Cohort", KUEUE_GROUP, KUEUE_VERSIONS, "cohorts", False, parse_cohort),
+    KindInfo("LocalQueue", KUEUE_GROUP, KUEUE_VERSIONS, "localqueues", True, parse_local_queue),
+    KindInfo("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSIONS, "resourceflavors", False, parse_resource_flavor),
+    KindInfo("Workload", KUEUE_GROUP, KUEUE_VERSIONS, "workloads", True, parse_workload),
 )
 
 KINDS_BY_NAME: Mapping[str, KindInfo] = {info.kind: info for info in KINDS}

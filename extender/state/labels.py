@@ -13,12 +13,13 @@ API accepts differs, so the operator sets are per API here and each parser keeps
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from extender.state.errors import ObjectError
-from extender.state.fields import child_path, get_str, get_str_list, parse_int64
+from extender.state.fields import child_path, get_str, get_str_list, get_str_map, map_items, parse_int64, type_name
 
 
 class Operator(StrEnum):
@@ -72,3 +73,46 @@ def parse_requirement(raw: Mapping[str, Any], path: str, allowed: tuple[Operator
         names = ", ".join(allowed)
         raise ObjectError(child_path(path, "operator"), f"unsupported operator {operator!r}; must be one of {names}")
     return Requirement(key, Operator(operator), values)
+
+
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def _no_labels() -> Mapping[str, str]:
+    return _NO_LABELS
+
+
+# Immutable (a MappingProxyType), as the models holding a selector are shared by every snapshot.
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A metav1.LabelSelector. All requirements must hold; an empty selector matches everything.
+
+    A *missing* selector is represented by None at the field that holds it, because its meaning depends on
+    the field (for ClusterQueue.namespaceSelector it matches nothing, as LabelSelectorAsSelector(nil) does).
+    """
+
+    match_labels: Mapping[str, str] = field(default_factory=_no_labels)
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        return all(requirement.matches(labels) for requirement in self.match_expressions)
+
+
+def parse_label_selector(raw: object, path: str) -> LabelSelector:
+    """Parse a LabelSelector, validating operators and values as ValidateLabelSelector does."""
+    if not isinstance(raw, Mapping):
+        raise ObjectError(path, f"must be an object, got {type_name(raw)}")
+    requirements = []
+    for item_path, item in map_items(raw, "matchExpressions", path):
+        requirement = parse_requirement(item, item_path, LABEL_SELECTOR_OPERATORS)
+        op, values = requirement.operator, requirement.values
+        if op in (Operator.IN, Operator.NOT_IN) and not values:
+            raise ObjectError(child_path(item_path, "values"), f"must be specified when operator is {op.value}")
+        if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) and values:
+            message = f"may not be specified when operator is {op.value}"
+            raise ObjectError(child_path(item_path, "values"), message)
+        requirements.append(requirement)
+    return LabelSelector(MappingProxyType(get_str_map(raw, "matchLabels", path)), tuple(requirements))

@@ -9,8 +9,8 @@ restarted next to the same kube-scheduler (the sidecar restarting in its pod) wo
 API server, find none of it, and give the same quota again. The journal closes that window: every change of
 the ledger is appended as one JSON line (a reservation held or replaced, or let go) with one write() on an
 O_APPEND descriptor before the verb answers, and a process starting on the same listen address replays it and
-takes over what is still within its TTL. Appending keeps a change O(1) whatever the ledger holds (rewriting
-the whole ledger took 5 ms per filter with 1000 reservations held); the file is compacted (the live
+takes over what is still within its TTL. Appending keeps a change O(1) whatever the ledger holds, where
+rewriting the whole ledger would cost O(reservations) per filter; the file is compacted (the live
 reservations written to a temporary file renamed over it) at start and whenever it holds more than twice the
 live records plus COMPACT_SLACK lines. A SIGKILL cannot lose a completed write (the page cache outlives the
 process); a torn last line is skipped on replay. A machine crash can lose writes, but takes kube-scheduler's

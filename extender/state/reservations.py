@@ -56,10 +56,8 @@ class ReservationLedger:
     holds hundreds of reservations, and every filter reconciles.
 
     The reservations by pod, and the pod keys holding them, are persistent maps (immutables.Map, as the store's
-    objects in state/store.py): every filter's quota view takes both as they are, in O(1), where copies cost
-    O(reservations) per filter (with 5000 held, a filter+prioritize pair at 1000 nodes cost 1.61x the pair with
-    none held, bench/scaling_bench.py; pods of a gang wait at Permit holding theirs, so thousands is a real
-    count).
+    objects in state/store.py): every filter's quota view takes both as they are, in O(1), where copies would cost
+    O(reservations) per filter. Pods of a gang wait at Permit holding theirs, so thousands held is a real count.
 
     With a `sink`, every change is handed to it under the lock (so it sees them in order); `restore` puts back
     what a previous process's sink kept."""
@@ -257,20 +255,6 @@ class ReservationLedger:
     def totals(self) -> dict[QuotaKey, Fraction]:
         with self.lock:
             return dict(self._totals)
-
-    def totals_excluding(self, pod_uid: str) -> dict[QuotaKey, Fraction]:
-        """What everyone else holds: a pod filtered again must not be charged against its own reservation."""
-        with self.lock:
-            totals = dict(self._totals)
-            own = self._by_pod.get(pod_uid)
-            if own is not None:
-                for key, amount in own.quota_keys():
-                    remaining = totals.get(key, Fraction(0)) - amount
-                    if remaining:
-                        totals[key] = remaining
-                    else:
-                        totals.pop(key, None)
-            return totals
 
     def all(self) -> list[Reservation]:
         with self.lock:

@@ -16,10 +16,10 @@ from extender.decisions.scheduling import NodeVerdict, PodDecision, Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
 from extender.service.drift import UnplacedWorkload
-from extender.state.dra import Device, DeviceKey
+from extender.state.dra.devices import Device, DeviceKey
 from extender.state.inventory import PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 def _quantity(value: Fraction) -> str | int:

@@ -30,11 +30,11 @@ from flask import Blueprint, Response, current_app, redirect, render_template, r
 
 from extender.service import SchedulingService
 from extender.state.core import Pod, parse_pod
-from extender.state.dra import Device
+from extender.state.dra.devices import Device
 from extender.state.errors import ObjectError
-from extender.state.kueue import ResourceFlavor
+from extender.state.kueue.resource_flavor import ResourceFlavor
 from extender.state.quantity import format_quantity
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 from extender.transport.diagnostics import (
     DEVICE_STATES,
     FREE,

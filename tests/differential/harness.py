@@ -37,10 +37,12 @@ from extender.decisions.devices.pod_claims import resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.capacity import CapacityError, request_fits
 from extender.state.core import parse_pod
-from extender.state.dra import BLOCKING_TAINT_EFFECTS, MAX_DEVICES_PER_ALLOCATION, ClaimSpec, Device
+from extender.state.dra.claims import MAX_DEVICES_PER_ALLOCATION, ClaimSpec
+from extender.state.dra.devices import BLOCKING_TAINT_EFFECTS, Device
 from extender.state.errors import ObjectError
 from extender.state.quantity import parse_quantity
-from extender.state.store import ClusterSnapshot, ClusterStore
+from extender.state.snapshot import ClusterSnapshot
+from extender.state.store import ClusterStore
 from tests.differential.strategies import OUR_FEATURE_FIELDS, PROFILES
 from tests.oracle.oracle import ensure_oracle_binary, run_scenarios
 

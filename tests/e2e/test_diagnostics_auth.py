@@ -10,7 +10,7 @@ import orjson
 import pytest
 from kubernetes import client as k8s
 
-from extender.state.live import load_kubeconfig
+from extender.kube.api import load_kubeconfig
 from extender.transport.access_review import AccessReviewer
 from extender.transport.app import create_app
 from tests.e2e.cluster import ControlPlane

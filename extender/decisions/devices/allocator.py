@@ -26,24 +26,21 @@ from extender.decisions.devices.free_devices import FreeView, free_selectable
 from extender.decisions.devices.selection import DeviceMatcher, SelectorFailure
 from extender.state.capacity import CapacityError, SharedUse, request_fits
 from extender.state.core import Node
-from extender.state.dra import (
+from extender.state.dra.claims import (
     ALLOCATION_MODE_ALL,
     ALLOCATION_MODE_EXACT,
-    BLOCKING_TAINT_EFFECTS,
     MAX_DEVICES_PER_ALLOCATION,
-    Attribute,
     ClaimSpec,
-    Device,
-    DeviceClass,
     DeviceConstraint,
-    DeviceKey,
     DeviceRequest,
     DeviceSubRequest,
     ResourceClaim,
 )
+from extender.state.dra.device_class import DeviceClass
+from extender.state.dra.devices import BLOCKING_TAINT_EFFECTS, Attribute, Device, DeviceKey
 from extender.state.inventory import NodeDevices, Pool, PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 # Devices tried before the search gives up on one node. Upstream has no limit; a pathological claim (many
 # matchAttribute requests over many devices) must cost a reason, not the scheduler's httpTimeout.

@@ -27,8 +27,9 @@ from fractions import Fraction
 
 from extender.decisions.devices.allocator import PendingClaim
 from extender.state.core import Node, Pod
-from extender.state.dra import ALLOCATION_MODE_EXACT, ClaimSpec, DeviceClass, DeviceRequest, DeviceSubRequest
-from extender.state.kueue import DeviceClassMappings
+from extender.state.dra.claims import ALLOCATION_MODE_EXACT, ClaimSpec, DeviceRequest, DeviceSubRequest
+from extender.state.dra.device_class import DeviceClass
+from extender.state.kueue.device_class_mappings import DeviceClassMappings
 
 EXTENDED_CLAIM_NAME = "<extended-resources>"  # the scheduler's in-memory name (specialClaimInMemName)
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"

@@ -21,7 +21,7 @@ from extender.decisions.devices.allocator import (
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims
 from extender.decisions.devices.selection import DeviceMatcher
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 CATEGORY_UNKNOWN_NODE = "unknown-node"
 CATEGORY_DEADLINE = "deadline"

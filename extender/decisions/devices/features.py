@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 
-from extender.state.dra import Device
+from extender.state.dra.devices import Device
 from extender.state.inventory import NodeDevices
 
 # Gate name as upstream spells it -> (Features field, on by default in Kubernetes 1.37).

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from extender.decisions.caches import FreeEntry, FreeSelectable
 from extender.decisions.devices.selection import DeviceMatcher, class_signature
-from extender.state.dra import DeviceClass
+from extender.state.dra.device_class import DeviceClass
 from extender.state.inventory import NodeDevices
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 def free_selectable(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from extender.decisions.devices.allocator import AllocatedClaim, PendingClaim
 from extender.state.core import Pod
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 from extender.decisions.caches import ClassSignature, DecisionCaches
 from extender.decisions.devices.cel import SelectorError, compile_selector
-from extender.state.dra import Device, DeviceClass
+from extender.state.dra.device_class import DeviceClass
+from extender.state.dra.devices import Device
 from extender.state.inventory import NodeDevices
 
 
@@ -56,7 +57,7 @@ class DeviceMatcher:
 
     def __init__(self, caches: DecisionCaches | None = None) -> None:
         self.caches = caches if caches is not None else DecisionCaches()
-        self._verdict_parts = self.caches.verdicts.parts
+        self._verdict_parts = self.caches.verdicts.tables
 
     def selectable_on(
         self, devices: NodeDevices, device_class: DeviceClass, selectors: tuple[str, ...]

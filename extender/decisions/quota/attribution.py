@@ -30,11 +30,12 @@ from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.decision import UNMAPPED_IGNORE, node_charges
 from extender.decisions.quota.workload_holds import own_workload
 from extender.state.core import Pod
-from extender.state.dra import ClaimSpec, Device, ResourceClaim, consumed_by_name
+from extender.state.dra.claims import ClaimSpec, ResourceClaim
+from extender.state.dra.devices import Device, consumed_by_name
 from extender.state.indexes.usage import PodUsage
-from extender.state.kueue import pod_queue_name
+from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.reservations import QuotaKey
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 def device_class_of(spec: ClaimSpec, request: str) -> str | None:

@@ -27,8 +27,8 @@ from fractions import Fraction
 
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.quota.context import QuotaContext
-from extender.state.dra import Device
-from extender.state.kueue import DeviceClassMapping, DeviceClassSource, DeviceClassSourceKind
+from extender.state.dra.devices import Device
+from extender.state.kueue.device_class_mappings import DeviceClassMapping, DeviceClassSource, DeviceClassSourceKind
 
 UNMAPPED_IGNORE = "ignore"
 UNMAPPED_REJECT = "reject"

@@ -15,15 +15,12 @@ from extender.decisions.quota.tree import QuotaTree
 from extender.memo import BoundedMemo
 from extender.state.core import Node, Toleration
 from extender.state.errors import ObjectError
-from extender.state.kueue import (
-    ClusterQueue,
-    DeviceClassMappings,
-    LocalQueue,
-    ResourceFlavor,
-    ResourceGroup,
-    parse_kueue_configmap,
-)
-from extender.state.store import ClusterSnapshot
+from extender.state.kueue.cluster_queue import ClusterQueue
+from extender.state.kueue.device_class_mappings import DeviceClassMappings, parse_kueue_configmap
+from extender.state.kueue.local_queue import LocalQueue
+from extender.state.kueue.quotas import ResourceGroup
+from extender.state.kueue.resource_flavor import ResourceFlavor
+from extender.state.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -34,18 +34,13 @@ from extender.decisions.quota.charges import (
 from extender.decisions.quota.context import QuotaContext, untolerated_taint
 from extender.decisions.quota.tree import Fit, FitOutcome, QuotaLedger, worst_fit
 from extender.state.core import Pod, Toleration
-from extender.state.dra import consumed_by_name
-from extender.state.kueue import (
-    ClusterQueue,
-    FlavorFungibility,
-    FungibilityPolicy,
-    FungibilityPreference,
-    ResourceGroup,
-    pod_queue_name,
-)
+from extender.state.dra.devices import consumed_by_name
+from extender.state.kueue.cluster_queue import ClusterQueue, FlavorFungibility, FungibilityPolicy, FungibilityPreference
+from extender.state.kueue.local_queue import pod_queue_name
+from extender.state.kueue.quotas import ResourceGroup
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 # One node's charge: (quota resource, amount) pairs, sorted; equal charges of one call are one tuple object.
 Charge = tuple[tuple[str, Fraction], ...]

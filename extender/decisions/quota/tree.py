@@ -39,7 +39,9 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import NamedTuple
 
-from extender.state.kueue import ClusterQueue, Cohort, ResourceGroup, ResourceQuota
+from extender.state.kueue.cluster_queue import ClusterQueue
+from extender.state.kueue.cohort import Cohort
+from extender.state.kueue.quotas import ResourceGroup, ResourceQuota
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
 

@@ -25,10 +25,10 @@ from math import ceil
 from extender.decisions.devices.extended_resources import quota_resource
 from extender.decisions.quota.context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
 from extender.state.core import Pod
-from extender.state.dra import DeviceClass
-from extender.state.kueue import Workload
+from extender.state.dra.device_class import DeviceClass
+from extender.state.kueue.workload import Workload
 from extender.state.reservations import QuotaKey, add_signed
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 
 def governed_resources(context: QuotaContext, device_classes: Mapping[str, DeviceClass]) -> frozenset[str]:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from extender.state.indexes.usage import UsageIndex
-from extender.state.kueue import Workload
+from extender.state.kueue.workload import Workload
 from extender.state.reservations import QuotaKey, add_signed
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 AdmittedQuota = Callable[[Workload], Mapping[QuotaKey, Fraction]]
 RemainingHold = Callable[[Mapping[QuotaKey, Fraction], Mapping[QuotaKey, Fraction]], Mapping[QuotaKey, Fraction]]

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from extender.memo import BoundedMemo
 from extender.state.inventory import NodeDevices
-from extender.state.store import ClusterSnapshot
+from extender.state.snapshot import ClusterSnapshot
 
 MAX_NODES = 200_000
 

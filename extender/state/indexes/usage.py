@@ -18,7 +18,7 @@ from fractions import Fraction
 
 from extender.state.core import Pod
 from extender.state.reservations import QuotaKey, add_signed
-from extender.state.store import Change, ClusterSnapshot
+from extender.state.snapshot import Change, ClusterSnapshot
 
 # Kinds whose change can re-attribute every pod (mappings, flavors, queues, classes); the rest is incremental.
 GLOBAL_KINDS = frozenset(

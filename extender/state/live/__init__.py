@@ -2,11 +2,10 @@
 
 Sits in the state layer: it fills a ClusterStore and knows nothing of decisions or HTTP serving. The
 transport layer builds a LiveSource with `from_kubeconfig` or `in_cluster`, reads `health()` and `stats()`,
-and uses `Binder` for the optional bind verb and `write_snapshot` for `dra-extender snapshot`.
+and uses `write_snapshot` for `dra-extender snapshot`. The API client itself (KubeApi, Binder) lives in
+extender/kube/ and is imported from there.
 """
 
-from extender.kube.api import ApiConfigError, ApiError, KubeApi, load_in_cluster, load_kubeconfig
-from extender.kube.binder import Binder, BindingError
 from extender.state.live.resources import (
     DEFAULT_KUEUE_CONFIGMAP,
     KUEUE_ABSENT_MESSAGE,
@@ -22,13 +21,8 @@ from extender.state.live.watcher import Backoff, ResourceStats, ResourceWatcher,
 __all__ = [
     "DEFAULT_KUEUE_CONFIGMAP",
     "KUEUE_ABSENT_MESSAGE",
-    "ApiConfigError",
-    "ApiError",
     "Backoff",
-    "Binder",
-    "BindingError",
     "Discovery",
-    "KubeApi",
     "LiveSource",
     "Resource",
     "ResourceStats",
@@ -38,8 +32,6 @@ __all__ = [
     "from_kubeconfig",
     "in_cluster",
     "list_objects",
-    "load_in_cluster",
-    "load_kubeconfig",
     "write_snapshot",
     "write_snapshot_from_kubeconfig",
 ]

@@ -19,7 +19,8 @@ from kubernetes.client import Configuration
 
 from extender.kube.api import KubeApi, load_in_cluster, load_kubeconfig
 from extender.kube.binder import Binder
-from extender.state.kinds import KINDS_BY_NAME, KUEUE_GROUP, RESOURCE_GROUP
+from extender.state.kinds import KINDS_BY_NAME, RESOURCE_GROUP
+from extender.state.kueue.parsing import KUEUE_GROUP
 from extender.state.live.resources import (
     DEFAULT_KUEUE_CONFIGMAP,
     DRA_ABSENT_MESSAGE,

@@ -1,4 +1,5 @@
-"""One collection kept in sync with the API server: list, then watch from the list's resourceVersion.
+"""One collection kept in sync with the API server: list, then watch from the list's resourceVersion, as
+client-go's Reflector does (tools/cache/reflector.go, ListAndWatch and watchHandler).
 
 The store must converge to exactly what a fresh list would give, whatever happens to the connection: a dropped
 stream resumes from the last resourceVersion seen (events or bookmarks), an expired one (410 Gone) is healed by
@@ -40,7 +41,8 @@ MIN_HEALTHY_WATCH_SECONDS = 1.0
 
 @dataclass(frozen=True, slots=True)
 class WatchSettings:
-    watch_timeout_seconds: float = 300.0  # jittered up to 2x, like client-go, so watches do not reconnect in step
+    # Jittered to [1x, 2x), as the Reflector jitters its minWatchTimeout, so watches do not reconnect in step.
+    watch_timeout_seconds: float = 300.0
     request_timeout_seconds: float = 60.0
     list_page_size: int = 500
     backoff_initial_seconds: float = 0.5
@@ -336,8 +338,8 @@ class ResourceWatcher:
 
     def apply_frame(self, line: bytes) -> _Outcome | None:
         """One frame of the watch stream: an event decoded and applied to the store, a bookmark, or the server's
-        error (EXPIRED when the resourceVersion is gone). Public for bench/watch_replay.py, which replays frames
-        recorded from a real control plane through this same path."""
+        error (EXPIRED when the resourceVersion is gone). Public so that frames recorded from a real control
+        plane can be replayed through the same path the watch takes."""
         try:
             event = orjson.loads(line)
         except orjson.JSONDecodeError as error:

@@ -33,7 +33,7 @@ from extender.decisions.devices.cel.environment import (
     VAR_MULTI,
     environments,
 )
-from extender.state.dra import Device
+from extender.state.dra.devices import Device
 
 MAX_DEVICES_PER_THREAD = 4096
 RENEW_AFTER = 4096

@@ -24,7 +24,7 @@ from extender.decisions.devices.cel.checked_ast import decode_checked, encode_ch
 from extender.decisions.devices.cel.device_activation import ActivationCache, DeviceDataError, activation_for
 from extender.decisions.devices.cel.environment import environments
 from extender.memo import BoundedMemo
-from extender.state.dra import Device
+from extender.state.dra.devices import Device
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # resourceapi.CELSelectorExpressionMaxLength
 MAX_COST = 1_000_000  # resourceapi.CELSelectorExpressionMaxCost
