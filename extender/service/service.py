@@ -203,7 +203,7 @@ class SchedulingService:
             version = changed
             if self.sync_problem():
                 continue
-            self.store.foreground.step_aside()  # a verb running now catches the view up itself
+            self.store.pacing.step_aside()  # a verb running now catches the view up itself
             try:
                 self.catch_up()
             except Exception:

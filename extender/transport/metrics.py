@@ -16,13 +16,14 @@ from prometheus_client.registry import Collector
 
 from extender.service import SchedulingService
 from extender.transport.diagnostics import queue_rows
+from extender.transport.foreground import ForegroundWork
 from extender.transport.thread_cpu import thread_cpu_seconds
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 class ExtenderMetrics:
-    def __init__(self, service: SchedulingService) -> None:
+    def __init__(self, service: SchedulingService, foreground: ForegroundWork) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.request_seconds = Histogram(
             "dra_extender_request_duration_seconds",
@@ -55,7 +56,7 @@ class ExtenderMetrics:
             ["verb"],
             registry=self.registry,
         )
-        self.registry.register(_StateCollector(service))
+        self.registry.register(_StateCollector(service, foreground))
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def child(self, metric: Counter | Histogram, *values: str) -> Any:
@@ -69,8 +70,9 @@ class ExtenderMetrics:
 
 
 class _StateCollector(Collector):
-    def __init__(self, service: SchedulingService) -> None:
+    def __init__(self, service: SchedulingService, foreground: ForegroundWork) -> None:
         self.service = service
+        self.foreground = foreground
 
     def describe(self) -> list[GaugeMetricFamily]:
         """Nothing up front: the families depend on live state, and collecting at registration is wasted work."""
@@ -129,17 +131,17 @@ class _StateCollector(Collector):
         yield CounterMetricFamily(
             "dra_extender_background_stepped_aside",
             "Times a watch thread or the view keeper waited for a running filter or prioritize to finish.",
-            value=service.store.foreground.stepped_aside,
+            value=self.foreground.stepped_aside,
         )
         yield CounterMetricFamily(
             "dra_extender_background_stepped_aside_for_requests",
             "Times a watch thread or the view keeper held off for a verb's request waiting to be read.",
-            value=service.store.foreground.stepped_aside_for_arrivals,
+            value=self.foreground.stepped_aside_for_arrivals,
         )
         yield CounterMetricFamily(
             "dra_extender_background_wait_seconds",
             "Seconds watch threads and the view keeper spent waiting for running verbs (at most 50 ms per gap).",
-            value=service.store.foreground.waited_seconds,
+            value=self.foreground.waited_seconds,
         )
         yield GaugeMetricFamily(
             "dra_extender_state_version", "Change counter of the cluster view.", value=view.snapshot.version

@@ -53,7 +53,6 @@ from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
-from extender.state.foreground import RunningMark
 from extender.transport.direct_http import (
     RECV_BYTES,
     DirectVerbs,
@@ -61,6 +60,7 @@ from extender.transport.direct_http import (
     read_direct_request,
     response_bytes,
 )
+from extender.transport.foreground import RunningMark
 
 log = logging.getLogger(__name__)
 
@@ -414,7 +414,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         the poller re-registration), about a third of a request's fixed cost. At most half the pool lingers at
         once, so idle connections cannot take the threads that others' requests need.
 
-        On the scheduling listener the wait is announced to the background threads (state/foreground.py
+        On the scheduling listener the wait is announced to the background threads (transport/foreground.py
         `expect_requests`): once the request's bytes are waiting, they hold off until this thread runs, and it
         marks the verb running as soon as it does (the returned mark, which the caller ends)."""
         direct = conn.listener.settings.direct
