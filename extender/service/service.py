@@ -212,7 +212,7 @@ class SchedulingService:
 
     def catch_up(self) -> None:
         """The view keeper's work for one new snapshot: the usage indexes and the reservations brought to it, and
-        parked pods requeued when that freed room (bench/watch_replay.py times it after each watch frame)."""
+        parked pods requeued when that freed room."""
         with self.reservations.lock:
             snapshot = self.snapshot()
             context, usage, expired = self._caught_up(snapshot)
@@ -433,8 +433,7 @@ class SchedulingService:
         scores made in that gap are the ones prioritize would make: they are a function of the decision (its
         allocations and NodeQuotas) and of the nodes' device usage in the snapshot, taken here as prioritize
         takes it. Inside the serial cycle prioritize is then left to recognise its list (one comparison) and
-        answer. Measured in a 1000-node burst under the real kube-scheduler (bench/e2e_bench.py), scoring was
-        about a third of prioritize's CPU and encoding the answer another third."""
+        answer."""
         if decision.fast_path or not decision.verdicts.allocations:
             return None  # prioritize answers these without scoring anything
         ranking = score_nodes(

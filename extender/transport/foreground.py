@@ -37,7 +37,7 @@ from collections.abc import Iterator
 
 from extender.state.store import ClusterStore
 
-# A verb at 1000 nodes takes 1-3 ms; 10,000 nodes stay well under this. Past it, watch events are not held.
+# Longer than one verb takes even on a large cluster: past it, watch events are not held.
 MAX_HOLD_SECONDS = 0.05
 # How long a background thread waits for the thread that will serve a waiting request to mark itself running:
 # the switch interval, the longest the request would otherwise wait for the interpreter.
@@ -99,7 +99,7 @@ class ForegroundWork:
                 probe = self._probe
         try:
             probe.register(fd, select.EPOLLIN)
-        except OSError:  # not a socket epoll can watch: the request is served as before
+        except OSError:  # not a socket epoll can watch: the request is served without the announcement
             yield
             return
         with self._idle:

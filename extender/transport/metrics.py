@@ -62,7 +62,7 @@ class ExtenderMetrics:
 
     def child(self, metric: Counter | Histogram, *values: str) -> Any:
         """`metric.labels(*values)`, remembered: prometheus_client's labels() checks its arguments and takes a
-        lock on every call (about 5 us), and each verb request records five to eight labelled values."""
+        lock on every call, and each verb request records five to eight labelled values."""
         key = (metric, values)
         found = self._children.get(key)
         if found is None:

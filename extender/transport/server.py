@@ -6,8 +6,8 @@ together over-admit quota; throughput comes from threads plus per-request work p
 
 Both listeners (kube-scheduler's verbs, and the optional diagnostics listener) are gunicorn listeners of that
 one worker, served by `ExtenderWorker`, gunicorn's gthread worker with the bounds a hostile or broken client
-needs (issue 15: eight one-byte-at-a-time clients or fifty idle connections used to block /filter for 12-45 s,
-800 idle connections to the old werkzeug diagnostics server made 812 threads):
+needs (a few clients sending one byte at a time, or many idle connections, must neither block /filter nor
+cost a thread each):
 
 - a thread is committed to a connection only once bytes arrive (gthread hands every new connection to a pool
   thread that waits up to 5 s for them; here it waits in the poller, like a kept-alive one);
@@ -19,13 +19,13 @@ needs (issue 15: eight one-byte-at-a-time clients or fifty idle connections used
   refused at once;
 - the kernel hands over a new connection only once its first bytes arrive, or DEFER_ACCEPT_SECONDS after
   its handshake (TCP_DEFER_ACCEPT on Linux, nginx's `listen ... deferred`): a client sends its request right
-  after connecting, so a connection with a request coming is never an idle one that the bound may close. Without
-  it, a fresh connection accepted a moment before its request arrived was, under an idle flood, the oldest idle
-  one soon enough (one filter in 6700 got no answer in the hostile-client test);
+  after connecting, so a connection with a request coming is never an idle one that the bound may close (a
+  fresh connection accepted a moment before its request arrives would, under an idle flood, soon be the oldest
+  idle one);
 - a pool thread that answered a kept-alive connection waits up to KEEPALIVE_LINGER_SECONDS for its next
   request and serves it itself (at most half the pool waits so at once): kube-scheduler's filter, prioritize
-  and next filter follow one another on one connection, and each skipped trip through the poller saves about
-  0.3 ms of the worker's CPU (a third of a request's fixed cost, measured with a claimless one-node filter);
+  and next filter follow one another on one connection, and each skipped trip through the poller saves about a
+  third of a request's fixed CPU cost;
 - TLS per listener (the scheduling listener's tls section; diagnostics plain unless given its own), with the
   certificate files re-read when they change (gunicorn itself rebuilds an SSLContext per connection).
 """
@@ -445,7 +445,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
 def _defer_accept(listener_socket: Any) -> None:
     """Ask the kernel to queue a TCP connection for accept() only once it has sent bytes (or after
     DEFER_ACCEPT_SECONDS): see the module docstring. Where the option does not exist, connections are accepted at
-    once, as before."""
+    once."""
     option = getattr(socket, "TCP_DEFER_ACCEPT", None)
     if option is None or listener_socket.family not in (socket.AF_INET, socket.AF_INET6):
         return
