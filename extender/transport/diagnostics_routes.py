@@ -57,9 +57,9 @@ def _explain_posted_pod(service: SchedulingService, settings: DiagnosticsSection
     limit = settings.explain.max_nodes
     if nodes is not None and len(nodes) > limit:
         raise WireError(f"{len(nodes)} nodes asked about; the limit is {limit} (diagnostics.explain.maxNodes)")
-    if nodes is None and len(known := service.snapshot().nodes) > limit:
+    if nodes is None and len(cluster_nodes := service.snapshot().nodes) > limit:
         raise WireError(
-            f"the cluster has {len(known)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
+            f"the cluster has {len(cluster_nodes)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
             "name the nodes to explain with ?node=NAME (repeatable)"
         )
     return json_response(decision_json(service.explain(pod, nodes)))

@@ -256,8 +256,8 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         super().init_process()
 
     def _listener_for(self, listener_socket: Any) -> _Listener:
-        known = self._by_socket.get(listener_socket)
-        if known is None:
+        listener = self._by_socket.get(listener_socket)
+        if listener is None:
             host, port = listener_socket.getsockname()[:2]
             settings = next(
                 (s for s in self.listeners.values() if int(s.address.rpartition(":")[2]) == port),
@@ -266,8 +266,8 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             if settings is None:  # an address bound by a gunicorn config file: serve it like the first listener
                 first = next(iter(self.listeners.values()))
                 settings = ListenerSettings(f"{host}:{port}", first.app, first.max_connections)
-            known = self._by_socket[listener_socket] = _Listener(settings)
-        return known
+            listener = self._by_socket[listener_socket] = _Listener(settings)
+        return listener
 
     def run(self) -> None:
         watchdog = threading.Thread(target=self._watch_deadlines, name="request-deadlines", daemon=True)

@@ -49,8 +49,8 @@ class PrioritizeAhead:
 
     def answer(self, ranking: Ranking) -> bytes | None:
         """The encoded answer made ahead for this very ranking, if it was."""
-        made = self._answer
-        return made[1] if made is not None and made[0] is ranking else None
+        kept = self._answer
+        return kept[1] if kept is not None and kept[0] is ranking else None
 
 
 class FollowedAnswer(NamedTuple):
@@ -96,6 +96,6 @@ def answer_prioritize(
     if ranking.decision.fast_path:
         metrics.child(metrics.fast_path, "prioritize").inc()
     if encoded:
-        made = ahead.answer(ranking) if ahead is not None else None
-        return made if made is not None else host_priority_list(args.node_names, ranking)
+        encoded_ahead = ahead.answer(ranking) if ahead is not None else None
+        return encoded_ahead if encoded_ahead is not None else host_priority_list(args.node_names, ranking)
     return prioritize_result(args, ranking)
