@@ -7,8 +7,8 @@ reservations, freshness) are computed when scraped, from the service's one quota
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,6 +19,8 @@ from extender.state.sources import SourceHealth
 from extender.transport.diagnostics import queue_rows
 from extender.transport.foreground import ForegroundWork
 from extender.transport.thread_cpu import thread_cpu_seconds
+
+LabelledFamily = TypeVar("LabelledFamily", GaugeMetricFamily, CounterMetricFamily)
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
@@ -104,12 +106,10 @@ def _reservation_families(service: SchedulingService, view: QuotaView) -> Iterat
     yield GaugeMetricFamily(
         "dra_extender_reservations_held", "Pods holding a quota reservation.", value=len(view.reservations)
     )
-    released = CounterMetricFamily(
-        "dra_extender_reservations_released", "Reservations let go, by reason.", labels=["reason"]
+    yield _per_label(
+        CounterMetricFamily("dra_extender_reservations_released", "Reservations let go, by reason.", labels=["reason"]),
+        service.released_reservations,
     )
-    for reason, count in sorted(service.released_reservations.items()):
-        released.add_metric([reason], count)
-    yield released
     yield GaugeMetricFamily(
         "dra_extender_parked_pods",
         "Refusals for quota or devices since the last requeue: pods that wait for one (service/parking.py).",
@@ -132,44 +132,55 @@ def _health_families(health: SourceHealth) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "dra_extender_ready", "1 when the cluster view is loaded and in sync.", value=1.0 if health.ready else 0.0
     )
-    freshness = GaugeMetricFamily(
-        "dra_extender_state_age_seconds",
-        "Seconds since each watched resource last listed, received an event or a bookmark.",
-        labels=["resource"],
+    yield _per_label(
+        GaugeMetricFamily(
+            "dra_extender_state_age_seconds",
+            "Seconds since each watched resource last listed, received an event or a bookmark.",
+            labels=["resource"],
+        ),
+        health.freshness_seconds,
     )
-    for resource, age in sorted(health.freshness_seconds.items()):
-        freshness.add_metric([resource], age)
-    yield freshness
 
 
 def _thread_cpu_family() -> CounterMetricFamily:
-    threads = CounterMetricFamily(
-        "dra_extender_thread_cpu_seconds",
-        "CPU seconds per thread of the process alive now (pool threads summed; Linux only).",
-        labels=["thread"],
+    return _per_label(
+        CounterMetricFamily(
+            "dra_extender_thread_cpu_seconds",
+            "CPU seconds per thread of the process alive now (pool threads summed; Linux only).",
+            labels=["thread"],
+        ),
+        thread_cpu_seconds(),
     )
-    for name, seconds in sorted(thread_cpu_seconds().items()):
-        threads.add_metric([name], seconds)
-    return threads
+
+
+def _per_label(family: LabelledFamily, values: Mapping[str, float]) -> LabelledFamily:
+    """`family` (declared with one label) with a sample per entry of `values`, in the order of the label's values."""
+    for label_value, value in sorted(values.items()):
+        family.add_metric([label_value], value)
+    return family
+
+
+# ForegroundWork's counter -> (metric name, help): how often and how long the background threads waited for verbs
+_BACKGROUND_COUNTERS = {
+    "stepped_aside": (
+        "dra_extender_background_stepped_aside",
+        "Times a watch thread or the view keeper waited for a running filter or prioritize to finish.",
+    ),
+    "stepped_aside_for_arrivals": (
+        "dra_extender_background_stepped_aside_for_requests",
+        "Times a watch thread or the view keeper held off for a verb's request waiting to be read.",
+    ),
+    "waited_seconds": (
+        "dra_extender_background_wait_seconds",
+        "Seconds watch threads and the view keeper spent waiting for running verbs (at most 50 ms per gap).",
+    ),
+}
 
 
 def _background_families(foreground: ForegroundWork) -> Iterator[Metric]:
     """How often and how long the background threads waited for verbs (transport/foreground.py)."""
-    yield CounterMetricFamily(
-        "dra_extender_background_stepped_aside",
-        "Times a watch thread or the view keeper waited for a running filter or prioritize to finish.",
-        value=foreground.stepped_aside,
-    )
-    yield CounterMetricFamily(
-        "dra_extender_background_stepped_aside_for_requests",
-        "Times a watch thread or the view keeper held off for a verb's request waiting to be read.",
-        value=foreground.stepped_aside_for_arrivals,
-    )
-    yield CounterMetricFamily(
-        "dra_extender_background_wait_seconds",
-        "Seconds watch threads and the view keeper spent waiting for running verbs (at most 50 ms per gap).",
-        value=foreground.waited_seconds,
-    )
+    for counter, (name, help_text) in _BACKGROUND_COUNTERS.items():
+        yield CounterMetricFamily(name, help_text, value=getattr(foreground, counter))
 
 
 def _memo_families(service: SchedulingService) -> Iterator[Metric]:
