@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from functools import partial
+from operator import is_
 
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.extended_resources import is_dra_backed
@@ -67,6 +68,8 @@ class NotSyncedError(RuntimeError):
     unschedulable pool: it is retried promptly once the view is synced.
     """
 
+
+_QUOTA_KINDS_IN_ORDER = tuple(sorted(QUOTA_KINDS))
 
 # How long the view keeper waits for a change before looking again whether it is stopping.
 VIEW_KEEPER_IDLE_SECONDS = 1.0
@@ -122,7 +125,10 @@ class SchedulingService:
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
         self._context_lock = threading.Lock()
-        self._context_key: tuple[object, ...] | None = None
+        # What the quota context was built from: the quota kinds' dicts of its snapshot (see quota_context) and
+        # whether Kueue was on.
+        self._context_sources: list[Mapping[str, object]] = []
+        self._context_kueue_enabled = False
         self._context: QuotaContext | None = None
         # Pods refused for quota or devices since the last requeue (service/parking.py): when a later view shows
         # either freed, `requeue` (kube/requeue.py) wakes them (kube-scheduler may see no event for it).
@@ -253,14 +259,21 @@ class SchedulingService:
         return self.store.snapshot()
 
     def quota_context(self, snapshot: ClusterSnapshot) -> QuotaContext:
-        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed (dict identity in snapshots)."""
-        key = (snapshot.kueue_enabled, *(id(snapshot.objects[kind]) for kind in sorted(QUOTA_KINDS)))
+        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed: a snapshot shares a kind's dict
+        with the one before unless an object of that kind changed, so the very dicts the context was built from
+        mean the same objects. They are held, not their id()s, which a freed dict would lend to a new one."""
+        sources = [snapshot.objects[kind] for kind in _QUOTA_KINDS_IN_ORDER]
         with self._context_lock:
-            if self._context is None or key != self._context_key:
+            if (
+                self._context is None
+                or snapshot.kueue_enabled != self._context_kueue_enabled
+                or not all(map(is_, sources, self._context_sources))
+            ):
                 self._context = build_quota_context(
                     snapshot, self.config.quota.device_class_mappings, self.config.kueue_config
                 )
-                self._context_key = key
+                self._context_sources = sources
+                self._context_kueue_enabled = snapshot.kueue_enabled
             return self._context
 
     def quota_view(self) -> QuotaView:
