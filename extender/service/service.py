@@ -332,8 +332,12 @@ class SchedulingService:
         admitted_holds, workload_holds = self._admission_holds(snapshot, context)
         # What placed pods are about to hold that usage does not show yet, for pods this process holds no
         # reservation of (a reservation covers its pod until the allocation shows: never counted twice).
-        held = self.reservations.pod_keys()
-        unbound = {key: counted.amounts for key, counted in self.provisional_index.unbound().items() if key not in held}
+        reserved_pods = self.reservations.pod_keys()
+        unbound = {
+            key: counted.amounts
+            for key, counted in self.provisional_index.unbound().items()
+            if key not in reserved_pods
+        }
         provisional: dict[QuotaKey, Fraction] = {}
         for amounts in unbound.values():
             for quota_key, amount in amounts:
@@ -344,7 +348,7 @@ class SchedulingService:
             context=context,
             usage=usage,
             reserved=reserved,
-            held=self.reservations.by_pod(),
+            reservations_by_pod=self.reservations.by_pod(),
             ledger=context.tree.ledger(charged),
             charged=charged,
             at=self.reservations.now(),
@@ -419,14 +423,14 @@ class SchedulingService:
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
             if decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
-                held = view.snapshot.pods.get(pod.key)
+                in_view = view.snapshot.pods.get(pod.key)
                 self.reservations.reserve(
                     identity,
                     pod.key,
                     decision.quota.cluster_queue,
                     decision.reservation,
                     workload=own_workload_key(view, pod),
-                    seen=held is not None and (not pod.uid or held.uid == pod.uid),
+                    seen=in_view is not None and (not pod.uid or in_view.uid == pod.uid),
                 )
             else:
                 self.reservations.release(identity)
@@ -513,13 +517,17 @@ class SchedulingService:
             self.reservations.release(identity)
             raise BindError(f"binding {namespace}/{name} to {node} failed: {error}") from error
         with self.reservations.lock:
-            held = self.reservations.get(identity)
-            previous = self.history.recent_filter(identity)
-            verdict = previous.verdicts.get(node) if previous is not None else None
-            if held is not None and verdict is not None and verdict.passed and verdict.quota is not None:
+            reservation = self.reservations.get(identity)
+            filtered = self.history.recent_filter(identity)
+            verdict = filtered.verdicts.get(node) if filtered is not None else None
+            if reservation is not None and verdict is not None and verdict.passed and verdict.quota is not None:
                 # The filter held the largest charge of all passing nodes; the node chosen may take less.
                 self.reservations.reserve(
-                    identity, held.pod_key, held.cluster_queue, verdict.quota.charges, workload=held.workload
+                    identity,
+                    reservation.pod_key,
+                    reservation.cluster_queue,
+                    verdict.quota.charges,
+                    workload=reservation.workload,
                 )
             self.reservations.confirm(identity, node)
 
