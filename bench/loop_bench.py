@@ -42,7 +42,7 @@ from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from extender.state.sources import SourceHealth
 from extender.state.store import ClusterStore
-from extender.transport.app import PrioritizeAhead
+from extender.transport.verb_answers import PrioritizeAhead
 from extender.transport.wire import ExtenderArgs, filter_result, host_priority_list
 from testkit import builders as b
 from testkit.clusters import build_cluster
@@ -139,7 +139,7 @@ def choose(passed: list[str], scores: dict[str, int]) -> str:
 
 def run_verbs(nodes: int, pods: int) -> tuple[list[float], list[float]]:
     """Per-pod time of filter + prioritize through the service and the wire format (what kube-scheduler waits
-    for), and of prioritize's answer made ahead once filter's is out (transport/app.py PrioritizeAhead, as the
+    for), and of prioritize's answer made ahead once filter's is out (transport/verb_answers.py PrioritizeAhead, as the
     server runs it: while kube-scheduler runs its own score plugins); events not counted."""
     return run_burst(new_burst(nodes), pods)
 

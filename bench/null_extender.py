@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from extender.service import ExtenderConfig
-from extender.state.foreground import ForegroundWork
+from extender.transport.foreground import ForegroundWork
 from extender.transport.server import ExtenderServer, ExtenderWorker, ListenerSettings, ServerLimits, gunicorn_options
 from extender.transport.wire import filter_error
 

@@ -160,6 +160,7 @@ def listener_settings(
     import threading
 
     from extender.transport.app import create_app
+    from extender.transport.foreground import foreground_for
     from extender.transport.liveness import InFlight
     from extender.transport.metrics import ExtenderMetrics
     from extender.transport.server import ListenerSettings
@@ -168,7 +169,7 @@ def listener_settings(
     probe = (listen, bool(tls.cert_file))
     authorizer = _diagnostics_authorizer(service, config)
     shared: dict[str, Any] = {
-        "metrics": ExtenderMetrics(service),
+        "metrics": ExtenderMetrics(service, foreground_for(service.store)),
         "in_flight": InFlight(),
         "explain_gate": threading.BoundedSemaphore(config.diagnostics.explain.concurrency),
     }

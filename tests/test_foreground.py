@@ -1,4 +1,4 @@
-"""Background threads step aside while a verb runs (state/foreground.py), and never for longer than the bound."""
+"""Background threads step aside while a verb runs (transport/foreground.py), and never for longer than the bound."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from extender.service import ExtenderConfig
-from extender.state import foreground
-from extender.state.foreground import ForegroundWork
 from extender.state.live import from_kubeconfig
 from extender.state.store import ClusterStore
+from extender.transport import foreground
 from extender.transport.app import create_app
+from extender.transport.foreground import ForegroundWork, foreground_for
 from extender.transport.server import ExtenderWorker
 from testkit import builders as b
 from tests.support.fake_api import FakeApiServer, small_cluster, wait_for
@@ -75,24 +75,25 @@ def test_verbs_mark_themselves_running_and_always_unmark() -> None:
     real_filter = engine.filter
 
     def recording_filter(pod, node_names):  # type: ignore[no-untyped-def]
-        seen.append(engine.store.foreground.running)
+        seen.append(work.running)
         if list(node_names) == ["boom"]:
             raise RuntimeError("boom")
         return real_filter(pod, node_names)
 
     engine.filter = recording_filter  # type: ignore[method-assign]
+    work = foreground_for(engine.store)  # the one the app's verbs mark
     client = create_app(engine).test_client()
     body = {"Pod": gpu_pod("p", namespace="team-a"), "NodeNames": ["n1"]}
     answer = client.post("/filter", data=orjson.dumps(body), content_type="application/json")
     assert answer.status_code == 200 and seen == [1]
-    assert engine.store.foreground.running == 1  # until the server has written the answer and closes it
+    assert work.running == 1  # until the server has written the answer and closes it
     answer.close()
-    assert engine.store.foreground.running == 0
+    assert work.running == 0
     failing = {**body, "NodeNames": ["boom"]}
     for data, status in ((b"{not json", 400), (orjson.dumps(failing), 500)):
         with client.post("/filter", data=data, content_type="application/json") as response:
             assert response.status_code == status
-        assert engine.store.foreground.running == 0
+        assert work.running == 0
     assert seen == [1, 1]
     metrics = client.get("/metrics").get_data(as_text=True)
     assert "dra_extender_background_stepped_aside_total 0.0" in metrics
@@ -108,7 +109,7 @@ def test_watch_events_wait_for_the_running_verb(fake_api: FakeApiServer, tmp_pat
     source.start(store)
     try:
         assert source.wait_synced(4.0), source.health().message
-        work = store.foreground
+        work = foreground_for(store)  # as the app factory installs it
         work.max_hold_seconds = 10.0
         work.begin()
         fake_api.put(b.namespace("team-b"))

@@ -1,4 +1,4 @@
-"""prioritize's answer made once filter's answer is written (transport/app.py PrioritizeAhead, service
+"""prioritize's answer made once filter's answer is written (transport/verb_answers.py PrioritizeAhead, service
 rank_ahead): the bytes kube-scheduler gets must be the ones prioritize would have made itself, for the very list
 filter passed, and the work made ahead must never stand in for another decision or another list."""
 
@@ -12,7 +12,9 @@ import pytest
 
 from extender.decisions.scheduling import Ranking
 from extender.service import SchedulingService
-from extender.transport.app import SchedulingVerbs, answer_filter, answer_prioritize, create_app
+from extender.transport.app import create_app
+from extender.transport.verb_answers import answer_filter, answer_prioritize
+from extender.transport.verb_fast_path import SchedulingVerbs
 from extender.transport.wire import host_priority_list
 from testkit import builders as b
 from tests.support.quota import allocated_claim, base_objects

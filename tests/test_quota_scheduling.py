@@ -674,7 +674,10 @@ def test_a_quota_view_keeps_the_reservations_it_was_taken_with():
     after = engine.quota_view()
     assert [r.pod_key for r in after.reservations] == ["team-a/p2"]
     assert [r.pod_key for r in before.reservations] == ["team-a/p1"]  # unchanged by what came later
-    assert before.held.get("uid-team-a-p1") is not None and before.held.get("uid-team-a-p2") is None
+    assert (
+        before.reservations_by_pod.get("uid-team-a-p1") is not None
+        and before.reservations_by_pod.get("uid-team-a-p2") is None
+    )
     assert "team-a/p1" not in engine.reservations.pod_keys()
     assert "team-a/p2" in engine.reservations.pod_keys()
 

@@ -108,10 +108,10 @@ class DecisionHistory:
         """prioritize's ranking of the pod's filter decision, made ahead (SchedulingService.rank_ahead); False
         when that decision is no longer the pod's latest (another filter came in between)."""
         with self._lock:
-            previous = self._last_filter.get(pod_id)
-            if previous is None or previous[1] is not ranking.decision:
+            last = self._last_filter.get(pod_id)
+            if last is None or last[1] is not ranking.decision:
                 return False
-            self._last_filter[pod_id] = (previous[0], previous[1], ranking)
+            self._last_filter[pod_id] = (last[0], last[1], ranking)
         return True
 
     def recent_filter(self, pod_id: str) -> PodDecision | None:
@@ -122,7 +122,7 @@ class DecisionHistory:
     def recent_filter_ranked(self, pod_id: str) -> tuple[PodDecision, Ranking | None] | None:
         """The pod's filter decision of this scheduling cycle, with its ranking when one was made ahead."""
         with self._lock:
-            previous = self._last_filter.get(pod_id)
-        if previous is None or time.monotonic() - previous[0] >= PRIORITIZE_REUSE_SECONDS:
+            last = self._last_filter.get(pod_id)
+        if last is None or time.monotonic() - last[0] >= PRIORITIZE_REUSE_SECONDS:
             return None
-        return previous[1], previous[2]
+        return last[1], last[2]

@@ -33,7 +33,7 @@ class QuotaView:
     context: QuotaContext
     usage: Mapping[QuotaKey, Fraction]  # what bound pods (and pods being bound) hold, from the API's claims
     reserved: Mapping[QuotaKey, Fraction]  # what pods that passed filter hold until seen bound
-    held: Mapping[str, Reservation]  # those reservations by pod uid
+    reservations_by_pod: Mapping[str, Reservation]  # those reservations by pod uid
     ledger: QuotaLedger  # Kueue's available / potentialAvailable over usage + reserved + admitted holds
     charged: Mapping[QuotaKey, Fraction]  # what the ledger is built from: usage + reserved + provisional + holds
     at: float  # the reservation clock when the view was taken (for "expires in")
@@ -48,7 +48,7 @@ class QuotaView:
 
     @property
     def reservations(self) -> tuple[Reservation, ...]:
-        return tuple(self.held.values())
+        return tuple(self.reservations_by_pod.values())
 
     @property
     def governed(self) -> bool:
@@ -58,7 +58,7 @@ class QuotaView:
         """The ledger without the pod's own charge: its reservation, the usage counted for it on a node it is
         nominated for (a pod nominated by preemption is filtered again), and the hold of the admitted Workload
         it belongs to (that hold is kept for its pods): never charged against itself."""
-        own = self.held.get(pod_id)
+        own = self.reservations_by_pod.get(pod_id)
         counted = self.unbound_usage.get(pod_key, ())
         hold = self.workload_holds.get(workload) if workload else None
         if own is None and not counted and not hold:

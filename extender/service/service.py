@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from functools import partial
+from operator import is_
 
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.extended_resources import is_dra_backed
@@ -69,6 +70,8 @@ class NotSyncedError(RuntimeError):
     unschedulable pool: it is retried promptly once the view is synced.
     """
 
+
+_QUOTA_KINDS_IN_ORDER = tuple(sorted(QUOTA_KINDS))
 
 # How long the view keeper waits for a change before looking again whether it is stopping.
 VIEW_KEEPER_IDLE_SECONDS = 1.0
@@ -124,7 +127,10 @@ class SchedulingService:
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
         self._context_lock = threading.Lock()
-        self._context_key: tuple[object, ...] | None = None
+        # What the quota context was built from: the quota kinds' dicts of its snapshot (see quota_context) and
+        # whether Kueue was on.
+        self._context_sources: list[Mapping[str, object]] = []
+        self._context_kueue_enabled = False
         self._context: QuotaContext | None = None
         # Pods refused for quota or devices since the last requeue (service/parking.py): when a later view shows
         # either freed, `requeue` (kube/requeue.py) wakes them (kube-scheduler may see no event for it).
@@ -205,7 +211,7 @@ class SchedulingService:
             version = changed
             if self.sync_problem():
                 continue
-            self.store.foreground.step_aside()  # a verb running now catches the view up itself
+            self.store.pacing.step_aside()  # a verb running now catches the view up itself
             try:
                 self.catch_up()
             except Exception:
@@ -214,7 +220,7 @@ class SchedulingService:
 
     def catch_up(self) -> None:
         """The view keeper's work for one new snapshot: the usage indexes and the reservations brought to it, and
-        parked pods requeued when that freed room (bench/watch_replay.py times it after each watch frame)."""
+        parked pods requeued when that freed room."""
         with self.reservations.lock:
             snapshot = self.snapshot()
             context, usage, expired = self._caught_up(snapshot)
@@ -255,14 +261,21 @@ class SchedulingService:
         return self.store.snapshot()
 
     def quota_context(self, snapshot: ClusterSnapshot) -> QuotaContext:
-        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed (dict identity in snapshots)."""
-        key = (snapshot.kueue_enabled, *(id(snapshot.objects[kind]) for kind in sorted(QUOTA_KINDS)))
+        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed: a snapshot shares a kind's dict
+        with the one before unless an object of that kind changed, so the very dicts the context was built from
+        mean the same objects. They are held, not their id()s, which a freed dict would lend to a new one."""
+        sources = [snapshot.objects[kind] for kind in _QUOTA_KINDS_IN_ORDER]
         with self._context_lock:
-            if self._context is None or key != self._context_key:
+            if (
+                self._context is None
+                or snapshot.kueue_enabled != self._context_kueue_enabled
+                or not all(map(is_, sources, self._context_sources))
+            ):
                 self._context = build_quota_context(
                     snapshot, self.config.quota.device_class_mappings, self.config.kueue_config
                 )
-                self._context_key = key
+                self._context_sources = sources
+                self._context_kueue_enabled = snapshot.kueue_enabled
             return self._context
 
     def quota_view(self) -> QuotaView:
@@ -321,8 +334,12 @@ class SchedulingService:
         admitted_holds, workload_holds = self._admission_holds(snapshot, context)
         # What placed pods are about to hold that usage does not show yet, for pods this process holds no
         # reservation of (a reservation covers its pod until the allocation shows: never counted twice).
-        held = self.reservations.pod_keys()
-        unbound = {key: counted.amounts for key, counted in self.provisional_index.unbound().items() if key not in held}
+        reserved_pods = self.reservations.pod_keys()
+        unbound = {
+            key: counted.amounts
+            for key, counted in self.provisional_index.unbound().items()
+            if key not in reserved_pods
+        }
         provisional: dict[QuotaKey, Fraction] = {}
         for amounts in unbound.values():
             for quota_key, amount in amounts:
@@ -333,7 +350,7 @@ class SchedulingService:
             context=context,
             usage=usage,
             reserved=reserved,
-            held=self.reservations.by_pod(),
+            reservations_by_pod=self.reservations.by_pod(),
             ledger=context.tree.ledger(charged),
             charged=charged,
             at=self.reservations.now(),
@@ -408,14 +425,14 @@ class SchedulingService:
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
             if decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
-                held = view.snapshot.pods.get(pod.key)
+                in_view = view.snapshot.pods.get(pod.key)
                 self.reservations.reserve(
                     identity,
                     pod.key,
                     decision.quota.cluster_queue,
                     decision.reservation,
                     workload=own_workload_key(view, pod),
-                    seen=held is not None and (not pod.uid or held.uid == pod.uid),
+                    seen=in_view is not None and (not pod.uid or in_view.uid == pod.uid),
                 )
             else:
                 self.reservations.release(identity)
@@ -435,8 +452,7 @@ class SchedulingService:
         scores made in that gap are the ones prioritize would make: they are a function of the decision (its
         allocations and NodeQuotas) and of the nodes' device usage in the snapshot, taken here as prioritize
         takes it. Inside the serial cycle prioritize is then left to recognise its list (one comparison) and
-        answer. Measured in a 1000-node burst under the real kube-scheduler (bench/e2e_bench.py), scoring was
-        about a third of prioritize's CPU and encoding the answer another third."""
+        answer."""
         if decision.fast_path or not decision.verdicts.allocations:
             return None  # prioritize answers these without scoring anything
         ranking = score_nodes(
@@ -503,13 +519,17 @@ class SchedulingService:
             self.reservations.release(identity)
             raise BindError(f"binding {namespace}/{name} to {node} failed: {error}") from error
         with self.reservations.lock:
-            held = self.reservations.get(identity)
-            previous = self.history.recent_filter(identity)
-            verdict = previous.verdicts.get(node) if previous is not None else None
-            if held is not None and verdict is not None and verdict.passed and verdict.quota is not None:
+            reservation = self.reservations.get(identity)
+            filtered = self.history.recent_filter(identity)
+            verdict = filtered.verdicts.get(node) if filtered is not None else None
+            if reservation is not None and verdict is not None and verdict.passed and verdict.quota is not None:
                 # The filter held the largest charge of all passing nodes; the node chosen may take less.
                 self.reservations.reserve(
-                    identity, held.pod_key, held.cluster_queue, verdict.quota.charges, workload=held.workload
+                    identity,
+                    reservation.pod_key,
+                    reservation.cluster_queue,
+                    verdict.quota.charges,
+                    workload=reservation.workload,
                 )
             self.reservations.confirm(identity, node)
 

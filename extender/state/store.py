@@ -22,7 +22,6 @@ from extender.state.dra.claims import ResourceClaim
 from extender.state.dra.devices import DeviceKey, ResourceSlice
 from extender.state.dra.taint_rules import DeviceTaintRule, apply_taint_rules
 from extender.state.errors import ObjectError
-from extender.state.foreground import ForegroundWork
 from extender.state.inventory import (
     Pool,
     PoolKey,
@@ -31,6 +30,7 @@ from extender.state.inventory import (
 from extender.state.kinds import KINDS_BY_NAME, KindInfo, object_key
 from extender.state.kueue.queue_status import KueueQueueStatus, parse_queue_status
 from extender.state.kueue.workload import Workload
+from extender.state.pacing import UNPACED, BackgroundPacing
 from extender.state.snapshot import (
     NODE_ALLOCATIONS,
     NODE_DEVICES,
@@ -60,8 +60,8 @@ class ClusterStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # notified when a watch event or a list made a new version
-        # Verbs mark themselves running here; the watch threads and the view keeper step aside meanwhile.
-        self.foreground = ForegroundWork()
+        # What the watch threads and the view keeper step aside for; the server installs its own (state/pacing.py).
+        self.pacing: BackgroundPacing = UNPACED
         self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME if kind not in PERSISTENT_KINDS}
         self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
         # pod key -> (the pod as stored, a newer resourceVersion it stands for): see pod_at_version.

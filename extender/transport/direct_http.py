@@ -1,11 +1,10 @@
 """kube-scheduler's filter and prioritize read off the connection and answered with one write, without gunicorn's
-request parser, its WSGI environ and its response object (issue 14).
+request parser, its WSGI environ and its response object.
 
-kube-scheduler waits for these two answers inside its serial scheduling cycle, for every pod. Measured with the
-null extender (every node passes, every score 0) under our server, gunicorn's handling of a request cost about
-0.73 ms of CPU per filter+prioritize pair more than a minimal server that parses the head with llhttp and writes
-head and body with one sendall (1.077 against 0.344 ms per pair at 200 nodes): its pure-Python parser
-(141 us per request in place), the environ (31 us), and the response written with two system calls (111 us).
+kube-scheduler waits for these two answers inside its serial scheduling cycle, for every pod
+(pkg/scheduler/framework/extender.go HTTPExtender.send: one POST per verb, the answer decoded before the cycle
+goes on). gunicorn's handling of a request costs more CPU than the verbs' own work on a small cluster: its
+pure-Python parser, the WSGI environ, and the response written with two system calls.
 
 The path is deliberately narrow. It serves a request only when everything about it is ordinary: the whole head
 in the first bytes read, a head llhttp (httptools, the parser of Node.js and uvicorn) accepts, POST to one of the
@@ -13,7 +12,7 @@ verbs' paths with no query, HTTP/1.1, a Content-Length within the body limit, no
 Upgrade, and the head within gunicorn's own limits. Anything else goes to gunicorn with the bytes read so far
 given back to its parser (`unread`), so chunked bodies, `Expect: 100-continue`, oversized or malformed heads, TLS
 oddities and every other route keep the answers gunicorn and Flask give them. What the answer holds is the
-same either way: both paths call `DirectVerbs.respond` (transport/app.py SchedulingVerbs). gunicorn's request
+same either way: both paths call `DirectVerbs.respond` (transport/verb_fast_path.py SchedulingVerbs). gunicorn's request
 hooks (pre_request, post_request) do not run for these requests, and with gunicorn's access log configured the
 worker sends every request through gunicorn (transport/server.py), so that the log misses none.
 """
@@ -29,7 +28,7 @@ from typing import Any, Protocol
 
 import httptools
 
-from extender.state.foreground import ForegroundWork
+from extender.transport.foreground import ForegroundWork
 
 HEAD_END = b"\r\n\r\n"
 # One recv for the head (kube-scheduler's is about 200 bytes, sent with the start of the body), and per body read.
@@ -46,11 +45,11 @@ class WrittenBody(Protocol):
 
 
 class DirectVerbs(Protocol):
-    """What a listener answers on the direct path (transport/app.py SchedulingVerbs)."""
+    """What a listener answers on the direct path (transport/verb_fast_path.py SchedulingVerbs)."""
 
     paths: frozenset[str]
     max_body_bytes: int  # a larger body goes to gunicorn and Flask, which answer 413
-    foreground: ForegroundWork  # marked at the wake-up for a request, before it is read (state/foreground.py)
+    foreground: ForegroundWork  # marked at the wake-up for a request, before it is read (transport/foreground.py)
 
     def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], WrittenBody]:
         """Status, headers (with Content-Length) and body of the answer to a verb's request body."""

@@ -1,7 +1,7 @@
 """Liveness that notices a wedged request path, not just a running process.
 
-/healthz answers from whatever thread serves it, so it stayed 200 while slow clients held every thread and
-kube-scheduler's /filter calls timed out (issue 15). /livez fails when either
+/healthz answers from whatever thread serves it, so it stays 200 while slow clients hold every thread and
+kube-scheduler's /filter calls time out. /livez fails when either
 - a scheduling verb has been in flight longer than `server.stuckRequestSeconds` (verbs have a 4 s deadline:
   one still running after 20 s means a thread is stuck), or
 - with a separate diagnostics listener, a request to the scheduling listener's /healthz does not come back

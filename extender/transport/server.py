@@ -6,8 +6,8 @@ together over-admit quota; throughput comes from threads plus per-request work p
 
 Both listeners (kube-scheduler's verbs, and the optional diagnostics listener) are gunicorn listeners of that
 one worker, served by `ExtenderWorker`, gunicorn's gthread worker with the bounds a hostile or broken client
-needs (issue 15: eight one-byte-at-a-time clients or fifty idle connections used to block /filter for 12-45 s,
-800 idle connections to the old werkzeug diagnostics server made 812 threads):
+needs (a few clients sending one byte at a time, or many idle connections, must neither block /filter nor
+cost a thread each):
 
 - a thread is committed to a connection only once bytes arrive (gthread hands every new connection to a pool
   thread that waits up to 5 s for them; here it waits in the poller, like a kept-alive one);
@@ -19,13 +19,13 @@ needs (issue 15: eight one-byte-at-a-time clients or fifty idle connections used
   refused at once;
 - the kernel hands over a new connection only once its first bytes arrive, or DEFER_ACCEPT_SECONDS after
   its handshake (TCP_DEFER_ACCEPT on Linux, nginx's `listen ... deferred`): a client sends its request right
-  after connecting, so a connection with a request coming is never an idle one that the bound may close. Without
-  it, a fresh connection accepted a moment before its request arrived was, under an idle flood, the oldest idle
-  one soon enough (one filter in 6700 got no answer in the hostile-client test);
+  after connecting, so a connection with a request coming is never an idle one that the bound may close (a
+  fresh connection accepted a moment before its request arrives would, under an idle flood, soon be the oldest
+  idle one);
 - a pool thread that answered a kept-alive connection waits up to KEEPALIVE_LINGER_SECONDS for its next
   request and serves it itself (at most half the pool waits so at once): kube-scheduler's filter, prioritize
-  and next filter follow one another on one connection, and each skipped trip through the poller saves about
-  0.3 ms of the worker's CPU (a third of a request's fixed cost, measured with a claimless one-node filter);
+  and next filter follow one another on one connection, and each skipped trip through the poller saves about a
+  third of a request's fixed CPU cost;
 - TLS per listener (the scheduling listener's tls section; diagnostics plain unless given its own), with the
   certificate files re-read when they change (gunicorn itself rebuilds an SSLContext per connection).
 """
@@ -53,7 +53,6 @@ from gunicorn import http
 from gunicorn.app.base import BaseApplication
 from gunicorn.workers import gthread
 
-from extender.state.foreground import RunningMark
 from extender.transport.direct_http import (
     RECV_BYTES,
     DirectVerbs,
@@ -61,6 +60,7 @@ from extender.transport.direct_http import (
     read_direct_request,
     response_bytes,
 )
+from extender.transport.foreground import RunningMark
 
 log = logging.getLogger(__name__)
 
@@ -256,8 +256,8 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         super().init_process()
 
     def _listener_for(self, listener_socket: Any) -> _Listener:
-        known = self._by_socket.get(listener_socket)
-        if known is None:
+        listener = self._by_socket.get(listener_socket)
+        if listener is None:
             host, port = listener_socket.getsockname()[:2]
             settings = next(
                 (s for s in self.listeners.values() if int(s.address.rpartition(":")[2]) == port),
@@ -266,8 +266,8 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
             if settings is None:  # an address bound by a gunicorn config file: serve it like the first listener
                 first = next(iter(self.listeners.values()))
                 settings = ListenerSettings(f"{host}:{port}", first.app, first.max_connections)
-            known = self._by_socket[listener_socket] = _Listener(settings)
-        return known
+            listener = self._by_socket[listener_socket] = _Listener(settings)
+        return listener
 
     def run(self) -> None:
         watchdog = threading.Thread(target=self._watch_deadlines, name="request-deadlines", daemon=True)
@@ -414,7 +414,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         the poller re-registration), about a third of a request's fixed cost. At most half the pool lingers at
         once, so idle connections cannot take the threads that others' requests need.
 
-        On the scheduling listener the wait is announced to the background threads (state/foreground.py
+        On the scheduling listener the wait is announced to the background threads (transport/foreground.py
         `expect_requests`): once the request's bytes are waiting, they hold off until this thread runs, and it
         marks the verb running as soon as it does (the returned mark, which the caller ends)."""
         direct = conn.listener.settings.direct
@@ -445,7 +445,7 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
 def _defer_accept(listener_socket: Any) -> None:
     """Ask the kernel to queue a TCP connection for accept() only once it has sent bytes (or after
     DEFER_ACCEPT_SECONDS): see the module docstring. Where the option does not exist, connections are accepted at
-    once, as before."""
+    once."""
     option = getattr(socket, "TCP_DEFER_ACCEPT", None)
     if option is None or listener_socket.family not in (socket.AF_INET, socket.AF_INET6):
         return

@@ -26,9 +26,8 @@ from importlib import metadata
 from typing import Any
 
 import yaml
-from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
+from flask import Blueprint, Response, redirect, render_template, request, url_for
 
-from extender.service import SchedulingService
 from extender.state.core import Pod, parse_pod
 from extender.state.dra.devices import Device
 from extender.state.errors import ObjectError
@@ -45,6 +44,7 @@ from extender.transport.diagnostics import (
     queue_rows,
     queues_json,
 )
+from extender.transport.request_io import current_service
 
 PODS_PER_PAGE = 100
 NODE_ROWS_PER_PAGE = 200  # ranked node table of one pod
@@ -58,11 +58,6 @@ CSP = (
 web = Blueprint(
     "web", __name__, url_prefix="/ui", template_folder="templates", static_folder="static", static_url_path="/static"
 )
-
-
-def _service() -> SchedulingService:
-    service: SchedulingService = current_app.extensions["dra_service"]
-    return service
 
 
 @cache
@@ -128,7 +123,7 @@ def _age_filter(seconds: float) -> str:
 @web.context_processor
 def _state_footer() -> dict[str, Any]:
     """The footer of every page: readiness, snapshot age per watched resource, state and extender version."""
-    service = _service()
+    service = current_service()
     health = service.health()
     snapshot = service.snapshot()
     return {
@@ -182,7 +177,7 @@ def index() -> Any:
 
 @web.get("/pods")
 def pods() -> tuple[str, int]:
-    service = _service()
+    service = current_service()
     snapshot = service.snapshot()
     now = time.time()
     rows = []
@@ -243,7 +238,7 @@ def _ranking_context(decision: dict[str, Any]) -> dict[str, Any]:
 
 @web.get("/pods/<namespace>/<name>")
 def pod(namespace: str, name: str) -> tuple[str, int]:
-    service = _service()
+    service = current_service()
     key = f"{namespace}/{name}"
     record = service.last_decision(namespace, name)
     snapshot = service.snapshot()
@@ -292,7 +287,7 @@ def explain() -> tuple[str, int]:
     except ValueError as error:
         return _html("web/explain.html", 400, manifest=text, nodes=nodes_text, error=str(error))
     names = [n for n in nodes_text.replace(",", " ").split() if n] or None
-    decision = decision_json(_service().explain(pod_, names))
+    decision = decision_json(current_service().explain(pod_, names))
     return _html(
         "web/pod.html", pod_key=pod_.key, manifest=text, nodes=nodes_text, whatif=True, **_ranking_context(decision)
     )
@@ -324,7 +319,7 @@ class GroupSummary:
 def nodes() -> tuple[str, int]:
     """Every node classified (so the per-flavor totals are exact), but device cells drawn for one page only:
     5000 nodes x 8 devices are 40000 cells, too many for one page to be readable or quick."""
-    service = _service()
+    service = current_service()
     snapshot = service.snapshot()
     context = service.quota_context(snapshot)  # the context lock only, never the reservation lock
     flavors = sorted(context.flavors.values(), key=lambda f: f.name)
@@ -381,7 +376,7 @@ def nodes() -> tuple[str, int]:
 
 @web.get("/nodes/<name>")
 def node(name: str) -> tuple[str, int]:
-    service = _service()
+    service = current_service()
     snapshot = service.snapshot()
     report = node_json(snapshot, name)
     if report is None:
@@ -408,8 +403,8 @@ def _fmt(value: Fraction | None) -> str:
     return str(int(value)) if value.denominator == 1 else format_quantity(value)
 
 
-def _percent(part: Fraction, scale: Fraction) -> float:
-    return round(float(part / scale) * 100, 2) if scale > 0 else 0.0
+def _percent(amount: Fraction, scale: Fraction) -> float:
+    return round(float(amount / scale) * 100, 2) if scale > 0 else 0.0
 
 
 def quota_bar(numbers: Mapping[str, Fraction | None]) -> dict[str, Any]:
@@ -427,14 +422,14 @@ def quota_bar(numbers: Mapping[str, Fraction | None]) -> dict[str, Any]:
     scale = max(nominal, used + available, potential, Fraction(1))
     segments = []
     x = 0.0
-    for name, part in (
+    for name, amount in (
         ("usage", usage),
         ("reserved", reserved),
         ("admitted", admitted),
         ("available", available),
         ("potential", max(zero, potential - used - available)),
     ):
-        width = _percent(part, scale)
+        width = _percent(amount, scale)
         if width:
             segments.append((name, x, width))
             x += width
@@ -474,7 +469,7 @@ def cohort_tree(paths: Mapping[str, tuple[str, ...]]) -> tuple[list[CohortNode],
 
 @web.get("/queues")
 def queues() -> tuple[str, int]:
-    view = _service().quota_view()  # the reservation lock is held while the view is built, not while drawing
+    view = current_service().quota_view()  # the reservation lock is held while the view is built, not while drawing
     report = queues_json(view)
     rows: dict[str, list[dict[str, Any]]] = {}
     for cq_name, flavor, resource, numbers in queue_rows(view):

@@ -58,10 +58,9 @@ StoredPod = Callable[[str, str, str, str], Pod | None]
 
 def parse_extender_args(body: Any, *, max_nodes: int, stored: StoredPod | None = None) -> ExtenderArgs:
     """`stored` (SchedulingService.stored_pod): the pod comes from the extender's view when the view holds it at
-    the very resourceVersion sent (state/core.py pod_identity), instead of being parsed again. Measured in a
-    1000-node burst under the real kube-scheduler, parsing the pod was a tenth of filter's CPU and of
-    prioritize's (cold code: 17 us warm in a loop, ten times that between two calls), though the watch had
-    parsed that very version already. A copy at that version is that pod, whatever else a request sent with it."""
+    the very resourceVersion sent (state/core.py pod_identity), instead of being parsed again: parsing is cold
+    code between two calls, a sizeable part of each verb's CPU, and the watch has parsed that very version
+    already. A copy at that version is that pod, whatever else a request sent with it."""
     if not isinstance(body, Mapping):
         raise WireError(f"request body must be a JSON object (ExtenderArgs), got {type_name(body)}")
     fields = _fold(body)
@@ -190,8 +189,8 @@ def scores_nothing(ranking: Ranking) -> bool:
     answers an empty HostPriorityList without scoring a node. kube-scheduler (pkg/scheduler/
     schedule_one.go prioritizeNodes) adds an extender's score only to the nodes the answer names, and gives
     only those a random tie-breaker (NodePluginScores.Randomizer); so the pod is ranked exactly as without an
-    extender, and kube-scheduler skips decoding an entry per node for every pod that does not use devices
-    (encoding/json took 0.6 ms for 1000 entries on a 2-core machine, inside the serial scheduling cycle)."""
+    extender, and kube-scheduler skips decoding an entry per node (encoding/json, inside the serial scheduling
+    cycle) for every pod that does not use devices."""
     return ranking.decision.fast_path
 
 
@@ -200,14 +199,12 @@ def relative_scores(totals: list[int]) -> tuple[list[bool], list[int]]:
     each node's score less the lowest score among the nodes asked; a node at the lowest is left out.
 
     Why: kube-scheduler (pkg/scheduler/schedule_one.go prioritizeNodes) adds score x weight x 10 to the total of
-    each node an answer names and nothing to the others, then takes the node with the highest total. Taking the
-    same amount off every node's score changes no difference between two totals, so the nodes rank as with the
-    plain scores; a node left out is one whose score less the lowest is 0, which is what kube-scheduler adds to a
-    node an answer does not name. What the answer saves is kube-scheduler's work per entry inside its serial
-    cycle: encoding/json decoding the entry, a map entry and two allocations to merge it (0.9 ms for 1000
-    entries, 0.05-0.08 ms for 50, on a 2-core machine in a loop of kube-scheduler's decoding and prioritizeNodes'
-    merge). Binpacking leaves most nodes of a large cluster empty, all at the same lowest score, so the answer
-    shrinks to about the nodes already in use.
+    each node an answer names and nothing to the others, then takes the node with the highest total. Taking the same
+    amount off every node's score changes no difference between two totals, so the nodes rank as with the plain
+    scores; a node left out is one whose score less the lowest is 0, which is what kube-scheduler adds to a node an
+    answer does not name. What the answer saves is kube-scheduler's work per entry inside its serial cycle:
+    encoding/json decoding the entry, a map entry and two allocations to merge it. Binpacking leaves most nodes of a
+    large cluster empty, all at the same lowest score, so the answer shrinks to about the nodes already in use.
 
     What changes is the tie-breaking among nodes of equal total: kube-scheduler draws a random tie-breaker
     (NodePluginScores.Randomizer) only for the nodes an answer names, so a named node wins a tie against one
@@ -232,14 +229,12 @@ def host_priority_list(names: list[str], ranking: Ranking) -> bytes:
     orjson's encoding of `prioritize_result` (what the tests compare), built without a Python object per node
     named.
 
-    Why: kube-scheduler asks prioritize about every node that passed (a thousand and more), inside its serial
-    cycle. Measured in a 1000-node burst under the real kube-scheduler (bench/e2e_bench.py), the previous way
-    (each node's entries encoded once and kept per node name, an answer one lookup per node and a join) took
-    0.63 ms of CPU per answer for about 980 nodes, against 0.07 ms in a loop on its own: between two calls the
-    API server, etcd and kube-scheduler evict the extender's memory from the CPU caches, and every long-lived
-    object an answer touches per node costs a miss. Here the answer is one string join over the request's own
-    names (just parsed, so still cached) and one separator per node chosen by its score, with a lookup per node
-    in the fresh scores only, all of it in C.
+    Why: kube-scheduler asks prioritize about every node that passed (a thousand and more), inside its serial cycle.
+    Between two calls the API server, etcd and kube-scheduler evict the extender's memory from the CPU caches, and
+    every long-lived object an answer touches per node costs a miss (entries encoded once and kept per node name
+    cost far more per answer under the real kube-scheduler than in a loop on their own). Here the answer is one
+    string join over the request's own names (just parsed, so still cached) and one separator per node chosen by its
+    score, with a lookup per node in the fresh scores only, all of it in C.
 
     Node names are DNS subdomains (letters, digits, '-' and '.'), which JSON takes as they are; a request with
     any other name is answered through orjson, which escapes whatever the names hold."""

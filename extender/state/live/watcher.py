@@ -322,7 +322,7 @@ class ResourceWatcher:
                 if self._stopping.is_set():
                     return _Outcome.ENDED, False
                 received += 1
-                self.store.foreground.step_aside()  # a verb kube-scheduler waits for goes first (state/foreground.py)
+                self.store.pacing.step_aside()  # a verb kube-scheduler waits for goes first (state/pacing.py)
                 if self.apply_frame(line) is _Outcome.EXPIRED:
                     return _Outcome.EXPIRED, True
             clean = True

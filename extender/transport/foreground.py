@@ -1,38 +1,30 @@
 """Background threads step aside while kube-scheduler waits for a verb.
 
-Why: filter and prioritize run inside kube-scheduler's serial scheduling cycle, and the extender's own watch
+Why: filter and prioritize run inside kube-scheduler's serial scheduling cycle (pkg/scheduler/schedule_one.go
+findNodesThatPassExtenders and prioritizeNodes wait for the extender's answer), and the extender's own watch
 threads and view keeper share one interpreter lock with them. During a burst each pod's binding brings about a
 dozen watch events (its claim allocated and reserved, the pod bound, their status writes), and they arrive
 while the next pod's filter runs: a watch thread woken by its socket takes the interpreter whenever the verb's
 thread makes a system call (reading the request, writing the headers, then the body) and keeps it for a whole
-event. Measured with kube-scheduler's own scheduling_algorithm_duration_seconds (bench/e2e_bench.py, 200
-nodes, 400-pod bursts): the extender added 2.80 and 3.63 ms to each pod's cycle in two runs with the background
-threads running freely, 1.68, 2.20 and 1.20 ms in three runs with them holding off (the last with the
-response's writes covered too, as here). (At 1000 nodes kube-scheduler's own
-CPU per pod varied between runs by more than this saves; those runs told nothing either way.)
+event.
 
 What it does: a verb marks itself running (`begin` / `end`, around the work kube-scheduler waits for); the
 background threads call `step_aside` before each unit of their work (a watch event, a catch-up of the quota
-view) and wait, without the interpreter lock, until no verb runs. Never for long: once verbs have been running
-without a gap for `max_hold_seconds` (concurrent callers that overlap, or one very slow verb), background work
-proceeds anyway, so the cluster view cannot fall behind without bound. The events wait in the socket meanwhile;
-nothing is lost or reordered, only applied a few milliseconds later (the API server stays the source of truth,
-the verbs bring the view up to date themselves under the reservation lock as before).
+view; state/pacing.py declares the call, `foreground_for` installs this pacing on the store) and wait, without
+the interpreter lock, until no verb runs. Never for long: once verbs have been running without a gap for
+`max_hold_seconds` (concurrent callers that overlap, or one very slow verb), background work proceeds anyway,
+so the cluster view cannot fall behind without bound. The events wait in the socket meanwhile; nothing is lost
+or reordered, only applied a few milliseconds later (the API server stays the source of truth, the verbs bring
+the view up to date themselves under the reservation lock).
 
-A request waiting to be read counts too (issue 14). The interpreter lock is handed over on request only: a thread
-woken by its socket waits up to the switch interval (5 ms) unless the holder blocks, so a verb's request that
-arrives while a watch thread works through buffered events waits for them before a line of ours runs, and the
-verb's mark above came too late to help. So the server tells which sockets a verb's next request may arrive on
+A request waiting to be read counts too. The interpreter lock is handed over on request only: a thread woken by
+its socket waits up to the switch interval (5 ms) unless the holder blocks, so a verb's request that arrives
+while a watch thread works through buffered events waits for them before a line of ours runs, and the verb's
+mark above comes too late to help. So the server tells which sockets a verb's next request may arrive on
 (`expect_requests`: the kept-alive connection a pool thread lingers on, transport/server.py), and `step_aside`
-also waits, without the interpreter lock, when one of them has bytes waiting (one epoll_wait of no timeout), until
-the thread that will serve it has marked the verb running (`begin`, first thing after it wakes), or
-ARRIVAL_WAIT_SECONDS at most. Measured with each request's kernel receive timestamp (SO_TIMESTAMPNS) against
-when the server's recv returned, in one bench/e2e_bench.py run at 200 nodes with rounds alternating without and
-with this: 1.23 and 1.14 ms without, 0.93 and 1.03 ms with, of which the verb's thread waited for a core (its
-schedstat run delay) 0.49/0.50 and 0.33/0.39 ms; from arrival to the answer written 4.52/4.24 ms without,
-3.57/3.65 ms with. A null extender with one thread working in 100 us units 40% of the time, driven by a Go
-client: 2.36 and 2.42 ms per filter+prioritize pair at 200 nodes without, 1.51 and 1.53 ms with (1.06-1.21 ms
-with no background thread).
+also waits, without the interpreter lock, when one of them has bytes waiting (one epoll_wait of no timeout),
+until the thread that will serve it has marked the verb running (`begin`, first thing after it wakes), or
+ARRIVAL_WAIT_SECONDS at most.
 """
 
 from __future__ import annotations
@@ -43,7 +35,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-# A verb at 1000 nodes takes 1-3 ms; 10,000 nodes stay well under this. Past it, watch events are not held.
+from extender.state.store import ClusterStore
+
+# Longer than one verb takes even on a large cluster: past it, watch events are not held.
 MAX_HOLD_SECONDS = 0.05
 # How long a background thread waits for the thread that will serve a waiting request to mark itself running:
 # the switch interval, the longest the request would otherwise wait for the interpreter.
@@ -105,7 +99,7 @@ class ForegroundWork:
                 probe = self._probe
         try:
             probe.register(fd, select.EPOLLIN)
-        except OSError:  # not a socket epoll can watch: the request is served as before
+        except OSError:  # not a socket epoll can watch: the request is served without the announcement
             yield
             return
         with self._idle:
@@ -163,8 +157,8 @@ class ForegroundWork:
 
 class RunningMark:
     """One verb marked running (`ForegroundWork.mark`) until `end`, which ends it once however often it is called:
-    the server's wake-up mark (transport/server.py) and a verb's written answer (transport/app.py) each end theirs
-    from more than one path (answered, failed, closed)."""
+    the server's wake-up mark (transport/server.py) and a verb's written answer (transport/verb_fast_path.py)
+    each end theirs from more than one path (answered, failed, closed)."""
 
     __slots__ = ("_work",)
 
@@ -176,3 +170,15 @@ class RunningMark:
         work, self._work = self._work, None
         if work is not None:
             work.end()
+
+
+def foreground_for(store: ClusterStore) -> ForegroundWork:
+    """The ForegroundWork the store's background threads step aside for: the one installed already (every app
+    built around one service shares it, as do the server's direct path and the metrics), else a new one,
+    installed as the store's pacing (state/pacing.py)."""
+    pacing = store.pacing
+    if isinstance(pacing, ForegroundWork):
+        return pacing
+    work = ForegroundWork()
+    store.pacing = work
+    return work

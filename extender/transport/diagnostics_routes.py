@@ -1,0 +1,80 @@
+"""The `diagnostics` blueprint: what people read about the extender's decisions (a pod's last decision, a what-if
+explain, a node's devices, the queues), as JSON. The reports themselves are built in transport/diagnostics.py."""
+
+from __future__ import annotations
+
+import threading
+
+from flask import Blueprint, Response, current_app, request
+
+from extender.service import SchedulingService
+from extender.service.config import DiagnosticsSection
+from extender.state.core import parse_pod
+from extender.state.errors import ObjectError
+from extender.transport.diagnostics import decision_json, node_json, queues_json
+from extender.transport.request_io import current_service, error_response, json_response, request_body
+from extender.transport.wire import WireError
+
+diagnostics = Blueprint("diagnostics", __name__)
+
+
+@diagnostics.get("/diagnostics/pods/<namespace>/<name>")
+def pod_diagnostics(namespace: str, name: str) -> Response:
+    record = current_service().last_decision(namespace, name)
+    if record is None:
+        return error_response(f"no decision recorded for pod {namespace}/{name}", 404)
+    return json_response(decision_json(record.ranking, record))
+
+
+@diagnostics.post("/diagnostics/explain")
+def explain() -> Response:
+    """A what-if decision: bounded in body size, YAML size, nodes, time and concurrency (it runs the full
+    search over every node asked about, on the threads kube-scheduler's verbs use)."""
+    service = current_service()
+    settings = service.config.diagnostics
+    gate: threading.BoundedSemaphore = current_app.extensions["dra_explain_gate"]
+    if not gate.acquire(blocking=False):
+        return error_response(
+            f"too many explain requests in progress (at most {settings.explain.concurrency}); retry", 429
+        )
+    try:
+        return _explain_posted_pod(service, settings)
+    finally:
+        gate.release()
+
+
+def _explain_posted_pod(service: SchedulingService, settings: DiagnosticsSection) -> Response:
+    body = request_body(yaml_allowed=True, max_bytes=settings.max_body_bytes, yaml_max_bytes=settings.yaml_max_bytes)
+    if not isinstance(body, dict):
+        raise WireError("request body must be a Pod object")
+    if body.get("kind") not in (None, "Pod"):
+        raise WireError(f"request body must be a Pod, got kind {body.get('kind')!r}")
+    try:
+        pod = parse_pod(body)
+    except ObjectError as error:
+        raise WireError(f"Pod: {error.describe()}") from None
+    nodes = request.args.getlist("node") or None
+    limit = settings.explain.max_nodes
+    if nodes is not None and len(nodes) > limit:
+        raise WireError(f"{len(nodes)} nodes asked about; the limit is {limit} (diagnostics.explain.maxNodes)")
+    if nodes is None and len(cluster_nodes := service.snapshot().nodes) > limit:
+        raise WireError(
+            f"the cluster has {len(cluster_nodes)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
+            "name the nodes to explain with ?node=NAME (repeatable)"
+        )
+    return json_response(decision_json(service.explain(pod, nodes)))
+
+
+@diagnostics.get("/diagnostics/nodes/<name>")
+def node_diagnostics(name: str) -> Response:
+    report = node_json(current_service().snapshot(), name)
+    if report is None:
+        return error_response(f"node {name} is not known to the extender", 404)
+    return json_response(report)
+
+
+@diagnostics.get("/diagnostics/queues")
+def queue_diagnostics() -> Response:
+    service = current_service()
+    view = service.quota_view()
+    return json_response(queues_json(view, service.unplaced_workloads(view.snapshot)))
