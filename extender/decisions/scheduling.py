@@ -29,16 +29,11 @@ from extender.decisions.devices.feasibility import device_outcomes, unknown_node
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.charges import UNMAPPED_IGNORE
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.decision import (
-    NOT_GOVERNED,
-    UNMAPPED_IGNORE,
-    NodeQuota,
-    QuotaDecision,
-    QuotaRejection,
-    decide_quota,
-)
+from extender.decisions.quota.decision import decide_quota
 from extender.decisions.quota.tree import QuotaLedger
+from extender.decisions.quota.verdicts import NOT_GOVERNED, NodeQuota, QuotaDecision, QuotaRejection
 from extender.decisions.scoring import (
     STRATEGIES,
     STRATEGY_ANNOTATION,

@@ -15,7 +15,7 @@ from functools import partial
 from typing import NamedTuple
 
 from extender.decisions.devices.allocator import Allocation
-from extender.decisions.quota.decision import NodeQuota
+from extender.decisions.quota.verdicts import NodeQuota
 
 MAX_SCORE = 10
 STRATEGY_MOST = "MostAllocated"
