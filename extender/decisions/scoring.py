@@ -99,19 +99,8 @@ def node_parts(
     return _device_fit(allocation, driver_usage, strategy), _first_available(allocation)
 
 
-def score_node(
-    allocation: Allocation,
-    driver_usage: Mapping[str, tuple[int, int]],
-    headroom: float,
-    strategy: str,
-    weights: ScoringWeights,
-) -> ScoreBreakdown:
-    """`driver_usage`: driver -> (devices on the node, devices in use); `headroom` from `quota_headroom`."""
-    fit, first = node_parts(allocation, driver_usage, strategy)
-    return combine(fit, first, headroom, strategy, weights)
-
-
 def combine(fit: float, first: float, headroom: float, strategy: str, weights: ScoringWeights) -> ScoreBreakdown:
+    """The 0..10 total of the weighted parts (`headroom` from `quota_headroom`)."""
     weight_sum = weights.device_fit + weights.first_available + weights.quota_headroom
     if weight_sum <= 0:
         total = 0

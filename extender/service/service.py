@@ -21,6 +21,7 @@ from functools import partial
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.extended_resources import is_dra_backed
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota.workload_holds import (
@@ -30,7 +31,8 @@ from extender.decisions.quota.workload_holds import (
     own_workload,
     remaining_hold,
 )
-from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
+from extender.decisions.ranking import Ranking, score_nodes
+from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap

@@ -25,7 +25,8 @@ from flask import Blueprint, Flask, Response, current_app, g, request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from extender.decisions.scheduling import PodDecision, Ranking
+from extender.decisions.pod_decision import PodDecision
+from extender.decisions.ranking import Ranking
 from extender.service import BindError, NotSyncedError, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
