@@ -31,7 +31,7 @@ from extender.decisions.pod_decision import (
 from extender.decisions.quota.charges import UNMAPPED_IGNORE
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.decision import decide_quota
-from extender.decisions.quota.tree import QuotaLedger
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.verdicts import QuotaDecision
 from extender.decisions.scoring import STRATEGIES, STRATEGY_ANNOTATION, STRATEGY_MOST, ScoringWeights
 from extender.state.core import Pod

@@ -24,6 +24,7 @@ from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.workload_holds import (
     admitted_quota,
     governed_resources,
@@ -334,7 +335,7 @@ class SchedulingService:
             usage=usage,
             reserved=reserved,
             held=self.reservations.by_pod(),
-            ledger=context.tree.ledger(charged),
+            ledger=QuotaLedger.from_usage(context.tree, charged),
             charged=charged,
             at=self.reservations.now(),
             admitted_holds=admitted_holds,

@@ -35,6 +35,7 @@ from extender.decisions.quota.charges import (
     node_charges,
 )
 from extender.decisions.quota.context import QuotaContext
+from extender.decisions.quota.fit import Fit, worst_fit
 from extender.decisions.quota.flavor_walk import (
     FitMemo,
     FlavorAssignmentMode,
@@ -43,7 +44,7 @@ from extender.decisions.quota.flavor_walk import (
     fits_in,
     walk_group,
 )
-from extender.decisions.quota.tree import Fit, QuotaLedger, worst_fit
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.verdicts import (
     CATEGORY_FLAVOR,
     CATEGORY_QUEUE,

@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 from extender.decisions.quota.charges import Charge
 from extender.decisions.quota.context import QuotaContext, untolerated_taint
-from extender.decisions.quota.tree import Fit, FitOutcome, QuotaLedger
+from extender.decisions.quota.fit import Fit, FitOutcome
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.state.core import Toleration
 from extender.state.kueue import (
     ClusterQueue,

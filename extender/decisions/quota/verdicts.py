@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from extender.decisions.quota.tree import Fit, FitOutcome
+from extender.decisions.quota.fit import Fit, FitOutcome
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
 
