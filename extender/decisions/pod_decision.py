@@ -118,10 +118,10 @@ NO_FAILURES = NodeFailures({})
 class NodeVerdicts(Mapping[str, NodeVerdict]):
     """A pod's verdict per candidate node, in the order asked, with the passing nodes' verdicts built only when
     someone reads them. kube-scheduler's answers need the failed nodes (kept built, in `failures`) and the
-    names of the others; building a verdict for each passing node of each pod (hundreds to thousands per pod)
-    was a third of a burst's decision time, for diagnostics that read a few. A passing verdict is made from
-    what the decision holds anyway: the node's allocation and its NodeQuota (neither, for a pod with nothing
-    for us to decide: such a pod costs no Python work per node)."""
+    names of the others; a verdict for each passing node of each pod (hundreds to thousands per pod) would be
+    built for diagnostics that read a few. A passing verdict is made from what the decision holds anyway: the
+    node's allocation and its NodeQuota (neither, for a pod with nothing for us to decide: such a pod costs no
+    Python work per node)."""
 
     __slots__ = ("_order", "allocations", "asked", "failures", "per_node")
 
@@ -168,6 +168,8 @@ class NodeVerdicts(Mapping[str, NodeVerdict]):
 
 @dataclass(frozen=True)
 class PodDecision:
+    """What decide_pod found for one pod: the verdict per node, quota's decision and the reservation to hold."""
+
     pod_key: str
     pod_uid: str
     snapshot_version: int

@@ -1,9 +1,11 @@
-"""Ranking the nodes that passed: integer scores 0..10 with the parts that made them.
+"""One node's score for a pod that passed there: an integer 0..10 with the parts that made it.
 
 Three signals: device fit (MostAllocated packs devices so whole nodes stay free for large pods;
-LeastAllocated spreads), the firstAvailable choice (an earlier subrequest is preferred, as the in-tree plugin
-does) and quota headroom (prefer flavors where the queue keeps room). kube-scheduler multiplies our score by
-the extender weight and adds it to its own, so the score must stay inside 0..10.
+LeastAllocated spreads, as kube-scheduler's NodeResourcesFit scoring strategies of those names do for cpu and
+memory), the firstAvailable choice (an earlier subrequest is preferred, as the DynamicResources plugin's
+allocator does) and quota headroom (prefer flavors where the queue keeps room). kube-scheduler multiplies an
+extender's score by its weight and adds it to its own, so the score stays inside 0..MaxExtenderPriority (10,
+k8s.io/kube-scheduler/extender/v1). Ranking the nodes of a decision is ranking.py.
 """
 
 from __future__ import annotations

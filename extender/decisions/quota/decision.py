@@ -386,11 +386,11 @@ def _split_by_flavors(
             nodes_by_flavor_set = ((only_flavor_set, bucket_nodes),)
         else:
             remaining = set(bucket_nodes)
-            nodes_by_flavor_set = ((held, list(remaining & members)) for held, members in partition.items())
-        for flavor_set, held_nodes in nodes_by_flavor_set:
-            if not held_nodes:
+            nodes_by_flavor_set = ((flavors, list(remaining & members)) for flavors, members in partition.items())
+        for flavor_set, nodes_held in nodes_by_flavor_set:
+            if not nodes_held:
                 continue
-            split.append(_Bucket(charge, (*flavor_sets, flavor_set), held_nodes))
+            split.append(_Bucket(charge, (*flavor_sets, flavor_set), nodes_held))
             if (flavor_set, group_charge) not in seen:
                 seen.add((flavor_set, group_charge))
                 candidates.append((flavor_set, group_charge))
