@@ -37,8 +37,8 @@ FlavorSet = tuple[str, ...]
 
 class FlavorAssignmentMode(IntEnum):
     """Kueue's FlavorAssignmentMode (its preemptionMode inside the assigner), ordered from lowest to highest
-    preference. The values leave room between members for the modes of Kueue the extender never reaches
-    (noPreemptionCandidates, reclaim)."""
+    preference. Only the order counts; the gaps stand for Kueue's modes between these that need a preemption
+    simulation (reclaim within the cohort), which the extender does not run."""
 
     NO_FIT = 0
     """NoFit: not enough quota to assign this flavor, now or by preemption."""
