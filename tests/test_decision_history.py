@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 import weakref
 
-from extender.decisions.scheduling import NO_FAILURES, NodeVerdicts, PodDecision, Ranking
+from extender.decisions.pod_decision import NO_FAILURES, NodeVerdicts, PodDecision
+from extender.decisions.ranking import Ranking
 from extender.service.history import EVICTED_KEPT, DecisionHistory
 
 

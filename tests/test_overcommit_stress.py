@@ -36,11 +36,13 @@ from typing import Any
 import pytest
 
 from extender.decisions.quota.attribution import pod_usage
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.service.history import DecisionHistory
 from extender.service.quota_view import add_amounts
 from extender.state.core import parse_pod
 from extender.state.indexes.usage import UsageIndex
 from testkit import builders as b
+from tests.support.quota import cluster_queue_names, cohort_available, cohort_names, cohort_quota
 from tests.support.scenarios import (
     RESOURCE,
     cluster_queue,
@@ -358,8 +360,8 @@ class Cluster:
         if incremental != fresh:
             problems.append(f"incremental usage {incremental} != recomputed {fresh}")
         tree = context.tree
-        ledger = tree.ledger(total)
-        for cq in sorted(tree.cluster_queue_names):
+        ledger = QuotaLedger.from_usage(tree, total)
+        for cq in sorted(cluster_queue_names(tree)):
             for flavor_name in FLAVORS:
                 used = ledger.usage(cq, flavor_name, RESOURCE)
                 quota = tree.quota(cq, flavor_name, RESOURCE)
@@ -371,20 +373,24 @@ class Cluster:
                     if used > limit:
                         problems.append(f"{cq}/{flavor_name}: usage {used} > nominal+borrowingLimit {limit}")
         roots: dict[str, list[str]] = {}
-        for cq in tree.cluster_queue_names:
+        for cq in cluster_queue_names(tree):
             path = tree.cohort_path(cq)
             if path:
                 roots.setdefault(path[-1], []).append(cq)
         for flavor_name in FLAVORS:
-            for name in sorted(tree.cohort_names):
-                available = ledger.cohort_available(name, flavor_name, RESOURCE)
+            for name in sorted(cohort_names(tree)):
+                available = cohort_available(tree, ledger, name, flavor_name, RESOURCE)
                 if available < 0:
                     problems.append(f"cohort {name}/{flavor_name}: available {available} < 0")
             for root, queues in roots.items():
                 raw = sum((total.get((cq, flavor_name, RESOURCE), Fraction(0)) for cq in queues), Fraction(0))
                 quota_in_tree = sum((tree.nominal(cq, flavor_name, RESOURCE) for cq in queues), Fraction(0))
                 quota_in_tree += sum(
-                    (q.nominal_quota for c in tree.cohort_names if (q := tree.cohort_quota(c, flavor_name, RESOURCE))),
+                    (
+                        q.nominal_quota
+                        for c in cohort_names(tree)
+                        if (q := cohort_quota(tree, c, flavor_name, RESOURCE))
+                    ),
                     Fraction(0),
                 )
                 if raw > quota_in_tree:

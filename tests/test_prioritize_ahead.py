@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.decisions.scheduling import Ranking
+from extender.decisions.ranking import Ranking
 from extender.service import SchedulingService
 from extender.transport.app import create_app
 from extender.transport.verb_answers import answer_filter, answer_prioritize

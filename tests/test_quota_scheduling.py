@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from extender.decisions.scheduling import score_nodes
+from extender.decisions.ranking import score_nodes
 from extender.state.core import parse_pod
 from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
@@ -498,7 +498,7 @@ def test_without_any_mappings_a_class_is_charged_to_a_covered_resource_of_its_na
 
 def test_verdicts_read_as_a_mapping_in_the_order_asked():
     """decide_pod builds only the failed nodes' verdicts; the passing ones are made when read
-    (scheduling.NodeVerdicts). Read any way, they must be the decision a look at each node gives: every node
+    (pod_decision.NodeVerdicts). Read any way, they must be the decision a look at each node gives: every node
     once in the order asked, the passing ones with their allocation and their NodeQuota, the failing ones the
     verdicts the answers use (quota's refusals of a bucket of nodes made from one template, with each node's
     own allocation and NodeQuota); and a pod refused everywhere (its queue is gone) fails every node."""

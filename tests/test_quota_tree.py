@@ -4,10 +4,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.decisions.quota.tree import Fit, FitOutcome, QuotaTree, worst_fit
+from extender.decisions.quota.fit import Fit, FitOutcome, worst_fit
+from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.tree import QuotaTree
 from extender.state.kueue.cluster_queue import ClusterQueue, StopPolicy
 from extender.state.kueue.cohort import Cohort
 from extender.state.kueue.quotas import FlavorQuotas, ResourceGroup, ResourceQuota
+from tests.support.quota import (
+    cluster_queue_usage,
+    cohort_available,
+    cohort_local_quota,
+    cohort_names,
+    cohort_quota,
+    cohort_subtree_quota,
+    cohort_usage,
+    cyclic_cohorts,
+    fits_all,
+    implicit_cohorts,
+    with_usage_delta,
+)
 
 F = "a100"  # flavor used by most cases
 R = "gpu"  # resource used by most cases
@@ -149,7 +164,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_available_and_potential(case):
     queues, cohorts, used, expected = case
-    ledger = QuotaTree(queues, cohorts).ledger(used)
+    ledger = QuotaLedger.from_usage(QuotaTree(queues, cohorts), used)
     for queue, (available, potential) in expected.items():
         assert ledger.available(queue, F, R) == available, queue
         assert ledger.potential_available(queue, F, R) == potential, queue
@@ -159,17 +174,17 @@ def test_hierarchical_internals():
     # Same tree as "hierarchical-with-cohort-quota"; see the computation there.
     queues, cohorts, used, _ = CASES["hierarchical-with-cohort-quota"]
     tree = QuotaTree(queues, cohorts)
-    ledger = tree.ledger(used)
-    assert tree.cohort_subtree_quota("team", F, R) == 10
-    assert tree.cohort_local_quota("team", F, R) == 5
-    assert tree.cohort_subtree_quota("org", F, R) == 11
-    assert ledger.cohort_usage("team", F, R) == 7
-    assert ledger.cohort_usage("org", F, R) == 3
-    assert ledger.cohort_available("org", F, R) == 8
-    assert ledger.cohort_available("team", F, R) == 8
+    ledger = QuotaLedger.from_usage(tree, used)
+    assert cohort_subtree_quota(tree, "team", F, R) == 10
+    assert cohort_local_quota(tree, "team", F, R) == 5
+    assert cohort_subtree_quota(tree, "org", F, R) == 11
+    assert cohort_usage(tree, ledger, "team", F, R) == 7
+    assert cohort_usage(tree, ledger, "org", F, R) == 3
+    assert cohort_available(tree, ledger, "org", F, R) == 8
+    assert cohort_available(tree, ledger, "team", F, R) == 8
     assert tree.cohort_path("A") == ("team", "org")
     assert tree.parent_cohort("C") == "org"
-    assert tree.implicit_cohorts == frozenset()
+    assert implicit_cohorts(tree) == frozenset()
 
 
 # --- fits ---------------------------------------------------------------------------------------------------
@@ -190,7 +205,7 @@ def test_hierarchical_internals():
 )
 def test_fits_outcomes(request_, outcome, borrowing):
     queues, cohorts, used, _ = CASES["borrowing-limit"]
-    fit = QuotaTree(queues, cohorts).ledger(used).fits("A", F, R, request_)
+    fit = QuotaLedger.from_usage(QuotaTree(queues, cohorts), used).fits("A", F, R, request_)
     assert fit.outcome is outcome
     assert (fit.requested, fit.usage, fit.nominal, fit.available, fit.potential_available) == (
         request_,
@@ -213,14 +228,14 @@ def test_fits_outcomes(request_, outcome, borrowing):
 
 def test_fits_without_cohort_never_borrows():
     # No cohort: available = 8 - 3 = 5, potential 8.
-    ledger = QuotaTree([cq("A", None, 8)]).ledger(usage(A=3))
+    ledger = QuotaLedger.from_usage(QuotaTree([cq("A", None, 8)]), usage(A=3))
     assert ledger.fits("A", F, R, 5).outcome is FitOutcome.FITS
     assert ledger.fits("A", F, R, 6).outcome is FitOutcome.NEEDS_PREEMPTION
     assert ledger.fits("A", F, R, 9).outcome is FitOutcome.NEVER_FITS
 
 
 def test_not_covered():
-    ledger = QuotaTree([cq("A", None, quotas={F: (8,), "h100": (2,)})]).ledger()
+    ledger = QuotaLedger.from_usage(QuotaTree([cq("A", None, quotas={F: (8,), "h100": (2,)})]))
     fit = ledger.fits("A", "t4", R, 1)
     assert fit.outcome is FitOutcome.NOT_COVERED
     assert "not covered" in fit.reason
@@ -232,7 +247,7 @@ def test_not_covered():
 def test_stopped_queue_is_inactive_but_still_lends():
     # A is held; its nominal 4 still sits in cohort c: available(B) = 0 + (4 + 0 - 0) = 4.
     tree = QuotaTree([cq("A", "c", 4, stop=StopPolicy.HOLD), cq("B", "c", 0)])
-    ledger = tree.ledger()
+    ledger = QuotaLedger.from_usage(tree)
     assert ledger.fits("A", F, R, 1).outcome is FitOutcome.INACTIVE
     assert "stopPolicy Hold" in ledger.fits("A", F, R, 1).reason
     assert ledger.fits("B", F, R, 4).outcome is FitOutcome.FITS_BY_BORROWING
@@ -241,21 +256,21 @@ def test_stopped_queue_is_inactive_but_still_lends():
 
 def test_unknown_queue():
     tree = QuotaTree([cq("A", None, 1)])
-    fit = tree.ledger().fits("nope", F, R, 1)
+    fit = QuotaLedger.from_usage(tree).fits("nope", F, R, 1)
     assert fit.outcome is FitOutcome.INACTIVE
     assert "not found" in fit.reason
     with pytest.raises(KeyError):
-        tree.ledger().available("nope", F, R)
+        QuotaLedger.from_usage(tree).available("nope", F, R)
 
 
 def test_implicit_cohort_has_no_quota_of_its_own():
     # Cohorts "ghost" (named by A) and "ghost-parent" (named by Cohort mid) have no objects.
     tree = QuotaTree([cq("A", "ghost", 3), cq("B", "mid", 1)], [cohort("mid", "ghost-parent")])
-    assert tree.implicit_cohorts == {"ghost", "ghost-parent"}
-    assert tree.cohort_subtree_quota("ghost", F, R) == 3
-    assert tree.cohort_quota("ghost", F, R) is None
-    assert tree.cohort_subtree_quota("ghost-parent", F, R) == 1
-    assert tree.ledger().available("B", F, R) == 1
+    assert implicit_cohorts(tree) == {"ghost", "ghost-parent"}
+    assert cohort_subtree_quota(tree, "ghost", F, R) == 3
+    assert cohort_quota(tree, "ghost", F, R) is None
+    assert cohort_subtree_quota(tree, "ghost-parent", F, R) == 1
+    assert QuotaLedger.from_usage(tree).available("B", F, R) == 1
 
 
 def test_cohort_cycles_make_queues_inactive_without_hanging():
@@ -264,8 +279,8 @@ def test_cohort_cycles_make_queues_inactive_without_hanging():
         [cq("A", "x", 2), cq("B", "z", 2), cq("S", "s", 2), cq("OK", "root", 2)],
         [cohort("x", "y"), cohort("y", "x"), cohort("z", "x"), cohort("s", "s"), cohort("root")],
     )
-    assert tree.cyclic_cohorts == {"x", "y", "z", "s"}
-    ledger = tree.ledger(usage(A=1, B=1, OK=1))
+    assert cyclic_cohorts(tree) == {"x", "y", "z", "s"}
+    ledger = QuotaLedger.from_usage(tree, usage(A=1, B=1, OK=1))
     for queue in ("A", "B", "S"):
         fit = ledger.fits(queue, F, R, 1)
         assert fit.outcome is FitOutcome.INACTIVE
@@ -280,8 +295,8 @@ def test_usage_outside_quota_still_charges_the_cohort():
     # A has no quota for a100 any more but still runs 3 there; Kueue charges it all to cohort c.
     # subtree(c) = 0 (A) + 5 (B) = 5; usage(c) = 3 -> available(B) = 0 + 2 = 2.
     tree = QuotaTree([cq("A", "c", quotas={"h100": (1,)}), cq("B", "c", 5)])
-    ledger = tree.ledger(usage(A=3))
-    assert ledger.cohort_usage("c", F, R) == 3
+    ledger = QuotaLedger.from_usage(tree, usage(A=3))
+    assert cohort_usage(tree, ledger, "c", F, R) == 3
     assert ledger.available("B", F, R) == 2
     assert ledger.fits("A", F, R, 1).outcome is FitOutcome.NOT_COVERED
 
@@ -296,8 +311,8 @@ def test_fits_all_and_worst_fit():
             ),
         ),
     )
-    ledger = QuotaTree([queue]).ledger({("A", F, "cpu"): Fraction(3)})
-    fits = ledger.fits_all("A", F, {"cpu": Fraction(1, 2), R: 3})
+    ledger = QuotaLedger.from_usage(QuotaTree([queue]), {("A", F, "cpu"): Fraction(3)})
+    fits = fits_all(ledger, "A", F, {"cpu": Fraction(1, 2), R: 3})
     assert [fit.outcome for fit in fits] == [FitOutcome.FITS, FitOutcome.NEVER_FITS]
     assert worst_fit(fits) is fits[1]
     assert worst_fit([]) is None
@@ -317,47 +332,48 @@ def test_fit_defaults():
 def test_delta_matches_rebuild_and_is_persistent():
     queues, cohorts, used, _ = CASES["hierarchical-with-cohort-quota"]
     tree = QuotaTree(queues, cohorts)
-    before = tree.ledger(used)
-    after = before.with_usage_delta("B", F, R, 3)
-    rebuilt = tree.ledger({**used, ("B", F, R): Fraction(3)})
+    before = QuotaLedger.from_usage(tree, used)
+    after = with_usage_delta(before, "B", F, R, 3)
+    rebuilt = QuotaLedger.from_usage(tree, {**used, ("B", F, R): Fraction(3)})
     for queue in ("A", "B", "C"):
         assert after.available(queue, F, R) == rebuilt.available(queue, F, R)
         assert after.usage(queue, F, R) == rebuilt.usage(queue, F, R)
     for name in ("team", "org"):
-        assert after.cohort_usage(name, F, R) == rebuilt.cohort_usage(name, F, R)
+        assert cohort_usage(tree, after, name, F, R) == cohort_usage(tree, rebuilt, name, F, R)
     assert before.usage("B", F, R) == 0  # the original is untouched
-    assert after.cluster_queue_usage() == rebuilt.cluster_queue_usage()
-    released = after.with_usage_delta("B", F, R, -3).with_usage_delta("A", F, R, -7)
-    assert released.cohort_usage("org", F, R) == 1
-    assert before.with_usage_delta("A", F, R, 0) is before
+    assert cluster_queue_usage(tree, after) == cluster_queue_usage(tree, rebuilt)
+    released = with_usage_delta(with_usage_delta(after, "B", F, R, -3), "A", F, R, -7)
+    assert cohort_usage(tree, released, "org", F, R) == 1
+    assert with_usage_delta(before, "A", F, R, 0) is before
 
 
 def test_delta_refuses_negative_usage_and_unknown_queue():
-    ledger = QuotaTree([cq("A", None, 2)]).ledger(usage(A=1))
+    ledger = QuotaLedger.from_usage(QuotaTree([cq("A", None, 2)]), usage(A=1))
     with pytest.raises(ValueError, match="negative"):
-        ledger.with_usage_delta("A", F, R, -2)
+        with_usage_delta(ledger, "A", F, R, -2)
     with pytest.raises(KeyError):
-        ledger.with_usage_delta("B", F, R, 1)
+        with_usage_delta(ledger, "B", F, R, 1)
     with pytest.raises(ValueError, match="negative usage"):
-        QuotaTree([cq("A", None, 2)]).ledger(usage(A=-1))
+        QuotaLedger.from_usage(QuotaTree([cq("A", None, 2)]), usage(A=-1))
 
 
 def test_ledger_ignores_unknown_queues():
-    assert QuotaTree([cq("A", None, 2)]).ledger(usage(A=1, gone=5)).cluster_queue_usage() == usage(A=1)
+    tree = QuotaTree([cq("A", None, 2)])
+    assert cluster_queue_usage(tree, QuotaLedger.from_usage(tree, usage(A=1, gone=5))) == usage(A=1)
 
 
 def test_many_deltas_compact_and_stay_exact():
     queues = [cq(f"q{i}", "c", 3) for i in range(10)]
     tree = QuotaTree(queues)
-    ledger = tree.ledger()
+    ledger = QuotaLedger.from_usage(tree)
     total = {}
     for step in range(300):
         queue = f"q{step % 10}"
         delta = Fraction(1, 3) if step % 4 else Fraction(-1, 3) if total.get(queue) else Fraction(1, 7)
-        ledger = ledger.with_usage_delta(queue, F, R, delta)
+        ledger = with_usage_delta(ledger, queue, F, R, delta)
         total[queue] = total.get(queue, 0) + delta
-    rebuilt = tree.ledger({(queue, F, R): amount for queue, amount in total.items()})
-    assert ledger.cohort_usage("c", F, R) == rebuilt.cohort_usage("c", F, R) == sum(total.values())
+    rebuilt = QuotaLedger.from_usage(tree, {(queue, F, R): amount for queue, amount in total.items()})
+    assert cohort_usage(tree, ledger, "c", F, R) == cohort_usage(tree, rebuilt, "c", F, R) == sum(total.values())
     assert ledger.available("q0", F, R) == rebuilt.available("q0", F, R)
 
 
@@ -484,16 +500,17 @@ def test_matches_reference_transliteration(forest, data):
         if data.draw(st.booleans())
     }
     reference = Reference(queues, cohorts, used)
-    ledger = QuotaTree(queues, cohorts).ledger(used)
+    tree = QuotaTree(queues, cohorts)
+    ledger = QuotaLedger.from_usage(tree, used)
     for queue in queues:
         node = ("cq", queue.name)
         assert ledger.available(queue.name, F, R) == max(Fraction(0), reference.available(node))
         assert ledger.potential_available(queue.name, F, R) == reference.potential(node)
     for name in reference.cohorts:
         node = ("cohort", name)
-        assert ledger.cohort_usage(name, F, R) == reference.usage(node)
-        assert ledger.tree.cohort_subtree_quota(name, F, R) == reference.subtree(node)
-        assert ledger.cohort_available(name, F, R) == reference.available(node)
+        assert cohort_usage(tree, ledger, name, F, R) == reference.usage(node)
+        assert cohort_subtree_quota(tree, name, F, R) == reference.subtree(node)
+        assert cohort_available(tree, ledger, name, F, R) == reference.available(node)
 
 
 def _root_of(tree, queue):
@@ -519,14 +536,14 @@ def test_consuming_available_never_breaks_kueue_invariants(forest, steps):
     """
     queues, cohorts = forest
     tree = QuotaTree(queues, cohorts)
-    ledger = tree.ledger()
+    ledger = QuotaLedger.from_usage(tree)
     names = [q.name for q in queues]
     by_name = {q.name: q for q in queues}
 
     def nominal_total(queue_names, cohort_names):
         total = sum((tree.nominal(q, F, R) for q in queue_names), Fraction(0))
         for name in cohort_names:
-            own = tree.cohort_quota(name, F, R)
+            own = cohort_quota(tree, name, F, R)
             total += own.nominal_quota if own else 0
         return total
 
@@ -552,17 +569,17 @@ def test_consuming_available_never_breaks_kueue_invariants(forest, steps):
         else:
             amount = -ledger.usage(queue, F, R) * (-share) / 2
             amount = max(amount, -ledger.usage(queue, F, R))
-        ledger = ledger.with_usage_delta(queue, F, R, amount)
+        ledger = with_usage_delta(ledger, queue, F, R, amount)
 
         roots = {_root_of(tree, q) for q in names} - {None}
         for root in roots:
             queues_in, cohorts_in = descendants(root)
-            assert ledger.cohort_usage(root, F, R) <= tree.cohort_subtree_quota(root, F, R)
+            assert cohort_usage(tree, ledger, root, F, R) <= cohort_subtree_quota(tree, root, F, R)
             used = sum((ledger.usage(q, F, R) for q in queues_in), Fraction(0))
             assert used <= nominal_total(queues_in, cohorts_in)
             # lending limits of cohorts in this tree
             for name in cohorts_in:
-                own = tree.cohort_quota(name, F, R)
+                own = cohort_quota(tree, name, F, R)
                 if own is None or own.lending_limit is None:
                     continue
                 inside_queues, inside_cohorts = descendants(name)
@@ -585,5 +602,5 @@ def test_consuming_available_never_breaks_kueue_invariants(forest, steps):
                 assert others <= rest + quota.lending_limit
                 guaranteed = quota.nominal_quota - quota.lending_limit
                 assert used + ledger.available(name, F, R) >= guaranteed
-        for name in tree.cohort_names:  # no debt anywhere: consumption never over-admits
-            assert ledger.cohort_available(name, F, R) >= 0
+        for name in cohort_names(tree):  # no debt anywhere: consumption never over-admits
+            assert cohort_available(tree, ledger, name, F, R) >= 0

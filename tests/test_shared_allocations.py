@@ -162,7 +162,7 @@ def test_answers_built_from_the_failures_alone_equal_a_look_at_every_verdict():
 
 def test_remembered_score_parts_follow_the_nodes_allocations():
     """score_nodes remembers a node's device-fit part by the devices-taken tuple of the node's free-list entry
-    and by the allocation kept there (scheduling.py): once a node's allocations change, its score must be what
+    and by the allocation kept there (ranking.py): once a node's allocations change, its score must be what
     a fresh computation says, and under the packing strategy the fuller node must rank higher (a memo keyed by
     the node's name fails here)."""
     claims_and_pods = [own_claim_pod(index) for index in range(4)]

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from extender.decisions.scheduling import Ranking
+from extender.decisions.ranking import Ranking
 from extender.service.history import DecisionHistory
 from extender.state.core import parse_pod
 from extender.transport.app import create_app

@@ -1,9 +1,11 @@
-"""Ranking the nodes that passed: integer scores 0..10 with the parts that made them.
+"""One node's score for a pod that passed there: an integer 0..10 with the parts that made it.
 
 Three signals: device fit (MostAllocated packs devices so whole nodes stay free for large pods;
-LeastAllocated spreads), the firstAvailable choice (an earlier subrequest is preferred, as the in-tree plugin
-does) and quota headroom (prefer flavors where the queue keeps room). kube-scheduler multiplies our score by
-the extender weight and adds it to its own, so the score must stay inside 0..10.
+LeastAllocated spreads, as kube-scheduler's NodeResourcesFit scoring strategies of those names do for cpu and
+memory), the firstAvailable choice (an earlier subrequest is preferred, as the DynamicResources plugin's
+allocator does) and quota headroom (prefer flavors where the queue keeps room). kube-scheduler multiplies an
+extender's score by its weight and adds it to its own, so the score stays inside 0..MaxExtenderPriority (10,
+k8s.io/kube-scheduler/extender/v1). Ranking the nodes of a decision is ranking.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from functools import partial
 from typing import NamedTuple
 
 from extender.decisions.devices.allocator import Allocation
-from extender.decisions.quota.decision import NodeQuota
+from extender.decisions.quota.verdicts import NodeQuota
 
 MAX_SCORE = 10
 STRATEGY_MOST = "MostAllocated"
@@ -99,19 +101,8 @@ def node_parts(
     return _device_fit(allocation, driver_usage, strategy), _first_available(allocation)
 
 
-def score_node(
-    allocation: Allocation,
-    driver_usage: Mapping[str, tuple[int, int]],
-    headroom: float,
-    strategy: str,
-    weights: ScoringWeights,
-) -> ScoreBreakdown:
-    """`driver_usage`: driver -> (devices on the node, devices in use); `headroom` from `quota_headroom`."""
-    fit, first = node_parts(allocation, driver_usage, strategy)
-    return combine(fit, first, headroom, strategy, weights)
-
-
 def combine(fit: float, first: float, headroom: float, strategy: str, weights: ScoringWeights) -> ScoreBreakdown:
+    """The 0..10 total of the weighted parts (`headroom` from `quota_headroom`)."""
     weight_sum = weights.device_fit + weights.first_available + weights.quota_headroom
     if weight_sum <= 0:
         total = 0

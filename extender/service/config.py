@@ -25,8 +25,8 @@ from extender.decisions.devices.features import (
     UNIMPLEMENTED_ALPHA_GATES,
     Features,
 )
+from extender.decisions.quota.charges import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.quota.context import KueueConfigRef
-from extender.decisions.quota.decision import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.scheduling import DecisionOptions
 from extender.decisions.scoring import STRATEGIES, STRATEGY_MOST, ScoringWeights
 from extender.state.errors import ObjectError

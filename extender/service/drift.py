@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from extender.decisions.quota.decision import CATEGORY_FLAVOR
-from extender.decisions.scheduling import Ranking
+from extender.decisions.quota.verdicts import CATEGORY_FLAVOR
+from extender.decisions.ranking import Ranking
 from extender.state.core import Pod
 from extender.state.snapshot import ClusterSnapshot
 

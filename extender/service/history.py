@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from cachetools import Cache, LRUCache
 
-from extender.decisions.scheduling import PodDecision, Ranking
+from extender.decisions.pod_decision import PodDecision
+from extender.decisions.ranking import Ranking
 
 # kube-scheduler calls prioritize right after filter in the same cycle; an older filter answer is not reused.
 PRIORITIZE_REUSE_SECONDS = 10.0

@@ -29,7 +29,7 @@ from fractions import Fraction
 
 from extender.decisions.devices.allocator import CATEGORY_NO_DEVICES, CATEGORY_POOL, CATEGORY_TAKEN
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.decision import CATEGORY_QUOTA
+from extender.decisions.quota.verdicts import CATEGORY_QUOTA
 from extender.service.quota_view import QuotaView
 from extender.state.reservations import QuotaKey
 

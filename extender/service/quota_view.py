@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.tree import QuotaLedger
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.state.reservations import QuotaKey, Reservation
 from extender.state.snapshot import ClusterSnapshot
 

@@ -22,8 +22,10 @@ from operator import is_
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.extended_resources import is_dra_backed
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
+from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.workload_holds import (
     admitted_quota,
     governed_resources,
@@ -31,7 +33,8 @@ from extender.decisions.quota.workload_holds import (
     own_workload,
     remaining_hold,
 )
-from extender.decisions.scheduling import PodDecision, Ranking, decide_pod, score_nodes
+from extender.decisions.ranking import Ranking, score_nodes
+from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -351,7 +354,7 @@ class SchedulingService:
             usage=usage,
             reserved=reserved,
             reservations_by_pod=self.reservations.by_pod(),
-            ledger=context.tree.ledger(charged),
+            ledger=QuotaLedger.from_usage(context.tree, charged),
             charged=charged,
             at=self.reservations.now(),
             admitted_holds=admitted_holds,

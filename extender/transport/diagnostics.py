@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from extender.decisions.scheduling import NodeVerdict, PodDecision, Ranking
+from extender.decisions.pod_decision import NodeVerdict, PodDecision
+from extender.decisions.ranking import Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
 from extender.service.drift import UnplacedWorkload

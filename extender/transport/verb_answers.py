@@ -9,7 +9,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from extender.decisions.scheduling import PodDecision, Ranking
+from extender.decisions.pod_decision import PodDecision
+from extender.decisions.ranking import Ranking
 from extender.service import NotSyncedError, SchedulingService
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.wire import (

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from extender.decisions.scheduling import PodDecision, Ranking
+from extender.decisions.pod_decision import PodDecision
+from extender.decisions.ranking import Ranking
 from extender.decisions.scoring import MAX_SCORE, ScoreBreakdown
 from extender.state.core import Pod, parse_pod, pod_identity
 from extender.state.errors import ObjectError

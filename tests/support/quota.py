@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from fractions import Fraction
+
+from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.tree import FlavorResource, QuotaTree
 from extender.state.core import parse_pod
+from extender.state.kueue.quotas import ResourceQuota
+from extender.state.reservations import QuotaKey
 from testkit import builders as b
 from tests.support.scenarios import (
     cluster_queue,
@@ -71,3 +78,67 @@ def one_queue_objects(nominal: int = 4) -> list[dict]:
         local_queue("team-a", "team-a"),
         b.claim_template("two", "team-a", [b.exact_request("gpu", 2)]),
     ]
+
+
+# --- Readers of a QuotaTree / QuotaLedger that only tests need (the cohorts' own numbers, bulk views) ---------
+
+
+def cluster_queue_names(tree: QuotaTree) -> frozenset[str]:
+    return frozenset(node.name for node in tree.nodes if node.is_queue)
+
+
+def cohort_names(tree: QuotaTree) -> frozenset[str]:
+    return frozenset(node.name for node in tree.nodes if not node.is_queue)
+
+
+def implicit_cohorts(tree: QuotaTree) -> frozenset[str]:
+    """Cohorts referenced by name only; Kueue creates them with no quota of their own."""
+    return frozenset(node.name for node in tree.nodes if not node.is_queue and not node.explicit)
+
+
+def cyclic_cohorts(tree: QuotaTree) -> frozenset[str]:
+    return frozenset(node.name for node in tree.nodes if node.cyclic)
+
+
+def cohort_subtree_quota(tree: QuotaTree, cohort: str, flavor: str, resource: str) -> Fraction:
+    return tree.nodes[tree.cohort_index(cohort)].subtree.get(FlavorResource(flavor, resource), Fraction(0))
+
+
+def cohort_local_quota(tree: QuotaTree, cohort: str, flavor: str, resource: str) -> Fraction:
+    return tree.nodes[tree.cohort_index(cohort)].local_quota(FlavorResource(flavor, resource))
+
+
+def cohort_quota(tree: QuotaTree, cohort: str, flavor: str, resource: str) -> ResourceQuota | None:
+    """The Cohort's own resourceGroups entry (None for implicit cohorts and uncovered resources)."""
+    return tree.nodes[tree.cohort_index(cohort)].quotas.get(FlavorResource(flavor, resource))
+
+
+def cohort_usage(tree: QuotaTree, ledger: QuotaLedger, cohort: str, flavor: str, resource: str) -> Fraction:
+    """Usage charged to the cohort: its children's usage beyond their localQuota."""
+    return ledger.usage_of_node(tree.cohort_index(cohort), FlavorResource(flavor, resource))
+
+
+def cohort_available(tree: QuotaTree, ledger: QuotaLedger, cohort: str, flavor: str, resource: str) -> Fraction:
+    """Kueue's available() for a cohort node; negative when the cohort is over-admitted."""
+    return ledger.available_of_node(tree.cohort_index(cohort), FlavorResource(flavor, resource))
+
+
+def cluster_queue_usage(tree: QuotaTree, ledger: QuotaLedger) -> dict[QuotaKey, Fraction]:
+    """Non-zero usage per (ClusterQueue, flavor, resource); QuotaLedger.from_usage of it equals the ledger. Reads
+    the ledger's storage: the round trip is checked over every entry it holds."""
+    merged = {**ledger._base, **ledger._overlay}
+    nodes = tree.nodes
+    return {
+        (nodes[index].name, fr.flavor, fr.resource): value
+        for (index, fr), value in merged.items()
+        if nodes[index].is_queue and value
+    }
+
+
+def fits_all(ledger: QuotaLedger, cluster_queue: str, flavor: str, requests: Mapping[str, Fraction | int]) -> tuple:
+    """One verdict per resource; flavor-resources are independent in Kueue's arithmetic."""
+    return tuple(ledger.fits(cluster_queue, flavor, resource, amount) for resource, amount in requests.items())
+
+
+def with_usage_delta(ledger: QuotaLedger, cluster_queue: str, flavor: str, resource: str, delta) -> QuotaLedger:
+    return ledger.with_usage_deltas(((cluster_queue, flavor, resource, delta),))

@@ -25,9 +25,8 @@ from extender.decisions.devices.feasibility import device_outcomes
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
-from extender.decisions.quota.charges import counts_devices_only, device_charge
+from extender.decisions.quota.charges import UNMAPPED_IGNORE, counts_devices_only, device_charge, node_charges
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.decision import UNMAPPED_IGNORE, node_charges
 from extender.decisions.quota.workload_holds import own_workload
 from extender.state.core import Pod
 from extender.state.dra.claims import ClaimSpec, ResourceClaim
@@ -159,7 +158,7 @@ def pending_charges(
     features: Features = DEFAULT_FEATURES,
 ) -> dict[str, Fraction]:
     """What the pod's claims without an allocation would take on `node_name`, by quota resource: the
-    allocator's answer for that node alone, charged as filter charges it (decide_quota's node_charges). The
+    allocator's answer for that node alone, charged as filter charges it (charges.node_charges). The
     scheduler's extended-resource claim counts while PreBind has not written it yet (only the resources DRA
     serves on that node: a device plugin's are charged by pod_usage from the node's allocatable). When the view
     shows the node too full, what they take on the node alone; nothing when they could not fit even there."""

@@ -25,14 +25,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
+from extender.decisions.devices.allocator import Allocation, ChosenDevice
+from extender.decisions.devices.extended_resources import EXTENDED_CLAIM_NAME
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.quota.context import QuotaContext
-from extender.state.dra.devices import Device
+from extender.state.dra.devices import Device, consumed_by_name
 from extender.state.kueue.device_class_mappings import DeviceClassMapping, DeviceClassSource, DeviceClassSourceKind
 
 UNMAPPED_IGNORE = "ignore"
 UNMAPPED_REJECT = "reject"
 
+# (quota resource, amount) pairs; a node's charge is sorted by resource.
 Charge = tuple[tuple[str, Fraction], ...]
 _ONE = Fraction(1)
 
@@ -166,3 +169,58 @@ def counts_devices_only(context: QuotaContext, class_name: str) -> bool:
     if mapping is None:
         return True
     return not any(m.sources for m in context.mappings.mappings if class_name in m.device_class_names)
+
+
+def _consumed_capacity(chosen: ChosenDevice) -> Mapping[str, Fraction] | None:
+    """What the allocator says this pick consumes of a consumable-capacity device (allocation results carry
+    consumedCapacity once the allocator shares such devices); None: the device is taken whole."""
+    return consumed_by_name(chosen.consumed_capacity, chosen.device.driver) or None
+
+
+def node_charges(
+    allocation: Allocation,
+    context: QuotaContext,
+    unmapped: str,
+    *,
+    extra: Mapping[str, Fraction] | None = None,
+    matcher: DeviceMatcher | None = None,
+) -> tuple[dict[str, Fraction], str]:
+    """Quota resource -> amount for this allocation (plus the pod's extended-resource charge `extra`); an
+    error text when a device cannot be charged (an unmapped class that must be rejected, a mapping's counter
+    or capacity the device does not publish)."""
+    charges: dict[str, Fraction] = dict(extra) if extra else {}
+    for claim in allocation.claims:
+        if claim.claim.pod_claim_name == EXTENDED_CLAIM_NAME:
+            continue  # charged through `extra`, whether DRA or a device plugin serves it on this node
+        for chosen in claim.devices:
+            if chosen.admin_access:
+                continue
+            pairs, error = device_charge(
+                chosen.device,
+                chosen.device_class,
+                context,
+                matcher,
+                unmapped=unmapped,
+                consumed_capacity=_consumed_capacity(chosen),
+            )
+            if error:
+                return {}, error
+            for resource, amount in pairs:
+                charges[resource] = charges.get(resource, Fraction(0)) + amount
+    return charges, ""
+
+
+def class_count_charges(
+    by_class: tuple[tuple[str, int], ...], context: QuotaContext, unmapped: str, extra: Mapping[str, Fraction]
+) -> tuple[dict[str, Fraction], str]:
+    """node_charges for classes charged one per device (counts_devices_only): the devices taken per class are
+    the whole charge, so nodes taking the same counts share it."""
+    charges: dict[str, Fraction] = dict(extra)
+    for class_name, count in by_class:
+        resource = context.resource_for_class(class_name)
+        if resource is None:
+            if unmapped == UNMAPPED_REJECT:
+                return {}, unmapped_reason(class_name)
+            continue
+        charges[resource] = charges.get(resource, Fraction(0)) + count
+    return charges, ""

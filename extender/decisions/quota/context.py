@@ -53,8 +53,8 @@ class QuotaContext:
         default_factory=lambda: BoundedMemo("node_flavors", MAX_NODE_FLAVORS), repr=False, compare=False
     )
     # flavor_partition's memo: per (ClusterQueue, group, tolerations), the cluster's nodes split by the flavors
-    # holding them, keyed by the snapshot's Node mapping (a new one after any Node event; kept in the value so
-    # its id cannot be reused meanwhile).
+    # holding them, keyed by the identity of the snapshot's Node mapping (a new one after any Node event; kept in
+    # the value so its id cannot be reused meanwhile): a mapping of thousands of nodes has no cheap value key.
     flavor_partitions: BoundedMemo[int, tuple[Mapping[str, Node], Mapping[tuple[str, ...], frozenset[str]]]] = field(
         default_factory=lambda: BoundedMemo("flavor_partitions", MAX_FLAVOR_PARTITIONS),
         repr=False,
@@ -87,8 +87,8 @@ class QuotaContext:
         group = cluster_queue.resource_group_for(resource)
         if group is None:
             return None
-        held = self.flavors_of_node(cluster_queue, group, node, tolerations)
-        return held[0] if held else None
+        flavor_set = self.flavors_of_node(cluster_queue, group, node, tolerations)
+        return flavor_set[0] if flavor_set else None
 
     def flavors_of_node(
         self,
@@ -104,19 +104,21 @@ class QuotaContext:
         flavor's nodes), so a node can be in several flavors and a label-less flavor with taints holds only
         the nodes carrying them.
         """
-        part = (cluster_queue.name, id(group), tolerations)  # the group lives as long as this context does
-        table = self.node_flavors.table(part)
+        # The group by its ClusterQueue (always one of this context's) and covered resources: a resource belongs
+        # to one group of a ClusterQueue (Kueue's validateResourceGroups).
+        table_key = (cluster_queue.name, group.covered_resources, tolerations)
+        table = self.node_flavors.table(table_key)
         cached = table.get(node)
         if cached is not None:
             return cached
-        held = tuple(
+        flavor_set = tuple(
             flavor.name
             for flavor_quotas in group.flavors
             if (flavor := self.flavors.get(flavor_quotas.name)) is not None
             and flavor.holds_node(node)
             and untolerated_taint(flavor, tolerations) is None
         )
-        return self.node_flavors.put(node, held, part)
+        return self.node_flavors.put(node, flavor_set, table_key)
 
     def flavor_partition(
         self,
@@ -128,15 +130,15 @@ class QuotaContext:
         """Every node of `nodes` by the flavors holding it (flavors_of_node), so a decision splits thousands of
         candidate nodes with a few set intersections instead of a lookup per node. Built once per Node
         mapping: its cost is paid per Node event, not per request."""
-        part = (cluster_queue.name, id(group), tolerations)
-        found = self.flavor_partitions.get(id(nodes), part)
+        table_key = (cluster_queue.name, group.covered_resources, tolerations)  # as in flavors_of_node
+        found = self.flavor_partitions.get(id(nodes), table_key)
         if found is not None and found[0] is nodes:
             return found[1]
         members: dict[tuple[str, ...], set[str]] = {}
         for name, node in nodes.items():
             members.setdefault(self.flavors_of_node(cluster_queue, group, node, tolerations), set()).add(name)
-        partition = {held: frozenset(names) for held, names in members.items()}
-        self.flavor_partitions.put(id(nodes), (nodes, partition), part)
+        partition = {flavor_set: frozenset(names) for flavor_set, names in members.items()}
+        self.flavor_partitions.put(id(nodes), (nodes, partition), table_key)
         return partition
 
 

@@ -1,0 +1,206 @@
+"""Ranking the nodes that passed: each node's score and the parts that made it (scoring.py), for prioritize and
+the explain view.
+
+kube-scheduler's prioritize verb (pkg/scheduler/extender.go HTTPExtender.Prioritize) asks for a score per node it
+kept; it multiplies ours by the extender weight. A score's node parts (device fit, firstAvailable choice) depend
+only on the node's devices and the devices taken there, so they are remembered by the objects the allocator
+hands every pod of one shape (caches.node_scores, caches.allocation_scores); only quota headroom, which moves
+with every reservation, is combined afresh, once per NodeQuota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, KeysView, Mapping
+from dataclasses import dataclass
+
+from extender.decisions.caches import NO_SCORE_GROUPS, DecisionCaches, SettledNodes
+from extender.decisions.devices.allocator import Allocation
+from extender.decisions.pod_decision import NodeVerdict, PodDecision
+from extender.decisions.scoring import ScoreBreakdown, ScoringWeights, combine, node_parts, quota_headroom
+from extender.state.snapshot import ClusterSnapshot
+
+_NOT_LOOKED_UP = object()  # no NodeQuota seen yet (None is one: an ungoverned pod's)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """A decision with the scores of the nodes that were asked about (prioritize) or of every passing node."""
+
+    decision: PodDecision
+    scores: Mapping[str, ScoreBreakdown]
+
+    def score(self, node: str) -> ScoreBreakdown | None:
+        """The node's score breakdown, or None for a node that did not pass (or a fast-path decision)."""
+        return self.scores.get(node)
+
+    def ranked(self) -> list[tuple[str, NodeVerdict]]:
+        """Passed nodes by score (highest first), then failed ones; ties by name for a stable order."""
+
+        def order(item: tuple[str, NodeVerdict]) -> tuple[bool, int, str]:
+            name, verdict = item
+            score = self.scores.get(name) if verdict.passed else None
+            return (not verdict.passed, -(score.total if score else 0), name)
+
+        return sorted(self.decision.verdicts.items(), key=order)
+
+
+def score_nodes(
+    decision: PodDecision,
+    node_names: Iterable[str],
+    snapshot: ClusterSnapshot,
+    caches: DecisionCaches,
+    weights: ScoringWeights,
+    asked: KeysView[str] | None = None,
+    passed_exactly: bool = False,
+) -> Ranking:
+    """Scores of the named nodes that passed (prioritize asks for a few, explain for all). `asked`: the same
+    nodes as a dict's keys, when the caller has them. `passed_exactly`: the names are `decision.passed` (equal
+    lists), so the nodes scored by group are the ones asked when they are as many (they hold every passing
+    node), and no node needs a look.
+
+    The node parts of a score (device fit, firstAvailable choice) of the commonest pods are remembered in
+    `caches.node_scores`: a one-claim ExactCount allocation on the fast path takes its devices from the node's
+    free-list entry (the same tuple for every pod of that shape until the node's allocations change), so the
+    parts are keyed by that tuple's identity (held by the memo, so it cannot be reused). The tuple stands for the
+    node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
+    (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
+    The commonest pod's allocation on a node is itself kept in that entry and handed to every pod of its shape,
+    so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument):
+    a node costs one lookup. Both are keyed by identity because the value of a tuple of chosen devices or of an
+    allocation hashes every device in it, per node. Nodes with equal parts share one combined breakdown per
+    headroom. Only the headroom, which moves with every
+    reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor).
+    A decision made of the remembered answers of its shape (`PodDecision.settled`) skips even that lookup: its
+    nodes are scored a group of equal parts at a time (`_scores_by_group`)."""
+    if not decision.verdicts.allocations:  # nothing for us to decide, or refused everywhere: no node to score
+        return Ranking(decision, {})
+    strategy = decision.strategy
+    names = node_names if isinstance(node_names, list) else list(node_names)
+    settled = decision.settled
+    if settled is not None and decision.quota.pod_rejection is None:
+        grouped = _scores_by_group(decision, settled, snapshot, caches, strategy, weights)
+        if len(grouped) == len(names) and (
+            passed_exactly or grouped.keys() == (asked if asked is not None else dict.fromkeys(names).keys())
+        ):
+            return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
+        return Ranking(decision, {node: score for node in names if (score := grouped.get(node)) is not None})
+    return Ranking(decision, _scores_node_by_node(decision, names, snapshot, caches, strategy, weights))
+
+
+def _scores_by_group(
+    decision: PodDecision,
+    settled: SettledNodes,
+    snapshot: ClusterSnapshot,
+    caches: DecisionCaches,
+    strategy: str,
+    weights: ScoringWeights,
+) -> dict[str, ScoreBreakdown]:
+    """The passing nodes' scores, for a decision whose allocations are remembered ones (`settled`): the nodes
+    of one score group (equal parts) and one quota headroom (one NodeQuota) share a score, so the scores are a
+    few dict updates in C. Outside quota every remembered node gets one (the caller keeps the ones asked about).
+    The groups are completed here for the nodes they lack (the ones the last changes dropped) and published for
+    the next pod of this shape."""
+    groups = settled.scores.get(strategy, NO_SCORE_GROUPS)
+    if len(groups.scored) != len(settled.allocations):
+        missing = settled.allocations.keys() - groups.scored
+        allocation_of = settled.allocations.__getitem__
+        found = {node: _score_parts(allocation_of(node), snapshot, node, caches, strategy) for node in missing}
+        groups = settled.scores[strategy] = groups.with_nodes(found)
+    scores: dict[str, ScoreBreakdown] = {}
+    quota = decision.quota
+    passed_groups = quota.passed_groups
+    # One headroom for every remembered node: outside quota (full headroom everywhere), or one bucket holding
+    # every remembered node (its nodes have allocations, all of them remembered ones). Then each score group
+    # goes in whole, with no intersection.
+    headroom_of_all: float | None = None
+    if not quota.per_node:
+        headroom_of_all = 1.0
+    elif len(passed_groups) == 1 and len(passed_groups[0][1]) == len(settled.allocations):
+        headroom_of_all = quota_headroom(passed_groups[0][0])
+    if headroom_of_all is not None:
+        for parts, nodes in groups.by_parts.items():
+            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom_of_all, strategy, weights)))
+        return scores
+    for node_quota, names in passed_groups:
+        headroom = quota_headroom(node_quota)
+        bucket = set(names)
+        for parts, nodes in groups.by_parts.items():
+            common = nodes & bucket
+            if common:
+                scores.update(dict.fromkeys(common, combine(parts[0], parts[1], headroom, strategy, weights)))
+    return scores
+
+
+def _scores_node_by_node(
+    decision: PodDecision,
+    names: list[str],
+    snapshot: ClusterSnapshot,
+    caches: DecisionCaches,
+    strategy: str,
+    weights: ScoringWeights,
+) -> dict[str, ScoreBreakdown]:
+    """score_nodes for a decision without remembered score groups: a lookup per node (see score_nodes)."""
+    quota = decision.quota
+    # Only quota refuses nodes that have an allocation (device refusals carry none): by bucket, or every node
+    # when it refuses the pod itself (its queue is gone, ...; then there is no NodeQuota at all).
+    refused_by_quota = quota.pod_rejection is not None or bool(quota.refused_groups)
+    scores: dict[str, ScoreBreakdown] = {}
+    verdicts = decision.verdicts
+    allocations, per_node = verdicts.allocations, verdicts.per_node
+    failures = verdicts.failures.names
+    # Without NodeQuotas the headroom is 1.0 on every node.
+    governed = bool(per_node)
+    # By identity: a NodeQuota holds a dict (no value hash), and nodes of one bucket share one object, which
+    # per_node keeps alive through the call.
+    headrooms: dict[int, float] = {}
+    by_headroom: dict[float, dict[tuple[float, float], ScoreBreakdown]] = {}
+    headroom = 1.0
+    combined = by_headroom[headroom] = {}  # parts -> breakdown, at the current headroom
+    last_quota: object = _NOT_LOOKED_UP
+    by_allocation = caches.allocation_scores
+    allocation_of, quota_of, parts_of = allocations.get, per_node.get, by_allocation.table(strategy).get
+    for node in names:  # once per passing node: lookups only, on the methods bound above
+        allocation = allocation_of(node)
+        if allocation is None or (refused_by_quota and node in failures):
+            continue
+        remembered = parts_of(id(allocation))  # by identity, checked below: see score_nodes
+        if remembered is not None and remembered[0] is allocation:
+            parts = remembered[1]
+        else:
+            parts = _score_parts(allocation, snapshot, node, caches, strategy)
+            parts_of = by_allocation.table(strategy).get
+        if governed:
+            node_quota = quota_of(node)
+            if node_quota is not last_quota:  # runs of nodes share one NodeQuota: look it up only when it changes
+                last_quota = node_quota
+                found = headrooms.get(id(node_quota))
+                if found is None:
+                    found = headrooms[id(node_quota)] = quota_headroom(node_quota)
+                if found != headroom:
+                    headroom = found
+                    combined = by_headroom.setdefault(headroom, {})
+        score = combined.get(parts)  # nodes with the same parts and headroom get the same breakdown
+        if score is None:
+            score = combined[parts] = combine(parts[0], parts[1], headroom, strategy, weights)
+        scores[node] = score
+    return scores
+
+
+def _score_parts(
+    allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
+) -> tuple[float, float]:
+    """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
+    shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
+    claims = allocation.claims
+    if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
+        return caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+    memo = caches.node_scores
+    taken = claims[0].devices
+    remembered = memo.get(id(taken), strategy)
+    if remembered is None or remembered[0] is not taken:
+        parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        memo.put(id(taken), (taken, parts), strategy)
+    else:
+        parts = remembered[1]
+    caches.allocation_scores.put(id(allocation), (allocation, parts), strategy)
+    return parts
