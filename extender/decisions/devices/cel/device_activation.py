@@ -13,7 +13,7 @@ data again on every evaluation. Two constraints of the library shape the cache:
 * every evaluation allocates its intermediate values in that arena and nothing is freed until the
   Activation goes, so an Activation is replaced after RENEW_AFTER evaluations.
 Devices are immutable and replaced by new objects when their slice changes; the cache keys on the Device
-itself, which compares and hashes by identity (state/dra.py), so a replaced device gets a new Activation.
+itself, which compares and hashes by identity (state/dra/devices.py), so a replaced device gets a new Activation.
 """
 
 from __future__ import annotations
