@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
-from extender.kubectl_plugin.errors import PluginError
 from extender.kubectl_plugin.kubeconfig import context_namespace
+from extender.kubectl_plugin.plugin_errors import PluginError
 from extender.kubectl_plugin.remote import _from_extender, parse_service
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 from tests.e2e.cluster import free_port

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from extender.kubectl_plugin.errors import PluginError, UnreachableError, status_message
+from extender.kubectl_plugin.plugin_errors import PluginError, UnreachableError, status_message
 
 
 def quote_segment(segment: str) -> str:

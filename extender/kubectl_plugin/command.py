@@ -7,15 +7,15 @@ import sys
 from typing import Any
 
 from extender import cli
+from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.arguments import build_parser
 from extender.kubectl_plugin.cluster import Cluster
-from extender.kubectl_plugin.errors import PluginError
 from extender.kubectl_plugin.fallback import FallbackExtender
 from extender.kubectl_plugin.kubeconfig import context_namespace, kubeconfig_path
 from extender.kubectl_plugin.local import LocalExtender, source_args
+from extender.kubectl_plugin.plugin_errors import PluginError
 from extender.kubectl_plugin.remote import HttpExtender, service_sender, url_sender
 from extender.kubectl_plugin.rendering import emit, render_explanation, render_node, render_queues
-from extender.kubectl_plugin.source import Extender
 
 
 def open_extender(args: argparse.Namespace, cluster: Cluster | None) -> Extender:

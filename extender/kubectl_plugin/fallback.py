@@ -6,9 +6,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from extender.kubectl_plugin.errors import UnreachableError
+from extender.kubectl_plugin.answer_source import Extender
+from extender.kubectl_plugin.plugin_errors import UnreachableError
 from extender.kubectl_plugin.remote import HttpExtender
-from extender.kubectl_plugin.source import Extender
 
 LOCAL_NOTE = (
     "computed locally from a live read of the cluster: the running extender's in-flight reservations are not included"

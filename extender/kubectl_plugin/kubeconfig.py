@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from extender.kubectl_plugin.errors import PluginError
+from extender.kubectl_plugin.plugin_errors import PluginError
 
 
 def kubeconfig_path(explicit: str | None) -> str | None:

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from extender import cli
-from extender.kubectl_plugin.errors import PluginError
-from extender.kubectl_plugin.source import Extender
+from extender.kubectl_plugin.answer_source import Extender
+from extender.kubectl_plugin.plugin_errors import PluginError
 from extender.service import load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError

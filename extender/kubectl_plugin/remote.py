@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
+from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.cluster import Cluster, quote_segment
-from extender.kubectl_plugin.errors import PluginError, UnreachableError, status_message
-from extender.kubectl_plugin.source import Extender
+from extender.kubectl_plugin.plugin_errors import PluginError, UnreachableError, status_message
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 
 # send(method, path, body) -> (status, body)
