@@ -9,7 +9,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from extender.decisions.devices.allocator import Allocation
+from extender.decisions.devices.results import Allocation
 from extender.state.core import parse_pod
 from extender.transport.diagnostics import decision_json
 from extender.transport.wire import ExtenderArgs, filter_result

@@ -17,18 +17,15 @@ from functools import cached_property, partial
 from itertools import repeat
 from typing import NamedTuple
 
-from extender.decisions.caches import NO_SCORE_GROUPS, DecisionCaches, SettledNodes
-from extender.decisions.devices.allocator import (
-    DEFAULT_SEARCH_BUDGET,
-    Allocation,
-    ClaimAllocation,
-    NotAllocatable,
-)
+from extender.decisions.caches import DecisionCaches
+from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.extended_resources import resolve_extended
 from extender.decisions.devices.feasibility import device_outcomes, unknown_node
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
+from extender.decisions.devices.results import Allocation, ClaimAllocation, NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.devices.settled import NO_SCORE_GROUPS, SettledNodes
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.decision import (
     NOT_GOVERNED,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.decisions.devices.allocator import AllocatedClaim, PendingClaim
+from extender.decisions.devices.results import AllocatedClaim, PendingClaim
 from extender.state.core import Pod
 from extender.state.store import ClusterSnapshot
 

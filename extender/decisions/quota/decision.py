@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from extender.decisions.devices.allocator import Allocation, ChosenDevice
 from extender.decisions.devices.extended_resources import (
     EXTENDED_CLAIM_NAME,
     NO_EXTENDED,
     ExtendedRequests,
     extended_charges,
 )
+from extender.decisions.devices.results import Allocation, ChosenDevice
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.quota.charges import (
     UNMAPPED_IGNORE as UNMAPPED_IGNORE,
