@@ -59,7 +59,7 @@ class SharedCapacity:
         use = self.shared.get(device.key)
         return allocations > (use.shares if use is not None else 0)
 
-    def held(self, key: DeviceKey, *, in_search: bool) -> Mapping[str, Fraction]:
+    def consumed(self, key: DeviceKey, *, in_search: bool) -> Mapping[str, Fraction]:
         """Capacity of the device that allocated shares (and, `in_search`, the shares this search adds) consume."""
         use = self.shared.get(key)
         adding = self.allocating_capacity.get(key) if in_search else None
@@ -78,7 +78,7 @@ class SharedCapacity:
             return True  # the commonest case: nothing asked, nothing shared, the default consumption is valid
         try:
             return (
-                request_fits(requests, device.consumable, self.held(device.key, in_search=False), self.fractional)
+                request_fits(requests, device.consumable, self.consumed(device.key, in_search=False), self.fractional)
                 is not None
             )
         except CapacityError as error:

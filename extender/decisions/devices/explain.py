@@ -345,7 +345,7 @@ class FailureExplainer:
             blocked += 1
             if len(examples) == MAX_CAPACITY_EXAMPLES:
                 continue
-            consumed = self.capacity.held(device.key, in_search=False)
+            consumed = self.capacity.consumed(device.key, in_search=False)
             names = sorted(alternative.capacity_requests) or sorted(device.consumable)
             left = ", ".join(
                 f"{n} {format_quantity(device.consumable[n].value - consumed.get(n, Fraction(0)))} of "

@@ -296,8 +296,8 @@ class PodAllocator:
                 answer = answer_of(name)
                 if answer is not None:
                     allocations[name] = answer
-                elif (held := full_of(name)) is not None:
-                    full_nodes.setdefault((held.selectable, held.free), []).append(name)
+                elif (full_answer := full_of(name)) is not None:
+                    full_nodes.setdefault((full_answer.selectable, full_answer.free), []).append(name)
                 else:
                     unknown.append(name)
         hits: dict[str, Allocation | Shortfall] = {}

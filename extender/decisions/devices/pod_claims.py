@@ -20,10 +20,6 @@ class PodClaims:
     allocated: tuple[AllocatedClaim, ...]
     problems: tuple[str, ...]  # pod-level reasons no node can fix (a missing claim or template)
 
-    @property
-    def has_claims(self) -> bool:
-        return bool(self.pending or self.allocated or self.problems)
-
 
 NO_CLAIMS = PodClaims((), (), ())
 

@@ -251,18 +251,24 @@ class Search:
             for step in reversed(undo_steps):
                 step()
             if must:
-                raise FatalError(
-                    CATEGORY_CONSTRAINT,
-                    f"{claim.label} request {alternative.request_name}: asks for all devices, but device "
-                    f"{'/'.join(device.key)} would violate a constraint of the claim",
-                    claim.label,
-                    alternative.request_name,
-                )
+                raise _constraint_violated(claim, alternative, device)
             return None
         consumed: Mapping[str, Fraction] | None = None
-        shared = self.capacity.shared
+        capacity = self.capacity
+        shared = capacity.shared
         if alternative.capacity_requests or (device.consumable and (multi or (shared and device.key in shared))):
-            consumed = self._consume_capacity(claim, alternative, device)
+            # What is left now, next to allocated shares and the shares this search adds (allocateDevice).
+            try:
+                consumed = request_fits(
+                    alternative.capacity_requests,
+                    device.consumable,
+                    capacity.consumed(device.key, in_search=True),
+                    capacity.fractional,
+                )
+            except CapacityError as error:  # the scan already checked the request; kept for safety
+                raise FatalError(
+                    CATEGORY_CAPACITY, f"{claim.label} request {alternative.request_name}: {error}", claim.label, ""
+                ) from None
             if consumed is None:
                 for step in reversed(undo_steps):
                     step()
@@ -288,23 +294,6 @@ class Search:
                 step()
 
         return undo_all
-
-    def _consume_capacity(
-        self, claim: PendingClaim, alternative: Alternative, device: Device
-    ) -> Mapping[str, Fraction] | None:
-        """What the request consumes of the device, next to allocated shares and the shares this search adds
-        (allocateDevice); None when too little is left."""
-        try:
-            return request_fits(
-                alternative.capacity_requests,
-                device.consumable,
-                self.capacity.held(device.key, in_search=True),
-                self.capacity.fractional,
-            )
-        except CapacityError as error:  # the scan already checked the request; kept for safety
-            raise FatalError(
-                CATEGORY_CAPACITY, f"{claim.label} request {alternative.request_name}: {error}", claim.label, ""
-            ) from None
 
     def _take_share(
         self,
@@ -339,3 +328,15 @@ class Search:
                 step()
 
         return undo_share
+
+
+def _constraint_violated(claim: PendingClaim, alternative: Alternative, device: Device) -> FatalError:
+    """An allocationMode All request whose device violates a constraint: upstream's allocateDevice with
+    `must` returns this as an error for the pod."""
+    return FatalError(
+        CATEGORY_CONSTRAINT,
+        f"{claim.label} request {alternative.request_name}: asks for all devices, but device "
+        f"{'/'.join(device.key)} would violate a constraint of the claim",
+        claim.label,
+        alternative.request_name,
+    )

@@ -352,7 +352,7 @@ def decide_quota(
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
     `same_counts`: every allocation takes the same devices per class (the commonest pod's remembered answers,
-    allocator.SettledNodes, all of one request shape), so that a charge made of class counts alone is the same
+    settled.SettledNodes, all of one request shape), so that a charge made of class counts alone is the same
     on every node and the nodes go into its bucket with one list copy instead of a look at each.
     Every allocation is for a node of `snapshot.nodes`: decide_pod's device step refuses the others as unknown
     before any allocator runs, so no node is looked up here (in a 1000-node burst under the real kube-scheduler
