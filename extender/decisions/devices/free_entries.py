@@ -1,5 +1,9 @@
 """A node's free-list entry: the devices a (class, selectors) could still take there, and what is derived
-from them, valid while the node's allocation versions stay as they were (free_devices.py fills them)."""
+from them, valid while the node's allocation versions stay as they were (free_devices.py fills them).
+
+Upstream's allocator walks a node's devices on every call (structured/internal/experimental
+allocator_experimental.go, allocateOne); these entries keep the walk's outcome for the plain case (no taints,
+counters or shared devices) per node until its devices or allocations change."""
 
 from __future__ import annotations
 

@@ -58,8 +58,8 @@ class NodeQuestion(NamedTuple):
 # --- outputs --------------------------------------------------------------------------------------------------
 
 
-# Results are NamedTuples: built for every candidate node of every pod, and tuple construction is several
-# times cheaper than a frozen dataclass's.
+# Results are NamedTuples: built for every candidate node of every pod, and a tuple is cheaper to build than a
+# frozen dataclass.
 class ChosenDevice(NamedTuple):
     request: str  # "gpu" or "gpu/older-gpu", as the claim's allocation result would name it
     device: Device
@@ -107,7 +107,7 @@ class Allocation(NamedTuple):
         return sum(len(claim.devices) for claim in self.claims)
 
 
-# Hot-path constructors: tuple.__new__ without the NamedTuple's Python-level __new__ (about 3x cheaper).
+# Hot-path constructors: tuple.__new__ without the NamedTuple's Python-level __new__.
 new_chosen = partial(tuple.__new__, ChosenDevice)
 new_claim_allocation = partial(tuple.__new__, ClaimAllocation)
 new_allocation = partial(tuple.__new__, Allocation)
