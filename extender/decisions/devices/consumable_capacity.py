@@ -46,7 +46,7 @@ class SharedCapacity:
         self.shared = shared
         self.fractional = fractional
         # Shares this search is adding: how many per device and the capacity they consume (upstream's
-        # allocatingCapacity).
+        # allocatingCapacity). Search._take_share adds and removes them (inline: it runs per device taken).
         self.allocating_shares: dict[DeviceKey, int] = {}
         self.allocating_capacity: dict[DeviceKey, dict[str, Fraction]] = {}
 
@@ -87,20 +87,3 @@ class SharedCapacity:
     def in_use(self, key: DeviceKey) -> bool:
         """upstream deviceCapacityInUse: allocated shares, or shares this search adds."""
         return key in self.shared or self.allocating_shares.get(key, 0) > 0
-
-    def add_share(self, key: DeviceKey, consumed: Mapping[str, Fraction]) -> None:
-        self.allocating_shares[key] = self.allocating_shares.get(key, 0) + 1
-        adding = self.allocating_capacity.setdefault(key, {})
-        for name, amount in consumed.items():
-            adding[name] = adding.get(name, Fraction(0)) + amount
-
-    def remove_share(self, key: DeviceKey, consumed: Mapping[str, Fraction]) -> None:
-        remaining = self.allocating_shares[key] - 1
-        if remaining:
-            self.allocating_shares[key] = remaining
-            adding = self.allocating_capacity[key]
-            for name, amount in consumed.items():
-                adding[name] -= amount
-        else:
-            del self.allocating_shares[key]
-            del self.allocating_capacity[key]

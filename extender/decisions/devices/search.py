@@ -318,12 +318,23 @@ class Search:
                 tuple(sorted(consumed.items())),
             )
         )
-        capacity = self.capacity
-        capacity.add_share(key, consumed)
+        # SharedCapacity's in-search shares, kept here inline: this runs per device taken.
+        shares, capacities = self.capacity.allocating_shares, self.capacity.allocating_capacity
+        shares[key] = shares.get(key, 0) + 1
+        adding = capacities.setdefault(key, {})
+        for name, amount in consumed.items():
+            adding[name] = adding.get(name, Fraction(0)) + amount
 
         def undo_share() -> None:
             chosen.pop()
-            capacity.remove_share(key, consumed)
+            remaining = shares[key] - 1
+            if remaining:
+                shares[key] = remaining
+                for name, amount in consumed.items():
+                    adding[name] -= amount
+            else:
+                del shares[key]
+                del capacities[key]
             for step in reversed(undo_steps):
                 step()
 
