@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.decisions.devices.allocator import (
+from extender.decisions.devices.results import (
     CATEGORY_CLAIM_NODE,
     CATEGORY_CLAIM_SPEC,
     CATEGORY_CLASS,

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions.devices.allocator import Allocation
 from extender.decisions.devices.feasibility import device_outcomes
 from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.results import Allocation
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore

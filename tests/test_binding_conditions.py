@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.decisions.devices.allocator import Allocation
+from extender.decisions.devices.results import Allocation
 from extender.state.dra.devices import parse_resource_slice
 from testkit import builders as b
 from tests.support.allocation import cluster, decide, template_pod

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from extender.decisions.devices.allocator import (
+from extender.decisions.devices.results import (
     CATEGORY_CAPACITY,
     CATEGORY_NO_DEVICES,
     CATEGORY_TAKEN,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.decisions.devices.allocator import Allocation, NotAllocatable
 from extender.decisions.devices.feasibility import device_outcomes
 from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.results import Allocation, NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore

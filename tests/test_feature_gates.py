@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from extender.decisions.devices.allocator import CATEGORY_FEATURE_GATE, Allocation, NotAllocatable
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.results import CATEGORY_FEATURE_GATE, Allocation, NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
 from testkit import builders as b
 from tests.support.allocation import cluster, decide, template_pod

@@ -1,4 +1,4 @@
-"""Scores a group at a time (decisions/ranking.py `_scores_by_group`, caches.ScoreGroups) against a look at
+"""Scores a group at a time (decisions/ranking.py `_scores_by_group`, settled.ScoreGroups) against a look at
 every node: the commonest pod's remembered answers carry their nodes grouped by score parts, and a decision
 whose allocations are exactly those is scored per group and quota headroom with dict updates. Over a seeded
 burst whose state changes between every two pods (bindings, releases), with pods inside and outside quota,

@@ -1,5 +1,5 @@
 """The per-node shortcuts of a burst: the commonest pod's allocation on a node is one object shared by every
-pod asking the same (decisions/devices/allocator.py, PodAllocator._one_request and settle_remembered), and the answers
+pod asking the same (devices/pod_allocator.py, PodAllocator._one_request and settle_remembered), and the answers
 read only the failed verdicts (PodDecision.failures). What may be shared, what may not, and that whoever reads
 a decision still sees the pod's own claims and the same answer as a look at every verdict."""
 
@@ -9,7 +9,7 @@ import random
 from collections import Counter
 from typing import Any
 
-from extender.decisions.devices.allocator import Allocation
+from extender.decisions.devices.results import Allocation
 from extender.state.core import parse_pod
 from extender.transport.diagnostics import decision_json
 from extender.transport.wire import ExtenderArgs, filter_result
@@ -187,7 +187,7 @@ def test_remembered_score_parts_follow_the_nodes_allocations():
 
 
 def test_a_full_node_refuses_each_pod_by_its_own_claim():
-    """A full node's answer is remembered per request shape as numbers (caches.Shortfall), not as a refusal:
+    """A full node's answer is remembered per request shape as numbers (settled.Shortfall), not as a refusal:
     pods whose claims exist already share the shape, and each refusal must name the pod's own claim, the same
     text a fresh engine gives, until the node has room again."""
     full = b.claim(

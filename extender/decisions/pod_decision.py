@@ -16,8 +16,8 @@ from functools import cached_property, partial
 from itertools import repeat
 from typing import NamedTuple
 
-from extender.decisions.caches import SettledNodes
-from extender.decisions.devices.allocator import Allocation, ClaimAllocation, NotAllocatable
+from extender.decisions.devices.results import Allocation, ClaimAllocation, NotAllocatable
+from extender.decisions.devices.settled import SettledNodes
 from extender.decisions.quota.verdicts import NOT_GOVERNED, NodeQuota, QuotaDecision, QuotaRejection
 from extender.decisions.scoring import STRATEGY_MOST
 from extender.state.reservations import QuotaKey

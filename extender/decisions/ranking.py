@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, KeysView, Mapping
 from dataclasses import dataclass
 
-from extender.decisions.caches import NO_SCORE_GROUPS, DecisionCaches, SettledNodes
-from extender.decisions.devices.allocator import Allocation
+from extender.decisions.caches import DecisionCaches
+from extender.decisions.devices.results import Allocation
+from extender.decisions.devices.settled import NO_SCORE_GROUPS, SettledNodes
 from extender.decisions.pod_decision import NodeVerdict, PodDecision
 from extender.decisions.scoring import ScoreBreakdown, ScoringWeights, combine, node_parts, quota_headroom
 from extender.state.snapshot import ClusterSnapshot

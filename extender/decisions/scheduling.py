@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET, NotAllocatable
+from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.extended_resources import ExtendedRequests, resolve_extended
 from extender.decisions.devices.feasibility import DeviceOutcomes, device_outcomes, unknown_node
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
+from extender.decisions.devices.results import NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.pod_decision import (
     NO_FAILURES,

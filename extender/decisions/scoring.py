@@ -16,7 +16,7 @@ from fractions import Fraction
 from functools import partial
 from typing import NamedTuple
 
-from extender.decisions.devices.allocator import Allocation
+from extender.decisions.devices.results import Allocation
 from extender.decisions.quota.verdicts import NodeQuota
 
 MAX_SCORE = 10

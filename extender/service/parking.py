@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from extender.decisions.devices.allocator import CATEGORY_NO_DEVICES, CATEGORY_POOL, CATEGORY_TAKEN
+from extender.decisions.devices.results import CATEGORY_NO_DEVICES, CATEGORY_POOL, CATEGORY_TAKEN
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.verdicts import CATEGORY_QUOTA
 from extender.service.quota_view import QuotaView

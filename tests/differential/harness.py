@@ -23,17 +23,17 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from extender.decisions.devices.allocator import (
+from extender.decisions.devices.cel import SelectorError, compile_selector
+from extender.decisions.devices.feasibility import device_outcomes
+from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.pod_claims import resolve_pod_claims
+from extender.decisions.devices.results import (
     CATEGORY_BUDGET,
     CATEGORY_SELECTOR,
     Allocation,
     AllocationOutcome,
     NotAllocatable,
 )
-from extender.decisions.devices.cel import SelectorError, compile_selector
-from extender.decisions.devices.feasibility import device_outcomes
-from extender.decisions.devices.features import DEFAULT_FEATURES, Features
-from extender.decisions.devices.pod_claims import resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.state.capacity import CapacityError, request_fits
 from extender.state.core import parse_pod

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from extender.decisions.devices.allocator import PendingClaim
+from extender.decisions.devices.results import PendingClaim
 from extender.state.core import Node, Pod
 from extender.state.dra.claims import ALLOCATION_MODE_EXACT, ClaimSpec, DeviceRequest, DeviceSubRequest
 from extender.state.dra.device_class import DeviceClass

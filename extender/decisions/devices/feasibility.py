@@ -10,17 +10,13 @@ import time
 from collections.abc import Iterable, KeysView, Sequence
 from typing import NamedTuple
 
-from extender.decisions.caches import SettledNodes
-from extender.decisions.devices.allocator import (
-    DEFAULT_SEARCH_BUDGET,
-    Allocation,
-    AllocationOutcome,
-    NotAllocatable,
-    PodAllocator,
-)
+from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
+from extender.decisions.devices.pod_allocator import PodAllocator
 from extender.decisions.devices.pod_claims import PodClaims
+from extender.decisions.devices.results import Allocation, AllocationOutcome, NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.devices.settled import SettledNodes
 from extender.state.snapshot import ClusterSnapshot
 
 CATEGORY_UNKNOWN_NODE = "unknown-node"

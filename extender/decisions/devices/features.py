@@ -30,9 +30,11 @@ What each gate turned off does, as upstream:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
+from extender.decisions.devices.results import CATEGORY_FEATURE_GATE, NotAllocatable, PendingClaim
+from extender.state.dra.device_class import DeviceClass
 from extender.state.dra.devices import Device
 from extender.state.inventory import NodeDevices
 
@@ -137,7 +139,8 @@ def gated_devices(devices: NodeDevices, features: Features) -> NodeDevices:
             for pool_slice in pool.all_slices or pool.slices:
                 if pool_slice.per_device_node_selection or pool_slice.shared_counters:
                     dropped_slices.add((pool.driver, pool.name, pool_slice.name))
-    converted: dict[int, Device | None] = {}
+    # Devices compare and hash by identity (eq=False): usable is a subset of devices, each converted once.
+    converted: dict[Device, Device | None] = {}
 
     def convert(device: Device) -> Device | None:
         if (device.driver, device.pool, device.slice_name) in dropped_slices:
@@ -150,10 +153,9 @@ def gated_devices(devices: NodeDevices, features: Features) -> NodeDevices:
         return replace(device, **changes) if changes else device  # type: ignore[arg-type]
 
     def view(device: Device) -> Device | None:
-        key = id(device)  # usable is a subset of devices: convert each device once
-        if key not in converted:
-            converted[key] = convert(device)
-        return converted[key]
+        if device not in converted:
+            converted[device] = convert(device)
+        return converted[device]
 
     shown = tuple(d for d in map(view, devices.devices) if d is not None)
     usable = tuple(
@@ -162,6 +164,57 @@ def gated_devices(devices: NodeDevices, features: Features) -> NodeDevices:
         if d is not None and (features.device_binding_conditions or not d.binding_conditions)
     )
     return NodeDevices(shown, devices.pools, usable, devices.has_unusable)
+
+
+def gate_failure(
+    pending: Sequence[PendingClaim], classes: Mapping[str, DeviceClass], features: Features
+) -> NotAllocatable | None:
+    """What fails the pod on every node before any device is looked at, because a gate is off (node left "").
+
+    As upstream, in its order: the plugin's PreFilter (dynamicresources.go) walks the requests and refuses a
+    firstAvailable request while DRAPrioritizedList is off (unschedulable; a missing DeviceClass met first wins,
+    reported by the search); then the allocator (allocator_experimental.go Allocate, validateDeviceRequest)
+    errors on capacity requests while DRAConsumableCapacity is off (not the stable allocator, which ignores
+    them: Features.stable_allocator) and on adminAccess while DRAAdminAccess is.
+    """
+    if not features.prioritized_list:
+        for claim in pending:
+            for request in claim.spec.requests:
+                if request.exactly is not None:
+                    if request.exactly.device_class_name not in classes:
+                        return None
+                    continue
+                summary = (
+                    f"{claim.label} request {request.name}: has subrequests, but the DRAPrioritizedList feature "
+                    "is disabled"
+                )
+                return NotAllocatable("", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name)
+    for claim in pending:
+        for request in claim.spec.requests:
+            if features.consumable_capacity or features.stable_allocator:
+                break
+            for sub in request.alternatives:
+                if sub.capacity_requests:
+                    name = request.name if request.exactly is not None else f"subrequest {sub.name}"
+                    where = f"request {name}" if request.exactly is not None else name
+                    summary = (
+                        f"{claim.label} {where}: has capacity requests, but the DRAConsumableCapacity feature is "
+                        "disabled"
+                    )
+                    return NotAllocatable(
+                        "", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name, fatal=True
+                    )
+        for request in claim.spec.requests:
+            if features.admin_access:
+                break
+            for sub in request.alternatives:
+                if sub.admin_access:
+                    name = request.name if request.exactly is not None else f"{request.name}/{sub.name}"
+                    summary = f"{claim.label} request {name}: admin access is requested, but the feature is disabled"
+                    return NotAllocatable(
+                        "", CATEGORY_FEATURE_GATE, summary, summary, True, claim.label, request.name, fatal=True
+                    )
+    return None
 
 
 assert {f.name for f in fields(Features)} == {field_name for field_name, _ in GATES.values()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.decisions.devices.allocator import AllocatedClaim, PendingClaim
+from extender.decisions.devices.results import AllocatedClaim, PendingClaim
 from extender.state.core import Pod
 from extender.state.snapshot import ClusterSnapshot
 
@@ -19,10 +19,6 @@ class PodClaims:
     pending: tuple[PendingClaim, ...]
     allocated: tuple[AllocatedClaim, ...]
     problems: tuple[str, ...]  # pod-level reasons no node can fix (a missing claim or template)
-
-    @property
-    def has_claims(self) -> bool:
-        return bool(self.pending or self.allocated or self.problems)
 
 
 NO_CLAIMS = PodClaims((), (), ())

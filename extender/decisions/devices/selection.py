@@ -10,42 +10,15 @@ the CEL cache its plugin hands it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
 
-from extender.decisions.caches import ClassSignature, DecisionCaches
+from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.cel import SelectorError, compile_selector
+from extender.decisions.devices.verdicts import Selectable, SelectorFailure, Verdict, class_signature
 from extender.state.dra.device_class import DeviceClass
 from extender.state.dra.devices import Device
 from extender.state.inventory import NodeDevices
 
-
-@dataclass(frozen=True, slots=True)
-class SelectorFailure:
-    """A selector that cannot be evaluated: a compile error, or a runtime error on one device."""
-
-    expression: str
-    message: str
-    device: str = ""
-    phase: str = "compile"
-
-    def describe(self) -> str:
-        where = f" on device {self.device}" if self.device else ""
-        action = "compile" if self.phase == "compile" else "evaluate"
-        return f"CEL selector {self.expression!r} failed to {action}{where}: {self.message}"
-
-
-Verdict = bool | SelectorFailure
 _MISSING = object()
-
-
-class Selectable(NamedTuple):
-    devices: tuple[Device, ...]
-    plain: bool  # no taints, counters or shared allocation: "free" is just "not allocated"
-
-
-def class_signature(device_class: DeviceClass, selectors: tuple[str, ...]) -> ClassSignature:
-    return (device_class.name, device_class.selectors, selectors)
 
 
 class DeviceMatcher:

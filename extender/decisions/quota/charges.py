@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
-from extender.decisions.devices.allocator import Allocation, ChosenDevice
 from extender.decisions.devices.extended_resources import EXTENDED_CLAIM_NAME
+from extender.decisions.devices.results import Allocation, ChosenDevice
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.quota.context import QuotaContext
 from extender.state.dra.devices import Device, consumed_by_name

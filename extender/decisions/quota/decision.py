@@ -24,8 +24,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
-from extender.decisions.devices.allocator import Allocation
-from extender.decisions.devices.extended_resources import NO_EXTENDED, ExtendedRequests, extended_charges
+from extender.decisions.devices.extended_resources import (
+    NO_EXTENDED,
+    ExtendedRequests,
+    extended_charges,
+)
+from extender.decisions.devices.results import Allocation
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.quota.charges import (
     UNMAPPED_IGNORE,
