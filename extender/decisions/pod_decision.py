@@ -180,7 +180,7 @@ class PodDecision:
     reservation: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
     # The pod's claims that needed devices, as people name them, in the allocator's order: an allocation's
     # claims are told by position (the commonest pod's allocation on a node is shared by every pod of its
-    # shape, so the claim it carries may be another pod's; see allocator.PodAllocator._one_request).
+    # shape, so the claim it carries may be another pod's; see pod_allocator.PodAllocator._one_request).
     claim_labels: tuple[str, ...] = ()
     # The remembered answers of the pod's shape when every allocation is theirs: score_nodes scores the nodes
     # a group of equal parts at a time.

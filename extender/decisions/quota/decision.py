@@ -128,7 +128,7 @@ def decide_quota(
     may still take.
 
     `same_counts`: every allocation takes the same devices per class (the remembered answers of the pod's
-    shape, caches.SettledNodes), so a charge made of class counts alone is the same on every node and the
+    shape, settled.SettledNodes), so a charge made of class counts alone is the same on every node and the
     nodes join its bucket with one list copy instead of a look at each. Every allocation is for a node of
     `snapshot.nodes` (decide_pod's device step refuses unknown nodes before any allocator runs), so no node is
     looked up here.
