@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test unit lint fmt bench bench-e2e differential clean image tools
+.PHONY: install deps run test unit lint fmt bench bench-e2e differential clean image tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/dra-extender serve
 
-test: lint
+# What the suite needs from the system (installed when missing) and the builds it runs against: tools/deps.sh.
+deps:
+	tools/deps.sh
+
+# The whole suite. pytest's closing summary (-ra) lists every skip with its reason.
+test: deps lint
 	$(BIN)/pytest -q
 
 # The fast loop, on two pytest-xdist workers: no stress, fuzz, long property runs, differential, e2e or browser.

@@ -1,7 +1,7 @@
 """Headless Chromium from the distribution (chromium + chromium-driver packages), driven through Selenium.
 
-No browser is downloaded: Selenium is pointed at /usr/bin/chromedriver and /usr/bin/chromium, which .ci/run
-installs when they are missing. Without them the browser tests skip locally and fail under CI=true.
+No browser is downloaded: Selenium is pointed at /usr/bin/chromedriver and /usr/bin/chromium, which `make deps`
+(tools/deps.sh) installs when they are missing. Without them the browser tests skip locally and fail under CI=true.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BINARY", "/usr/bin/chromedriver")
 def _missing() -> str:
     for path in (CHROMIUM, CHROMEDRIVER):
         if not (Path(path).is_file() and os.access(path, os.X_OK)):
-            return f"{path} not installed (apt-get install chromium chromium-driver)"
+            return f"{path} not installed (apt-get install chromium chromium-driver; make deps installs them)"
     return ""
 
 
