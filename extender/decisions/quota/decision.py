@@ -373,17 +373,19 @@ def _split_by_flavors(
     group holding it), and the walk's candidates: each flavor set with the group's part of a charge its nodes
     take."""
     candidates: list[tuple[FlavorSet, Charge]] = []
-    seen: set[tuple[FlavorSet, Charge]] = set()
-    group_charges: dict[Charge, Charge] = {}  # charge -> its part in the group's resources
+    # Keyed by the charges' identity: each is one object held by its buckets for the call, and hashing one by
+    # value hashes every Fraction in it (Fraction.__hash__ computes a modular inverse each time).
+    seen: set[tuple[FlavorSet, int]] = set()
+    group_charges: dict[int, Charge] = {}  # id(charge) -> its part in the group's resources
     split: list[_Bucket] = []
     # Every bucket holds only nodes of the partition's Node mapping (allocations are on known nodes only): with
     # one flavor set, it holds the whole bucket, which then stays one list (the commonest case, one flavor per
     # group, costs no set intersection per node).
     only_flavor_set = next(iter(partition)) if len(partition) == 1 else None
     for charge, flavor_sets, bucket_nodes in buckets:
-        group_charge = group_charges.get(charge)
+        group_charge = group_charges.get(id(charge))
         if group_charge is None:
-            group_charge = group_charges[charge] = tuple((r, a) for r, a in charge if r in resources)
+            group_charge = group_charges[id(charge)] = tuple((r, a) for r, a in charge if r in resources)
         if not group_charge:
             split.append(_Bucket(charge, (*flavor_sets, ()), bucket_nodes))
             continue
@@ -397,8 +399,8 @@ def _split_by_flavors(
             if not nodes_held:
                 continue
             split.append(_Bucket(charge, (*flavor_sets, flavor_set), nodes_held))
-            if (flavor_set, group_charge) not in seen:
-                seen.add((flavor_set, group_charge))
+            if (flavor_set, id(group_charge)) not in seen:
+                seen.add((flavor_set, id(group_charge)))
                 candidates.append((flavor_set, group_charge))
     return split, candidates
 
