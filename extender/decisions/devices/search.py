@@ -95,8 +95,11 @@ class Search:
         self.partitionable = features.partitionable_devices
         self.allocated = question.allocated
         self.capacity = capacity
-        self.counters = SharedCounters(question.devices.pools, question.allocated)
-        self.constraints = [ClaimConstraints(claim.spec.constraints) for claim in claims]
+        self.pools = question.devices.pools
+        # Made when first needed: most nodes' searches take no device that consumes counters, and most claims
+        # have no constraints (the search runs on every candidate node, so each object is a cost per node).
+        self.counters: SharedCounters | None = None
+        self.constraints: list[ClaimConstraints | None] = [None] * len(claims)
         self.taking: set[DeviceKey] = set()  # devices allowing multiple allocations are never in it
         self.claim_taking: list[set[DeviceKey]] = [set() for _ in claims]  # adminAccess only avoids these
         self.chosen: list[list[ChosenDevice]] = [[] for _ in claims]
@@ -235,11 +238,11 @@ class Search:
         # A further share of a device already shared does not charge its counters again (upstream
         # skipCounterCheck): they were charged when the device was first allocated.
         if device.consumes_counters and not (multi and self.capacity.in_use(device.key)):
-            undo = self.counters.consume(device)
+            undo = (self.counters or self._new_counters()).consume(device)
             if undo is None:
                 return None
             undo_steps.append(undo)
-        if claim.spec.constraints and not self.constraints[claim_index].add(
+        if claim.spec.constraints and not self._constraints_of(claim_index).add(
             request.name, alternative.request_name, device, undo_steps
         ):
             for step in reversed(undo_steps):
@@ -288,6 +291,16 @@ class Search:
                 step()
 
         return undo_all
+
+    def _new_counters(self) -> SharedCounters:
+        self.counters = SharedCounters(self.pools, self.allocated)
+        return self.counters
+
+    def _constraints_of(self, claim_index: int) -> ClaimConstraints:
+        constraints = self.constraints[claim_index]
+        if constraints is None:
+            constraints = self.constraints[claim_index] = ClaimConstraints(self.claims[claim_index].spec.constraints)
+        return constraints
 
     def _take_share(
         self,
