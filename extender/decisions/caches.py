@@ -40,8 +40,8 @@ from typing import Any
 from extender.decisions.devices.cel import ActivationCache, ProgramCache, new_program_cache
 from extender.decisions.devices.free_entries import FreeEntry
 from extender.decisions.devices.results import Allocation, ChosenDevice
+from extender.decisions.devices.selector_verdicts import ClassSignature, Selectable, Verdict
 from extender.decisions.devices.settled import SettledNodes
-from extender.decisions.devices.verdicts import ClassSignature, Selectable, Verdict
 from extender.memo import BoundedMemo
 from extender.state.dra.devices import Device
 from extender.state.indexes.driver_usage import DriverUsageIndex

@@ -31,7 +31,7 @@ from extender.decisions.devices.results import (
     not_allocatable,
 )
 from extender.decisions.devices.selection import DeviceMatcher
-from extender.decisions.devices.verdicts import SelectorFailure
+from extender.decisions.devices.selector_verdicts import SelectorFailure
 from extender.state.capacity import CapacityError, request_fits
 from extender.state.dra.claims import (
     ALLOCATION_MODE_ALL,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from extender.decisions.devices.free_entries import FreeEntry, FreeSelectable
 from extender.decisions.devices.selection import DeviceMatcher
-from extender.decisions.devices.verdicts import class_signature
+from extender.decisions.devices.selector_verdicts import class_signature
 from extender.state.dra.device_class import DeviceClass
 from extender.state.inventory import NodeDevices
 from extender.state.snapshot import ClusterSnapshot

@@ -27,8 +27,8 @@ from extender.decisions.devices.results import (
     PendingClaim,
     new_chosen,
 )
+from extender.decisions.devices.selector_verdicts import SelectorFailure
 from extender.decisions.devices.undo import Undo
-from extender.decisions.devices.verdicts import SelectorFailure
 from extender.state.capacity import CapacityError, request_fits
 from extender.state.dra.claims import MAX_DEVICES_PER_ALLOCATION, DeviceRequest, DeviceSubRequest
 from extender.state.dra.devices import BLOCKING_TAINT_EFFECTS, Device, DeviceKey

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.cel import SelectorError, compile_selector
-from extender.decisions.devices.verdicts import Selectable, SelectorFailure, Verdict, class_signature
+from extender.decisions.devices.selector_verdicts import Selectable, SelectorFailure, Verdict, class_signature
 from extender.state.dra.device_class import DeviceClass
 from extender.state.dra.devices import Device
 from extender.state.inventory import NodeDevices
