@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.requirements import missing_requirement
+
 CHROMIUM = os.environ.get("CHROMIUM_BINARY", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("CHROMEDRIVER_BINARY", "/usr/bin/chromedriver")
 
@@ -28,9 +30,7 @@ def _missing() -> str:
 def browser() -> Iterator[object]:
     missing = _missing()
     if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
+        missing_requirement(missing)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
