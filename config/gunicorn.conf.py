@@ -12,6 +12,8 @@ timeout = 30
 graceful_timeout = 10
 keepalive = 30
 errorlog = "-"
+# gunicorn's own lines through the extender's log handler: JSON like every other line (logging.format).
+logger_class = "extender.transport.logs.GunicornLogger"
 loglevel = "warning"
 limit_request_line = 8190
 limit_request_fields = 100

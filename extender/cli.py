@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,54 @@ from extender.state.errors import ObjectError
 from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
+from extender.transport.strict_objects import StrictDecodingError
+from extender.transport.strict_objects import check as check_strict
 
 log = logging.getLogger("extender")
 
 DEMO_SNAPSHOT = "demo/cluster.yaml"
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 30.0
+READY_TIMEOUT_SECONDS = 60.0
+
+# Exit codes of `dra-extender` and `kubectl dra-quota` (docs/cli.md): every error is one line `error: ...` on
+# stderr and one of these codes, so that a script can tell a mistake in its input from a cluster that is down.
+EXIT_OK = 0
+EXIT_FAILED = 1  # the command could not run (a listen address in use, an unexpected error)
+EXIT_USAGE = 2  # the command line is wrong (argparse's own code)
+EXIT_INPUT = 3  # a file or object given is missing, unreadable, not YAML, or not a valid object
+EXIT_UNREACHABLE = 4  # the API server or the extender did not answer in time (refused, timed out, never ready)
+EXIT_REFUSED = 5  # it answered no: an object that does not exist, an error status, credentials refused
+EXIT_STDOUT_CLOSED = 141  # stdout closed early (`| head`): 128 + SIGPIPE, as a command killed by SIGPIPE
+
+
+class CommandError(Exception):
+    """An error that ends a command with one line `error: ...` and its exit code."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(CommandError):
+    exit_code = EXIT_USAGE
+
+
+class InputError(CommandError):
+    exit_code = EXIT_INPUT
+
+
+class UnreachableError(CommandError):
+    exit_code = EXIT_UNREACHABLE
+
+
+class RefusedError(CommandError):
+    exit_code = EXIT_REFUSED
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with its error as one `error: ...` line (exit code 2) instead of the usage and the message."""
+
+    def error(self, message: str) -> Any:  # argparse's signature is NoReturn; mypy needs no more
+        print(f"error: {message} (see '{self.prog} --help')", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
 def demo_snapshot_text() -> str:
@@ -32,9 +78,23 @@ def demo_snapshot_text() -> str:
 
 def _add_source_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--snapshot", metavar="FILE", help="serve a cluster snapshot (kubectl get -o yaml dump)")
-    group.add_argument("--kubeconfig", metavar="FILE", help="follow a live cluster through this kubeconfig")
-    group.add_argument("--in-cluster", action="store_true", help="follow the cluster the pod runs in")
+    group.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="the cluster as a snapshot file (`dra-extender snapshot` or `kubectl get -o yaml` output); "
+        "without a source flag: the embedded demo cluster",
+    )
+    group.add_argument("--kubeconfig", metavar="FILE", help="a live cluster, through this kubeconfig")
+    group.add_argument("--in-cluster", action="store_true", help="the live cluster this pod runs in")
+
+
+def _add_config_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the extender's config file (YAML; every key and its default: config/extender.yaml); "
+        "default: the built-in defaults",
+    )
 
 
 def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSource, Any]:
@@ -54,6 +114,8 @@ def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSo
                 kueue_configmap=(config.kueue_config.namespace, config.kueue_config.name),
                 stale_grace_seconds=config.source.stale_grace_seconds,
             )
+        if getattr(args, "command", "") != "serve":  # a one-shot command: fail at once on a silent API server
+            probe_api_server(source.config, getattr(args, "request_timeout", DEFAULT_REQUEST_TIMEOUT_SECONDS))
         return source, source.binder().create_binding
     if getattr(args, "snapshot", None):
         return SnapshotSource(args.snapshot), None
@@ -109,9 +171,16 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
 def cmd_serve(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     from extender.transport.logs import configure_logging
+    from extender.transport.server import ListenError, check_listen_addresses
 
-    configure_logging(config.logging.format, config.logging.level)
+    configure_logging(args.log_format or config.logging.format, config.logging.level)
     listen = args.listen or config.listen
+    diagnostics_listen = args.diagnostics_listen or config.diagnostics.listen
+    metrics_listen = args.metrics_listen or config.metrics.listen
+    try:  # before "serving ...": an address in use is one clear error, not gunicorn's retries
+        check_listen_addresses([a for a in (listen, diagnostics_listen, metrics_listen) if a])
+    except ListenError as error:
+        raise CommandError(str(error)) from None
     # gunicorn preloads the app and then forks its worker; threads do not survive a fork. A snapshot is loaded
     # before the fork (the worker inherits it), but a live source's watch threads must start in the worker,
     # or the worker would serve the view frozen at fork time while the watches update the master's copy.
@@ -128,13 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from extender.transport.server import ExtenderServer, ExtenderWorker, ServerLimits, gunicorn_options
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}
-    listeners = listener_settings(
-        service,
-        config,
-        listen,
-        args.diagnostics_listen or config.diagnostics.listen,
-        args.metrics_listen or config.metrics.listen,
-    )
+    listeners = listener_settings(service, config, listen, diagnostics_listen, metrics_listen)
     app = listeners[0].app
     ExtenderWorker.configure(
         listeners,
@@ -220,55 +283,118 @@ def _read_gunicorn_config(path: str) -> dict[str, Any]:
     return {k: v for k, v in namespace.items() if not k.startswith("_") and k != "bind"}
 
 
-def _load_pod(path: str) -> Any:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    documents = [d for d in yaml.safe_load_all(text) if d]
-    pods = [d for d in documents if isinstance(d, dict) and d.get("kind", "Pod") == "Pod"]
+def load_pod_file(path: str) -> dict[str, Any]:
+    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin), decoded strictly: every object of
+    the file whose kind has a schema is checked for unknown fields (transport/strict_objects.py), as kubectl
+    --validate=strict would have the API server check them. Every problem is an InputError."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d]
+    except yaml.YAMLError as error:
+        raise InputError(f"{path}: not YAML: {yaml_problem(error)}") from None
+    except RecursionError:
+        raise InputError(f"{path}: not YAML: nested too deeply") from None
+    objects = [d for d in documents if isinstance(d, dict)]
+    for document in objects:
+        try:
+            check_strict(document)
+        except StrictDecodingError as error:
+            raise InputError(f"{path}: {_kind_of(document)}: {error}") from None
+    pods = [d for d in objects if d.get("kind", "Pod") == "Pod"]
     if not pods:
-        raise SystemExit(f"dra-extender explain: {path} holds no Pod")
+        raise InputError(f"{path} holds no Pod")
     return pods[0]
+
+
+def _kind_of(document: dict[str, Any]) -> str:
+    name = (document.get("metadata") or {}).get("name") if isinstance(document.get("metadata"), dict) else None
+    return f"{document.get('kind', 'Pod')} {name}" if name else str(document.get("kind", "Pod"))
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where (line, column) and what, without its excerpt of the text."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
+
+
+def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:
+    try:
+        return parse_pod(raw_pod)
+    except ObjectError as error:
+        raise InputError(f"{path}: {error.describe()}") from None
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from extender.transport.diagnostics import decision_json, render_table
 
-    raw_pod = _load_pod(args.pod)
+    raw_pod = load_pod_file(args.pod)
+    pod = parse_input_pod(raw_pod, args.pod)
     if args.server:
-        import urllib.error
-        import urllib.request
-
-        url = args.server.rstrip("/") + "/diagnostics/explain"
-        request = urllib.request.Request(url, data=orjson.dumps(raw_pod), headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                report = orjson.loads(response.read())
-        except urllib.error.HTTPError as error:
-            print(f"dra-extender explain: {url}: {error.code} {error.read().decode(errors='replace')}", file=sys.stderr)
-            return 1
-        except urllib.error.URLError as error:
-            print(f"dra-extender explain: cannot reach {url}: {error.reason}", file=sys.stderr)
-            return 1
+        report = explain_remotely(args.server, raw_pod, args.request_timeout)
     else:
         config = load_config(args.config)
-        logging.basicConfig(level=logging.WARNING)
+        one_shot_logging()
         service = _build_service(args, config)
-        if args.kubeconfig:
-            _wait_ready(service)
         try:
-            pod = parse_pod(raw_pod)
-        except ObjectError as error:
-            print(f"dra-extender explain: {args.pod}: {error.describe()}", file=sys.stderr)
-            return 1
-        report = decision_json(service.explain(pod))
-        service.stop()
+            if args.kubeconfig:
+                wait_ready(service)
+            report = decision_json(service.explain(pod))
+        finally:
+            service.stop()
     if args.output == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(render_table(report))
+        sys.stdout.write(render_table(report) + "\n")
+    sys.stdout.flush()  # a closed pipe shows here, inside the command's error handling
     return 0
 
 
-def _wait_ready(service: SchedulingService, timeout: float = 60.0) -> None:
+def one_shot_logging() -> None:
+    """explain, snapshot and the kubectl plugin log errors only, as text: the API client's retry warnings and
+    the watches' progress are noise for a command that reports its own failure in one line."""
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+
+
+def explain_remotely(server: str, raw_pod: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """POST the pod to a running extender's /diagnostics/explain."""
+    import urllib.error
+    import urllib.request
+
+    url = server.rstrip("/") + "/diagnostics/explain"
+    request = urllib.request.Request(url, data=orjson.dumps(raw_pod), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            report: dict[str, Any] = orjson.loads(response.read())
+            return report
+    except urllib.error.HTTPError as error:
+        raise RefusedError(f"{url}: HTTP {error.code}: {answer_message(error.read())}") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", None) or error
+        raise UnreachableError(
+            f"cannot reach {url}: {network_reason(reason) if isinstance(reason, BaseException) else reason}"
+        ) from None
+
+
+def answer_message(data: bytes) -> str:
+    """The message of an error answer (the extender's {"error": ...} or a metav1.Status), else its text."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return " ".join(data[:500].decode("utf-8", "replace").split())
+    if isinstance(document, dict):
+        return str(document.get("message") or document.get("error") or document)
+    return str(document)[:500]
+
+
+def wait_ready(service: SchedulingService, timeout: float = READY_TIMEOUT_SECONDS) -> None:
+    """Wait for a live view's initial lists; UnreachableError with the source's last problem when they do not
+    complete in time (the source retries an API server that does not answer; a one-shot command must not)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -276,26 +402,77 @@ def _wait_ready(service: SchedulingService, timeout: float = 60.0) -> None:
         if service.health().ready:
             return
         time.sleep(0.2)
-    raise SystemExit("dra-extender: the cluster view did not become ready in time")
+    raise UnreachableError(f"the cluster view did not become ready within {timeout:.0f}s: {service.health().message}")
+
+
+def probe_api_server(api_config: Any, timeout: float) -> None:
+    """One GET /version with connect and read timeouts, before a one-shot command starts its watches: an API
+    server that does not answer is an UnreachableError now, not a wait on the watches' retries."""
+    from extender.kube.api import ApiError, KubeApi
+
+    api = KubeApi(api_config)
+    try:
+        api.get_json("/version", read_timeout=timeout)
+    except ApiError as error:
+        if error.status == 401:
+            raise RefusedError(f"the API server at {api.host} refused the credentials: {error.describe()}") from None
+    except Exception as error:
+        if not is_network_error(error):
+            raise
+        raise UnreachableError(f"cannot reach the API server at {api.host}: {network_reason(error)}") from None
+    finally:
+        api.close()
+
+
+def is_network_error(error: BaseException) -> bool:
+    import urllib3
+
+    return isinstance(error, (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)) or (
+        isinstance(error, OSError) and not isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError))
+    )
+
+
+def network_reason(error: BaseException) -> str:
+    """A network failure in a few words ("Connection refused", "connect timed out"), not urllib3's repr chain."""
+    import urllib3
+
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and error.reason is not None:
+        return network_reason(error.reason)
+    if isinstance(error, urllib3.exceptions.NewConnectionError):  # (a ConnectTimeoutError subclass in urllib3 2)
+        reason = str(error).rpartition("Failed to establish a new connection: ")[2] or str(error)
+        return reason.partition("] ")[2] if reason.startswith("[Errno") else reason
+    if isinstance(error, urllib3.exceptions.ConnectTimeoutError):
+        return "connect timed out"
+    if isinstance(error, urllib3.exceptions.ReadTimeoutError):
+        return "read timed out"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    from extender.kube.api import load_kubeconfig
     from extender.state import live
 
-    live.write_snapshot_from_kubeconfig(args.kubeconfig, sys.stdout)
+    one_shot_logging()
+    api_config = load_kubeconfig(args.kubeconfig)
+    probe_api_server(api_config, args.request_timeout)
+    live.write_snapshot(api_config, sys.stdout, read_timeout=args.request_timeout)
+    sys.stdout.flush()
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="dra-extender",
-        description="kube-scheduler extender for DRA devices and Kueue ClusterQueue quota",
+        description="kube-scheduler extender for DRA devices and Kueue ClusterQueue quota. Exit codes: 0 done, "
+        "1 failed, 2 usage, 3 bad input, 4 unreachable, 5 refused, 141 stdout closed (docs/cli.md).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="answer kube-scheduler's filter/prioritize(/bind) calls over HTTP")
     _add_source_flags(serve)
-    serve.add_argument("--config", metavar="FILE", help="extender config file (see config/extender.yaml)")
+    _add_config_flag(serve)
     serve.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (default 127.0.0.1:8888)")
     serve.add_argument(
         "--diagnostics-listen",
@@ -308,30 +485,99 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve only /metrics and the probes on this listener (overrides metrics.listen)",
     )
     serve.add_argument("--gunicorn-config", metavar="FILE", help="gunicorn settings file (config/gunicorn.conf.py)")
+    serve.add_argument(
+        "--log-format",
+        choices=("json", "text"),
+        help="json: one JSON object per line (default, overrides logging.format); text: lines for people",
+    )
     serve.set_defaults(handler=cmd_serve)
 
     explain = sub.add_parser("explain", help="rank every node for a pod and say why")
     explain.add_argument("pod", metavar="POD.yaml", help="the pod (YAML or JSON; - for stdin)")
     _add_source_flags(explain)
     explain.add_argument("--server", metavar="URL", help="ask a running extender instead (http://127.0.0.1:8888)")
-    explain.add_argument("--config", metavar="FILE")
+    _add_config_flag(explain)
     explain.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    _add_timeout_flag(explain)
     explain.set_defaults(handler=cmd_explain)
 
     snapshot = sub.add_parser("snapshot", help="write a live cluster's state as a snapshot file to stdout")
-    snapshot.add_argument("--kubeconfig", metavar="FILE", required=True)
+    snapshot.add_argument("--kubeconfig", metavar="FILE", required=True, help="the live cluster's kubeconfig")
+    _add_timeout_flag(snapshot)
     snapshot.set_defaults(handler=cmd_snapshot)
     return parser
 
 
+def _add_timeout_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        metavar="SECONDS",
+        default=DEFAULT_REQUEST_TIMEOUT_SECONDS,
+        help=f"per request to the API server or --server (default {DEFAULT_REQUEST_TIMEOUT_SECONDS:.0f})",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return run_reporting_errors(lambda: handler(args))
+
+
+def run_reporting_errors(command: Callable[[], int]) -> int:
+    """Run a command; every error becomes one line `error: ...` on stderr and its exit code (the table above),
+    never a traceback. Shared with the kubectl plugin."""
     try:
-        handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
-    except (ConfigError, SnapshotError) as error:
-        print(f"dra-extender: {error}", file=sys.stderr)
-        return 2
+        with _stdout_closed_quietly():
+            return command()
+    except CommandError as error:
+        return _report(str(error), error.exit_code)
+    except (ConfigError, SnapshotError, ObjectError, StrictDecodingError) as error:
+        return _report(str(error), EXIT_INPUT)
+    except _StdoutClosedError:
+        return EXIT_STDOUT_CLOSED
+    except KeyboardInterrupt:
+        return _report("interrupted", 130)
+    except Exception as error:
+        return _report_other(error)
+
+
+def _report(message: str, code: int) -> int:
+    print("error: " + " ".join(message.split()), file=sys.stderr)
+    return code
+
+
+def _report_other(error: Exception) -> int:
+    """Errors of the layers below that a command does not catch itself: the API client's configuration and
+    answers, the network; anything else is a bug, reported as one line all the same."""
+    from extender.kube.api import ApiConfigError, ApiError
+
+    if isinstance(error, ApiConfigError):
+        return _report(str(error), EXIT_INPUT)
+    if isinstance(error, ApiError):
+        return _report(f"the API server answered {error.describe()}", EXIT_REFUSED)
+    if is_network_error(error):
+        return _report(f"cannot reach the API server: {network_reason(error)}", EXIT_UNREACHABLE)
+    if isinstance(error, OSError):
+        return _report(f"{getattr(error, 'filename', '') or ''}: {error.strerror or error}".lstrip(": "), EXIT_INPUT)
+    return _report(f"unexpected {type(error).__name__}: {error}", EXIT_FAILED)
+
+
+class _StdoutClosedError(Exception):
+    """stdout's reader went away (`| head`)."""
+
+
+@contextmanager
+def _stdout_closed_quietly() -> Iterator[None]:
+    """A BrokenPipeError on stdout ends the command with EXIT_STDOUT_CLOSED and no message: the reader has what
+    it wanted. stdout is pointed at /dev/null so that the interpreter's flush at exit does not fail again."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise _StdoutClosedError() from None
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
+from extender.cli import EXIT_INPUT, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
 from extender.kubectl_plugin.kubeconfig import context_namespace
-from extender.kubectl_plugin.plugin_errors import PluginError
 from extender.kubectl_plugin.remote import _from_extender, parse_service
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 from tests.e2e.cluster import free_port
@@ -125,20 +125,21 @@ def test_node_shows_devices_and_holders(capsys: pytest.CaptureFixture[str]) -> N
     assert len(held) == 4 and {row[2] for row in held} == {"team-a/trainer-0-gpu"}
 
 
-def test_errors_go_to_stderr_with_kubectls_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_errors_go_to_stderr_with_documented_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, err = demo(capsys, "node", "no-such-node")
-    assert (code, out, err) == (1, "", 'error: node "no-such-node" is not known\n')
+    assert (code, out, err) == (EXIT_REFUSED, "", 'error: node "no-such-node" is not known\n')
     code, out, err = demo(capsys, "explain")
-    assert code == 1 and out == "" and err.startswith("error: explain needs a POD name")
+    assert code == EXIT_USAGE and out == "" and err.startswith("error: explain needs a POD name")
     not_a_pod = tmp_path / "cm.yaml"
     not_a_pod.write_text("kind: ConfigMap\nmetadata: {name: x}\n", encoding="utf-8")
     code, out, err = demo(capsys, "explain", "-f", str(not_a_pod))
-    assert code == 1 and "holds no Pod" in err
+    assert code == EXIT_INPUT and "holds no Pod" in err
     code, _, err = plugin(capsys, "--kubeconfig", str(tmp_path / "missing"), "queues")
-    assert code == 1 and err.startswith("error: cannot read kubeconfig")
+    assert code == EXIT_INPUT and err.startswith("error: cannot read kubeconfig")
     with pytest.raises(SystemExit) as usage:
         kubectl_plugin.main(["queues", "-o", "wide"])
-    assert usage.value.code == 2
+    assert usage.value.code == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("error: argument -o/--output: invalid choice: 'wide'")
 
 
 # --- a running extender, and the same through a service proxy -------------------------------------------------
@@ -288,7 +289,7 @@ def test_server_flag_asks_a_running_extender(capsys: pytest.CaptureFixture[str],
     code, out, _ = plugin(capsys, "--server", demo_extender, "node", "gpu-spot-2", "-o", "json")
     assert json.loads(out)["node"] == "gpu-spot-2"
     code, _, err = plugin(capsys, "--server", f"http://127.0.0.1:{free_port()}", "queues")
-    assert code == 1 and err.startswith("error: cannot reach")
+    assert code == EXIT_UNREACHABLE and err.startswith("error: cannot reach")
 
 
 def test_the_in_cluster_extender_through_the_service_proxy(
@@ -307,18 +308,18 @@ def test_the_in_cluster_extender_through_the_service_proxy(
     code, out, _ = plugin(capsys, "--kubeconfig", str(config), "queues", "-o", "json")
     assert json.loads(out)["clusterQueues"][0]["name"] == "team-a"
     code, out, err = plugin(capsys, "--kubeconfig", str(config), "node", "no-such-node")
-    assert (code, out) == (1, "") and err == 'error: node "no-such-node" is not known\n'  # the extender's 404
+    assert (code, out) == (EXIT_REFUSED, "") and err == 'error: node "no-such-node" is not known\n'  # its 404
     code, _, err = plugin(capsys, "--kubeconfig", str(config), "explain", "-n", "team-a", "nope")
-    assert code == 1 and err == 'error: pods "nope" not found in namespace "team-a"\n'
+    assert code == EXIT_REFUSED and err == 'error: pods "nope" not found in namespace "team-a"\n'
     # KUBECONFIG is honoured like kubectl does, --context picks another user (refused: 401 is an error, no fallback)
     os.environ["KUBECONFIG"] = f"{tmp_path / 'absent'}{os.pathsep}{config}"
     try:
         code, out, _ = plugin(capsys, "queues", "-o", "json")
         assert code == 0 and json.loads(out)["clusterQueues"]
         code, out, err = plugin(capsys, "--context", "intruder", "queues")
-        assert code == 1 and "HTTP 401" in err and out == ""
+        assert code == EXIT_REFUSED and "HTTP 401" in err and out == ""
         code, _, err = plugin(capsys, "--context", "no-such-context", "queues")
-        assert code == 1 and 'context "no-such-context" does not exist' in err
+        assert code == EXIT_INPUT and 'context "no-such-context" does not exist' in err
     finally:
         del os.environ["KUBECONFIG"]
 
@@ -329,7 +330,7 @@ def test_context_namespace_follows_kubectl(tmp_path: Path) -> None:
     config = kubeconfig(tmp_path, "http://127.0.0.1:1", namespace="team-b")
     assert context_namespace(str(config), "main") == "team-b"
     assert parse_service("ns/name:9090") == ("ns", "name", "9090")
-    with pytest.raises(PluginError):
+    with pytest.raises(UsageError):
         parse_service("name:9090")
 
 
@@ -350,7 +351,7 @@ def test_an_unreachable_api_server_is_an_error_not_a_fallback(capsys: pytest.Cap
     started = time.monotonic()
     for argv in (["queues"], ["explain", "train-1"]):
         code, out, err = plugin(capsys, "--kubeconfig", str(config), "--request-timeout", "5", *argv)
-        assert (code, out) == (1, "") and err.startswith("error: cannot reach the API server"), err
+        assert (code, out) == (EXIT_UNREACHABLE, "") and err.startswith("error: cannot reach the API server"), err
     assert time.monotonic() - started < 30  # no 60 s wait for a live view that can never sync
 
 

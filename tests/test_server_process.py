@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from extender.cli import EXIT_INPUT
 from testkit import builders as b
 from tests.support.net import free_port
 from tests.support.scenarios import (
@@ -172,7 +173,7 @@ def test_bad_snapshot_and_config_fail_clearly(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert result.returncode == 2 and "document 0" in result.stderr and "metadata.labels" in result.stderr
+    assert result.returncode == EXIT_INPUT and "document 0" in result.stderr and "metadata.labels" in result.stderr
     config = tmp_path / "config.yaml"
     config.write_text("scoring: {strategy: Nope}\n")
     result = subprocess.run(
@@ -181,4 +182,4 @@ def test_bad_snapshot_and_config_fail_clearly(tmp_path):
         capture_output=True,
         text=True,
     )
-    assert result.returncode == 2 and "scoring.strategy" in result.stderr
+    assert result.returncode == EXIT_INPUT and "scoring.strategy" in result.stderr

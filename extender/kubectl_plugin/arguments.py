@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from extender.cli import ArgumentParser
+
 PROG = "kubectl dra-quota"
 DEFAULT_SERVICE = "kube-system/dra-quota-scheduler-metrics:9090"
 
@@ -35,16 +37,22 @@ def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
         default=default(DEFAULT_SERVICE),
         help=f"the extender's diagnostics Service (default {DEFAULT_SERVICE})",
     )
-    parser.add_argument("--config", metavar="FILE", default=default(None), help="extender config for local computation")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default(None),
+        help="the extender's config file (YAML, config/extender.yaml) for --snapshot and --local answers",
+    )
     parser.add_argument(
         "--request-timeout", type=float, metavar="SECONDS", default=default(30.0), help="per request (default 30)"
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
-        description="Why the dra-quota-scheduler extender ranks nodes as it does: DRA devices and Kueue quota.",
+        description="Why the dra-quota-scheduler extender ranks nodes as it does: DRA devices and Kueue quota. "
+        "Exit codes: 0 done, 1 failed, 2 usage, 3 bad input, 4 unreachable, 5 refused (docs/cli.md).",
     )
     _add_common(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{explain,queues,node}")

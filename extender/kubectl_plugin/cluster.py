@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from extender.kubectl_plugin.plugin_errors import PluginError, UnreachableError, status_message
+from extender.cli import network_reason
+from extender.kubectl_plugin.plugin_errors import InputError, RefusedError, UnreachableError, status_message
 
 
 def quote_segment(segment: str) -> str:
@@ -27,7 +28,7 @@ class Cluster:
                 config_file=kubeconfig, context=context, persist_config=False
             )
         except (config.ConfigException, OSError) as error:
-            raise PluginError(f"cannot use kubeconfig {kubeconfig}: {error}") from None
+            raise InputError(f"cannot use kubeconfig {kubeconfig}: {error}") from None
         self.timeout = timeout
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
@@ -47,7 +48,7 @@ class Cluster:
         except ApiException as error:  # the client's transport errors (SSL, protocol); HTTP statuses come back
             raise UnreachableError(f"{self._api.configuration.host}: {getattr(error, 'reason', error)}") from None
         except (urllib3.exceptions.HTTPError, OSError) as error:
-            raise UnreachableError(f"{self._api.configuration.host}: {error}") from None
+            raise UnreachableError(f"{self._api.configuration.host}: {network_reason(error)}") from None
         return response.status, data
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
@@ -55,11 +56,11 @@ class Cluster:
         try:
             status, data = self.request("GET", path)
         except UnreachableError as error:
-            raise PluginError(f"cannot reach the API server: {error}") from None
+            raise UnreachableError(f"cannot reach the API server: {error}") from None
         if status == 404:
-            raise PluginError(f'pods "{name}" not found in namespace "{namespace}"')
+            raise RefusedError(f'pods "{name}" not found in namespace "{namespace}"')
         if status != 200:
-            raise PluginError(f"reading pod {namespace}/{name}: HTTP {status}: {status_message(data)}")
+            raise RefusedError(f"reading pod {namespace}/{name}: HTTP {status}: {status_message(data)}")
         pod: dict[str, Any] = orjson.loads(data)
         pod.setdefault("kind", "Pod")
         pod.setdefault("apiVersion", "v1")

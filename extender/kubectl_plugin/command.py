@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from extender import cli
@@ -13,7 +15,7 @@ from extender.kubectl_plugin.cluster import Cluster
 from extender.kubectl_plugin.fallback import FallbackExtender
 from extender.kubectl_plugin.kubeconfig import context_namespace, kubeconfig_path
 from extender.kubectl_plugin.local import LocalExtender, source_args
-from extender.kubectl_plugin.plugin_errors import PluginError
+from extender.kubectl_plugin.plugin_errors import InputError, UsageError
 from extender.kubectl_plugin.remote import HttpExtender, service_sender, url_sender
 from extender.kubectl_plugin.rendering import emit, render_explanation, render_node, render_queues
 
@@ -28,7 +30,11 @@ def open_extender(args: argparse.Namespace, cluster: Cluster | None) -> Extender
     kubeconfig = kubeconfig_path(args.kubeconfig)
 
     def local() -> Extender:
-        return LocalExtender(source_args(kubeconfig=kubeconfig, context=args.context), args.config, live=True)
+        return LocalExtender(
+            source_args(kubeconfig=kubeconfig, context=args.context, request_timeout=args.request_timeout),
+            args.config,
+            live=True,
+        )
 
     if args.local:
         return local()
@@ -37,22 +43,31 @@ def open_extender(args: argparse.Namespace, cluster: Cluster | None) -> Extender
 
 
 def _connect(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
-    """The API server of the kubeconfig context and the namespace, when the source or the pod is read there."""
-    needs_cluster = not args.server and not args.snapshot
-    wants_cluster_pod = args.command == "explain" and not getattr(args, "filename", None)
-    if not (needs_cluster or wants_cluster_pod):
-        return None, args.namespace
+    """The API server of the kubeconfig context and the namespace, when the source or the pod is read there. A
+    named pod is read from the API server only when the answer comes from it too, or from ``--server`` with a
+    kubeconfig at hand: with ``--snapshot`` it is the snapshot's pod, with ``--server`` alone the extender's own
+    last decision for it."""
+    offline = bool(args.server or args.snapshot)
     kubeconfig = kubeconfig_path(args.kubeconfig)
+    named_pod = args.command == "explain" and not getattr(args, "filename", None)
+    wants_cluster_pod = named_pod and (not offline or (args.server and kubeconfig is not None))
+    if offline and not wants_cluster_pod:
+        namespace = args.namespace
+        if namespace is None and named_pod:  # the context's namespace when a kubeconfig says one, as kubectl
+            namespace = context_namespace(kubeconfig, args.context) if kubeconfig is not None else "default"
+        return None, namespace
     if kubeconfig is None:
-        raise PluginError("no kubeconfig: pass --kubeconfig FILE or set KUBECONFIG")
+        raise InputError("no kubeconfig: pass --kubeconfig FILE or set KUBECONFIG (or --snapshot FILE, --server URL)")
     namespace = args.namespace or context_namespace(kubeconfig, args.context)
     return Cluster(kubeconfig, args.context, args.request_timeout), namespace
 
 
 def _pod_to_explain(args: argparse.Namespace, cluster: Cluster | None, namespace: str | None) -> dict[str, Any]:
-    """The manifest of ``-f FILE`` (in the namespace when it names none), else the pod read from the cluster."""
+    """The manifest of ``-f FILE`` (decoded strictly; in the namespace when it names none), else the pod read
+    from the cluster."""
     if args.filename:
-        pod: dict[str, Any] = cli._load_pod(args.filename)
+        pod: dict[str, Any] = cli.load_pod_file(args.filename)
+        cli.parse_input_pod(pod, args.filename)
         if namespace:
             pod.setdefault("metadata", {}).setdefault("namespace", namespace)
         return pod
@@ -60,42 +75,50 @@ def _pod_to_explain(args: argparse.Namespace, cluster: Cluster | None, namespace
     return cluster.get_pod(namespace or "default", args.pod)
 
 
+def _explain(
+    args: argparse.Namespace, cluster: Cluster | None, namespace: str | None, source: Callable[[], Extender]
+) -> dict[str, Any]:
+    """The explanation, offline for a named pod when the source allows (see ``_connect``)."""
+    namespace = namespace or "default"
+    if args.filename or cluster is not None:
+        pod = _pod_to_explain(args, cluster, namespace)
+        return source().explain(pod)
+    extender = source()
+    if isinstance(extender, LocalExtender):
+        return extender.explain_named(namespace, args.pod)
+    assert isinstance(extender, HttpExtender)
+    report = extender.last_decision(namespace, args.pod)
+    print(f"note: {LAST_DECISION_NOTE}", file=sys.stderr)
+    return report
+
+
+LAST_DECISION_NOTE = "no kubeconfig to read the pod from: this is the extender's last decision for it"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.command == "explain" and not args.pod and not args.filename:
-        raise PluginError("explain needs a POD name (or -f FILE)")
+        raise UsageError("explain needs a POD name (or -f FILE)")
     cluster, namespace = _connect(args)
-    extender: Extender | None = None
-    try:
-        if args.command == "explain":
-            pod = _pod_to_explain(args, cluster, namespace)
-            extender = open_extender(args, cluster)
-            emit(extender.explain(pod), args.output, render_explanation)
-        elif args.command == "queues":
-            extender = open_extender(args, cluster)
-            emit(extender.queues(), args.output, render_queues)
-        else:
-            extender = open_extender(args, cluster)
-            emit(extender.node(args.node), args.output, render_node)
-    finally:
-        if extender is not None:
-            extender.close()
+    with contextlib.ExitStack() as resources:
         if cluster is not None:
-            cluster.close()
+            resources.callback(cluster.close)
+
+        def source() -> Extender:
+            extender = open_extender(args, cluster)
+            resources.callback(extender.close)
+            return extender
+
+        if args.command == "explain":
+            emit(_explain(args, cluster, namespace, source), args.output, render_explanation)
+        elif args.command == "queues":
+            emit(source().queues(), args.output, render_queues)
+        else:
+            emit(source().node(args.node), args.output, render_node)
+        sys.stdout.flush()  # a closed pipe shows here, inside the command's error handling
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except PluginError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except ValueError as error:  # the config, snapshot and kubeconfig loaders' errors (ConfigError, ...)
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except SystemExit as error:  # extender.cli's own exits (a pod file without a Pod, a view never ready)
-        if isinstance(error.code, str):
-            print(f"error: {error.code.removeprefix('dra-extender: ')}", file=sys.stderr)
-            return 1
-        raise
+    cli.one_shot_logging()
+    return cli.run_reporting_errors(lambda: run(args))

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from extender.kubectl_plugin.answer_source import Extender
-from extender.kubectl_plugin.plugin_errors import UnreachableError
+from extender.kubectl_plugin.plugin_errors import NoExtenderBehindServiceError
 from extender.kubectl_plugin.remote import HttpExtender
 
 LOCAL_NOTE = (
@@ -16,7 +16,8 @@ LOCAL_NOTE = (
 
 
 class FallbackExtender(Extender):
-    """The in-cluster extender through its Service; on UnreachableError, a LocalExtender (built once, on demand)."""
+    """The in-cluster extender through its Service; on NoExtenderBehindServiceError, a LocalExtender (built
+    once, on demand)."""
 
     def __init__(self, remote: HttpExtender, local: Callable[[], Extender]) -> None:
         self._remote = remote
@@ -27,7 +28,7 @@ class FallbackExtender(Extender):
         if self._local is None:
             try:
                 return call(self._remote)
-            except UnreachableError as error:
+            except NoExtenderBehindServiceError as error:
                 print(f"note: {error}; {LOCAL_NOTE}", file=sys.stderr)
                 self._local = self._make_local()
         return call(self._local)

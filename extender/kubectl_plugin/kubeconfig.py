@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from extender.kubectl_plugin.plugin_errors import PluginError
+from extender.kubectl_plugin.plugin_errors import InputError
 
 
 def kubeconfig_path(explicit: str | None) -> str | None:
@@ -31,11 +31,11 @@ def context_namespace(path: str, context: str | None) -> str:
     try:
         document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as error:
-        raise PluginError(f"cannot read kubeconfig {path}: {error}") from None
+        raise InputError(f"cannot read kubeconfig {path}: {error}") from None
     name = context or document.get("current-context")
     for entry in document.get("contexts") or []:
         if isinstance(entry, Mapping) and entry.get("name") == name:
             return str((entry.get("context") or {}).get("namespace") or "default")
     if context:
-        raise PluginError(f'context "{context}" does not exist in {path}')
+        raise InputError(f'context "{context}" does not exist in {path}')
     return "default"

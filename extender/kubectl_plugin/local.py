@@ -7,7 +7,7 @@ from typing import Any
 
 from extender import cli
 from extender.kubectl_plugin.answer_source import Extender
-from extender.kubectl_plugin.plugin_errors import PluginError
+from extender.kubectl_plugin.plugin_errors import InputError, RefusedError
 from extender.service import load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
@@ -21,7 +21,11 @@ class LocalExtender(Extender):
         config = load_config(config_file)
         self._service = cli._build_service(source_args, config)
         if live:
-            cli._wait_ready(self._service)
+            try:
+                cli.wait_ready(self._service)
+            except BaseException:
+                self._service.stop()  # its watch threads would keep the process from exiting
+                raise
 
     def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
         from extender.transport.diagnostics import decision_json
@@ -29,8 +33,17 @@ class LocalExtender(Extender):
         try:
             parsed = parse_pod(pod)
         except ObjectError as error:
-            raise PluginError(f"pod: {error.describe()}") from None
+            raise InputError(f"pod: {error.describe()}") from None
         return decision_json(self._service.explain(parsed))
+
+    def explain_named(self, namespace: str, name: str) -> dict[str, Any]:
+        """A pod of the source's own cluster (a snapshot's pods), by name: no API server needed."""
+        from extender.transport.diagnostics import decision_json
+
+        pod = self._service.snapshot().pods.get(f"{namespace}/{name}")
+        if pod is None:
+            raise RefusedError(f'pods "{name}" not found in namespace "{namespace}"')
+        return decision_json(self._service.explain(pod))
 
     def queues(self) -> dict[str, Any]:
         from extender.transport.diagnostics import queues_json
@@ -43,7 +56,7 @@ class LocalExtender(Extender):
 
         report = node_json(self._service.snapshot(), name)
         if report is None:
-            raise PluginError(f'node "{name}" is not known')
+            raise RefusedError(f'node "{name}" is not known')
         return report
 
     def close(self) -> None:
@@ -52,4 +65,5 @@ class LocalExtender(Extender):
 
 def source_args(**values: Any) -> argparse.Namespace:
     """The source flags extender.cli's service builder reads."""
-    return argparse.Namespace(**{"snapshot": None, "kubeconfig": None, "in_cluster": False, "context": None, **values})
+    defaults = {"snapshot": None, "kubeconfig": None, "in_cluster": False, "context": None}
+    return argparse.Namespace(**{**defaults, "request_timeout": cli.DEFAULT_REQUEST_TIMEOUT_SECONDS, **values})

@@ -1,26 +1,31 @@
-"""The plugin's errors (printed as ``error: ...`` with exit code 1) and the message of an error answer."""
+"""The plugin's errors, printed as one line ``error: ...`` with the exit codes of ``dra-extender``
+(extender/cli.py, docs/cli.md), and the message of an error answer."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from extender import cli
+from extender.cli import InputError, RefusedError, UnreachableError, UsageError, answer_message
 
-import orjson
+__all__ = [
+    "InputError",
+    "NoExtenderBehindServiceError",
+    "PluginError",
+    "RefusedError",
+    "UnreachableError",
+    "UsageError",
+    "status_message",
+]
 
 
-class PluginError(Exception):
-    """An error to print as ``error: ...`` with exit code 1."""
+class PluginError(cli.CommandError):
+    """An error of the plugin with no better code than 1."""
 
 
-class UnreachableError(PluginError):
-    """The in-cluster extender could not be asked; computing locally is the fallback."""
+class NoExtenderBehindServiceError(UnreachableError):
+    """Nobody answers behind the in-cluster extender's Service (exit code 4 if it ends the command): computing
+    locally is the fallback."""
 
 
 def status_message(data: bytes) -> str:
     """The message of a metav1.Status (or of the extender's error JSON), else the raw text."""
-    try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return data[:500].decode("utf-8", "replace").strip()
-    if isinstance(document, Mapping):
-        return str(document.get("message") or document.get("error") or document.get("Error") or document)
-    return str(document)[:500]
+    return answer_message(data)

@@ -10,9 +10,16 @@ from typing import Any
 
 import orjson
 
+from extender.cli import network_reason
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.cluster import Cluster, quote_segment
-from extender.kubectl_plugin.plugin_errors import PluginError, UnreachableError, status_message
+from extender.kubectl_plugin.plugin_errors import (
+    NoExtenderBehindServiceError,
+    RefusedError,
+    UnreachableError,
+    UsageError,
+    status_message,
+)
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 
 # send(method, path, body) -> (status, body)
@@ -37,11 +44,20 @@ class HttpExtender(Extender):
             document: dict[str, Any] = orjson.loads(data)
             return document
         if status == 404 and missing:
-            raise PluginError(missing)
-        raise PluginError(f"{self.where}{path}: HTTP {status}: {status_message(data)}")
+            raise RefusedError(missing)
+        raise RefusedError(f"{self.where}{path}: HTTP {status}: {status_message(data)}")
 
     def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
         return self._json("POST", "/diagnostics/explain", pod)
+
+    def last_decision(self, namespace: str, name: str) -> dict[str, Any]:
+        """The extender's last recorded decision for a pod (GET /diagnostics/pods/NS/NAME)."""
+        return self._json(
+            "GET",
+            f"/diagnostics/pods/{quote_segment(namespace)}/{quote_segment(name)}",
+            missing=f"the extender has no decision recorded for pod {namespace}/{name}: "
+            "pass -f FILE, or a kubeconfig to read the pod from",
+        )
 
     def queues(self) -> dict[str, Any]:
         return self._json("GET", "/diagnostics/queues")
@@ -64,7 +80,9 @@ def url_sender(base: str, timeout: float) -> Sender:
         except urllib.error.HTTPError as error:
             return error.code, error.read()
         except (urllib.error.URLError, OSError) as error:
-            raise PluginError(f"cannot reach {base}: {getattr(error, 'reason', error)}") from None
+            reason = getattr(error, "reason", None) or error
+            text = network_reason(reason) if isinstance(reason, BaseException) else reason
+            raise UnreachableError(f"cannot reach {base}: {text}") from None
 
     return send
 
@@ -74,7 +92,7 @@ def parse_service(text: str) -> tuple[str, str, str]:
     namespace, _, rest = text.rpartition("/")
     name, _, port = rest.partition(":")
     if not namespace or not name or not port:
-        raise PluginError(f"--service must be NAMESPACE/NAME:PORT, got {text!r}")
+        raise UsageError(f"--service must be NAMESPACE/NAME:PORT, got {text!r}")
     return namespace, name, port
 
 
@@ -82,7 +100,7 @@ def service_sender(cluster: Cluster, service: str) -> Sender:
     """Requests to the extender through the API server's service proxy
     (``/api/v1/namespaces/NS/services/NAME:PORT/proxy/PATH``, core/v1 ServiceProxyOptions): authenticated as
     the kubeconfig user, no port-forward, works wherever kubectl works. Answers that mean "nobody behind the
-    Service" raise UnreachableError."""
+    Service" raise NoExtenderBehindServiceError."""
     namespace, name, port = parse_service(service)
     service_port = f"{quote_segment(name)}:{quote_segment(port)}"
     prefix = f"/api/v1/namespaces/{quote_segment(namespace)}/services/{service_port}/proxy"
@@ -91,9 +109,9 @@ def service_sender(cluster: Cluster, service: str) -> Sender:
         try:
             status, data = cluster.request(method, prefix + path, body)
         except UnreachableError as error:  # the API server itself: a local computation could not read it either
-            raise PluginError(f"cannot reach the API server: {error}") from None
+            raise UnreachableError(f"cannot reach the API server: {error}") from None
         if status in FALLBACK_STATUSES and not _from_extender(data):
-            raise UnreachableError(f"service {service}: HTTP {status}: {status_message(data)}")
+            raise NoExtenderBehindServiceError(f"service {service}: HTTP {status}: {status_message(data)}")
         return status, data
 
     return send

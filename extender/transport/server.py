@@ -61,6 +61,7 @@ from extender.transport.direct_http import (
     response_bytes,
 )
 from extender.transport.foreground import RunningMark
+from extender.transport.logs import begin_request, end_request, name_request
 
 log = logging.getLogger(__name__)
 
@@ -347,11 +348,13 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         arrival: RunningMark | None = None
         while True:
             DEADLINES.begin(conn)
+            begin_request()
             try:
                 result = self._handle_direct(conn, arrival)
                 if result is None:
                     result = super().handle(conn)
             finally:
+                end_request()
                 DEADLINES.end()
                 if arrival is not None:
                     arrival.end()
@@ -489,6 +492,9 @@ class _Dispatch:
             environ["CONTENT_LENGTH"] = str(len(body))
         # Larger declared bodies are not read: the app answers 413 from the header alone.
         DEADLINES.request_read()
+        given_id = environ.get("HTTP_X_REQUEST_ID")
+        if given_id:
+            name_request(given_id)
         return self.apps.get(str(environ.get("SERVER_PORT", "")), self.default)(environ, start_response)
 
 
@@ -520,6 +526,7 @@ GUNICORN_DEFAULTS: dict[str, Any] = {
     "keepalive": 30,
     "accesslog": None,
     "errorlog": "-",
+    "logger_class": "extender.transport.logs.GunicornLogger",  # gunicorn's lines in our format (logs.py)
     "loglevel": "warning",
     "preload_app": True,
     # Bounds on what one request may send before the app sees it (the body limit is the app's).
@@ -534,3 +541,28 @@ def gunicorn_options(listen: str | list[str], overrides: dict[str, Any] | None =
     if overrides:
         options.update({k: v for k, v in overrides.items() if v is not None})
     return options
+
+
+class ListenError(Exception):
+    """A listen address that cannot be bound (in use, not an address of this host, a privileged port)."""
+
+
+def check_listen_addresses(addresses: Iterable[str]) -> None:
+    """Bind each HOST:PORT once and release it, as gunicorn will (SO_REUSEADDR, gunicorn/sock.py): an address in
+    use is one clear error before the server starts, instead of gunicorn's five retries and their lines."""
+    for address in addresses:
+        if address.startswith(("unix:", "fd://")):
+            continue
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "0.0.0.0"
+        try:
+            family, kind, proto, _, sockaddr = socket.getaddrinfo(
+                host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(sockaddr)
+        except ValueError:
+            raise ListenError(f"cannot listen on {address}: not HOST:PORT") from None
+        except OSError as error:
+            raise ListenError(f"cannot listen on {address}: {error.strerror or error}") from None

@@ -34,6 +34,7 @@ from extender.state.errors import ObjectError
 from extender.state.kueue.resource_flavor import ResourceFlavor
 from extender.state.quantity import format_quantity
 from extender.state.snapshot import ClusterSnapshot
+from extender.transport import strict_objects
 from extender.transport.diagnostics import (
     DEVICE_STATES,
     FREE,
@@ -270,9 +271,12 @@ def _parse_whatif(text: str) -> Pod:
     if not pods_:
         raise ValueError("the text holds no Pod")
     try:
+        strict_objects.check(pods_[0])  # a person's manifest: unknown fields refused, as kube-apiserver would
         return parse_pod(pods_[0])
     except ObjectError as error:
         raise ValueError(f"Pod: {error.describe()}") from None
+    except strict_objects.StrictDecodingError as error:
+        raise ValueError(f"Pod: {error}") from None
 
 
 @web.route("/explain", methods=["GET", "POST"])

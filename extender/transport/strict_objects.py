@@ -1,0 +1,119 @@
+"""Strict decoding of objects a person hands us (a pod file for `explain`, the web view's what-if form, the kubectl
+plugin's ``-f``): an unknown or misspelled field is refused with its JSON path, as kube-apiserver refuses it under
+strict field validation (``kubectl --validate=strict``, the default since 1.27).
+
+kube-apiserver decodes with sigs.k8s.io/json's ``UnmarshalStrict`` and reports every unknown field by its path,
+keys joined with ``.`` and list positions as ``[i]`` (internal/golang/encoding/json/kubernetes_patch.go
+``newFieldError``, ``appendStrictFieldStackIndex``), all of them in one message
+(k8s.io/apimachinery/pkg/runtime/error.go ``strictDecodingError``)::
+
+    strict decoding error: unknown field "spec.resourceClaim", unknown field "spec.containers[0].imagex"
+
+Which fields exist comes from the Kubernetes Python client's generated models (its ``attribute_map`` and
+``openapi_types``, generated from the same release's OpenAPI schema), not from a hand-kept list. Objects read
+from the API server or sent by kube-scheduler are not checked here: the server has validated them already, and a
+newer server may carry fields this client does not know.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+# (apiVersion, kind) -> the client's model class for it. Kinds missing here (Kueue's CRDs, which the client does
+# not generate) are decoded leniently.
+MODELS: Mapping[tuple[str, str], str] = {
+    ("v1", "Pod"): "V1Pod",
+    ("resource.k8s.io/v1", "ResourceClaim"): "ResourceV1ResourceClaim",
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): "V1ResourceClaimTemplate",
+    ("resource.k8s.io/v1", "DeviceClass"): "V1DeviceClass",
+    ("resource.k8s.io/v1", "ResourceSlice"): "V1ResourceSlice",
+}
+# The client release generated from Kubernetes 1.37's schema (client major version = Kubernetes minor version).
+# An older client lacks fields 1.37 has; it would refuse valid objects, so with one the check is skipped.
+MIN_CLIENT_MAJOR = 37
+# sigs.k8s.io/json stops collecting at 100 strict errors.
+MAX_ERRORS = 100
+
+_LIST = re.compile(r"^List\[(.+)\]$")
+_DICT = re.compile(r"^Dict\[str, (.+)\]$")
+
+
+class StrictDecodingError(ValueError):
+    """Unknown fields in a user-supplied object; the message is kube-apiserver's."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+        super().__init__("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in paths))
+
+
+@functools.cache
+def _client_models() -> Any:
+    """The client's models module, or None when the installed client is older than the schema we follow."""
+    try:
+        import kubernetes
+        from kubernetes.client import models
+    except ImportError:  # pragma: no cover - a dependency of the package
+        return None
+    major = str(getattr(kubernetes, "__version__", "0")).split(".", 1)[0]
+    return models if major.isdigit() and int(major) >= MIN_CLIENT_MAJOR else None
+
+
+@functools.cache
+def _fields(model_name: str) -> Mapping[str, str] | None:
+    """JSON field name -> the client's type string, for one model class (None: not a model, e.g. ``str``)."""
+    models = _client_models()
+    model = getattr(models, model_name, None) if models is not None else None
+    if model is None or not hasattr(model, "attribute_map"):
+        return None
+    return {model.attribute_map[attr]: kind for attr, kind in model.openapi_types.items()}
+
+
+def unknown_fields(document: Mapping[str, Any]) -> list[str]:
+    """The paths of the fields of ``document`` its kind does not have ([] for kinds without a schema here)."""
+    model = MODELS.get((str(document.get("apiVersion", "v1")), str(document.get("kind", "Pod"))))
+    paths: list[str] = []
+    if model is not None and _client_models() is not None:
+        _walk(document, model, "", paths)
+    return paths
+
+
+def check(document: Mapping[str, Any]) -> None:
+    """Raise StrictDecodingError when ``document`` has fields its kind does not have."""
+    paths = unknown_fields(document)
+    if paths:
+        raise StrictDecodingError(paths)
+
+
+def _walk(value: Any, type_name: str, path: str, paths: list[str]) -> None:
+    """Check ``value`` against the client's type string ``type_name`` (a model, ``List[T]``, ``Dict[str, T]``,
+    or a scalar/``object``, which has no fields to check). Values of the wrong shape are the parser's to refuse."""
+    if len(paths) >= MAX_ERRORS:
+        return
+    if (match := _LIST.match(type_name)) is not None:
+        if isinstance(value, list):
+            for index, item in enumerate(value):
+                _walk(item, match.group(1), f"{path}[{index}]", paths)
+        return
+    if (match := _DICT.match(type_name)) is not None:
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                _walk(item, match.group(1), _join(path, str(key)), paths)
+        return
+    fields = _fields(type_name)
+    if fields is None or not isinstance(value, Mapping):
+        return
+    for key, item in value.items():
+        field_path = _join(path, str(key))
+        field_type = fields.get(str(key))
+        if field_type is None:
+            if len(paths) < MAX_ERRORS:
+                paths.append(field_path)
+            continue
+        _walk(item, field_type, field_path, paths)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
