@@ -543,7 +543,14 @@ def run_reporting_errors(command: Callable[[], int]) -> int:
 
 
 def _report(message: str, code: int) -> int:
-    print("error: " + " ".join(message.split()), file=sys.stderr)
+    """The one error line: `error: ...`, or a JSON log line once `serve` has made its logs JSON."""
+    from extender.transport.logs import json_logging_configured
+
+    text = " ".join(message.split())
+    if json_logging_configured():
+        log.error("error: %s", text, extra={"exitCode": code})
+    else:
+        print(f"error: {text}", file=sys.stderr)
     return code
 
 

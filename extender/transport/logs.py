@@ -104,6 +104,11 @@ def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
     threading.excepthook = _log_uncaught_in_thread
 
 
+def json_logging_configured() -> bool:
+    """Whether configure_logging made the process's lines JSON (an error line must then be JSON too)."""
+    return any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers)
+
+
 def _log_uncaught(kind: type[BaseException], error: BaseException, trace: types.TracebackType | None) -> None:
     if issubclass(kind, KeyboardInterrupt):
         sys.__excepthook__(kind, error, trace)
@@ -119,7 +124,7 @@ def _log_uncaught_in_thread(args: threading.ExceptHookArgs) -> None:
         "uncaught exception in thread %s",
         thread,
         exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
-        extra={"thread": thread},
+        extra={"crashedThread": thread},
     )
 
 
