@@ -26,7 +26,14 @@ Where the answer comes from, in this order:
    is computed locally from a live read of the cluster (as ``dra-extender explain --kubeconfig`` does), with a
    note on stderr. ``--local`` skips the Service.
 
-Exit codes follow kubectl: 0 on success, 1 on an error (printed to stderr as ``error: ...``), 2 on bad usage.
+A named pod is read where the answer comes from: with ``--snapshot`` from the snapshot (no kubeconfig needed),
+with ``--server`` from the API server when a kubeconfig is at hand, else the extender's last decision for it is
+shown (``GET /diagnostics/pods/NS/NAME``). A manifest given with ``-f`` is decoded strictly (unknown fields are
+refused with their path, as kube-apiserver refuses them).
+
+Every error is one line ``error: ...`` on stderr with the exit codes of ``dra-extender`` (docs/cli.md): 2 bad
+usage, 3 bad input (a file, a kubeconfig), 4 unreachable (API server, extender), 5 refused (not found, an error
+status), 141 stdout closed.
 
 The service, the explanation and its table come from ``extender.cli`` and the diagnostics renderers it uses;
 this package only adds kubectl's conventions, the API reads and the service proxy:
@@ -37,7 +44,7 @@ this package only adds kubectl's conventions, the API reads and the service prox
 * ``source``, ``remote``, ``local``, ``fallback``: where the answer comes from (an extender over HTTP, a
   service computed in-process, the first with the second as fallback);
 * ``rendering``: kubectl-style tables, JSON and YAML;
-* ``command``: the entry point tying them together; ``errors``: what ends the command with exit code 1.
+* ``command``: the entry point tying them together; ``plugin_errors``: what ends the command, and how.
 """
 
 from extender.kubectl_plugin.command import main

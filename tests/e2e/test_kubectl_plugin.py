@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from extender.cli import EXIT_REFUSED
 from tests.e2e.cluster import wait_until
 from tests.e2e.scenarios import (  # the scenario fixtures and helpers, shared
     GPU,
@@ -115,7 +116,7 @@ def test_plugin_explains_a_pending_pod_with_the_quota_reason(scenario: Scenario,
     report = yaml.safe_load(result.stdout)
     assert (report["totalDevices"], report["freeDevices"]) == (4, 2)
     assert report == extender_get(scenario.url, f"/diagnostics/nodes/{node}")
-    # errors: exit 1, message on stderr, nothing on stdout
+    # errors: exit 5 (the API server answered no, docs/cli.md), one line on stderr, nothing on stdout
     result = kubectl_dra_quota(kubeconfig, "explain", "-n", scenario.namespace, "no-such-pod")
-    assert (result.returncode, result.stdout) == (1, "")
+    assert (result.returncode, result.stdout) == (EXIT_REFUSED, "")
     assert result.stderr == f'error: pods "no-such-pod" not found in namespace "{scenario.namespace}"\n'
