@@ -22,7 +22,7 @@ from extender.state.errors import ObjectError
 from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
-from extender.transport.strict_objects import StrictDecodingError
+from extender.transport.strict_objects import DuplicateFieldError, StrictDecodingError, load_documents
 from extender.transport.strict_objects import check as check_strict
 
 log = logging.getLogger("extender")
@@ -294,7 +294,9 @@ def load_pod_file(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d]
+        documents = load_documents(text)
+    except DuplicateFieldError as error:
+        raise InputError(f"{path}: strict decoding error: {yaml_problem(error)}") from None
     except yaml.YAMLError as error:
         raise InputError(f"{path}: not YAML: {yaml_problem(error)}") from None
     except RecursionError:
@@ -355,10 +357,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def one_shot_logging() -> None:
-    """explain, snapshot and the kubectl plugin log errors only, as text: the API client's retry warnings and
-    the watches' progress are noise for a command that reports its own failure in one line."""
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+def one_shot_logging(level: int = logging.ERROR) -> None:
+    """explain and the kubectl plugin log errors only, as text: the API client's retry warnings and the watches'
+    progress are noise for a command that reports its own failure in one line. (snapshot keeps its warnings:
+    an object left out of the snapshot, Kueue absent.)"""
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
 def explain_remotely(server: str, raw_pod: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -454,7 +457,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from extender.kube.api import load_kubeconfig
     from extender.state import live
 
-    one_shot_logging()
+    one_shot_logging(logging.WARNING)
     api_config = load_kubeconfig(args.kubeconfig)
     probe_api_server(api_config, args.request_timeout)
     live.write_snapshot(api_config, sys.stdout, read_timeout=args.request_timeout)

@@ -13,7 +13,13 @@ import yaml
 from extender import cli, kubectl_plugin
 from extender.cli import EXIT_INPUT
 from extender.transport.app import create_app
-from extender.transport.strict_objects import StrictDecodingError, check, unknown_fields
+from extender.transport.strict_objects import (
+    DuplicateFieldError,
+    StrictDecodingError,
+    check,
+    load_documents,
+    unknown_fields,
+)
 from tests.support.requirements import missing_requirement
 from tests.support.web import demo_service
 
@@ -112,3 +118,21 @@ def test_kube_schedulers_pods_stay_lenient() -> None:
     pod["spec"]["aFieldOfANewerRelease"] = True
     response = client.post("/filter", json={"Pod": pod, "NodeNames": ["gpu-od-1"]})
     assert response.status_code == 200, response.get_data(as_text=True)
+
+
+def test_a_field_given_twice_is_refused_with_its_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """PyYAML keeps the last of two equal keys silently; kube-apiserver refuses a duplicate field."""
+    text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: team-a\n  name: q\nspec:\n  containers: []\n"
+    assert load_documents("a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n") == [{"a": {"b": 1}, "c": {"b": 2}}]  # merge keys
+    with pytest.raises(DuplicateFieldError):
+        load_documents(text)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text, encoding="utf-8")
+    assert cli.main(["explain", str(twice)]) == EXIT_INPUT
+    assert capsys.readouterr() == (
+        "",
+        f'error: {twice}: strict decoding error: line 6, column 3: duplicate field "name"\n',
+    )
+    client = create_app(demo_service(), serve_scheduling=False).test_client()
+    response = client.post("/ui/explain", data={"pod": text})
+    assert response.status_code == 400 and "duplicate field &#34;name&#34;" in response.get_data(as_text=True)

@@ -22,6 +22,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 # (apiVersion, kind) -> the client's model class for it. Kinds missing here (Kueue's CRDs, which the client does
 # not generate) are decoded leniently.
 MODELS: Mapping[tuple[str, str], str] = {
@@ -39,6 +41,33 @@ MAX_ERRORS = 100
 
 _LIST = re.compile(r"^List\[(.+)\]$")
 _DICT = re.compile(r"^Dict\[str, (.+)\]$")
+
+
+class DuplicateFieldError(yaml.constructor.ConstructorError):
+    """A mapping of a YAML document names one key twice (sigs.k8s.io/json: ``duplicate field``); PyYAML would
+    keep the last value silently."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader refusing a key given twice in one mapping (merge keys ``<<`` aside: their keys may
+    be overridden, as YAML defines)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key_node.value in seen:
+                raise DuplicateFieldError(None, None, f'duplicate field "{key_node.value}"', key_node.start_mark)
+            seen.add(key_node.value)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep)
+        return mapping
+
+
+def load_documents(text: str) -> list[Any]:
+    """The non-empty documents of a YAML (or JSON) text a person wrote; a key given twice in one mapping is a
+    DuplicateFieldError (a yaml.YAMLError, with the line and column of the second one)."""
+    return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d]
 
 
 class StrictDecodingError(ValueError):

@@ -264,7 +264,7 @@ def pod(namespace: str, name: str) -> tuple[str, int]:
 
 def _parse_whatif(text: str) -> Pod:
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d]
+        documents = strict_objects.load_documents(text)  # a key given twice is refused, as kube-apiserver would
     except (yaml.YAMLError, RecursionError) as error:
         raise ValueError(f"not YAML: {error}") from None
     pods_ = [d for d in documents if isinstance(d, dict) and d.get("kind", "Pod") == "Pod"]
