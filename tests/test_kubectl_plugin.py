@@ -29,6 +29,7 @@ import yaml
 
 from extender import cli, kubectl_plugin
 from extender.cli import EXIT_INPUT, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
+from extender.kubectl_plugin.command import LAST_DECISION_NOTE
 from extender.kubectl_plugin.kubeconfig import context_namespace
 from extender.kubectl_plugin.remote import _from_extender, parse_service
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
@@ -145,6 +146,9 @@ def test_errors_go_to_stderr_with_documented_exit_codes(capsys: pytest.CaptureFi
 # --- a running extender, and the same through a service proxy -------------------------------------------------
 
 
+SCHEDULING_URL: dict[str, str] = {}  # the demo extender's diagnostics URL -> its scheduling listener's
+
+
 @pytest.fixture(scope="module")
 def demo_extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`dra-extender serve` on the demo; yields its diagnostics URL."""
@@ -163,6 +167,7 @@ def demo_extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{diagnostics}"
+    SCHEDULING_URL[url] = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -374,3 +379,32 @@ def test_the_deployments_metrics_listener_behind_the_service_means_compute_local
     assert client.get("/nothing-here").get_json().get("reason") is None
     unknown_node = create_app(service).test_client().get("/diagnostics/nodes/no-such-node")
     assert unknown_node.status_code == 404 and _from_extender(unknown_node.get_data())
+
+
+def test_server_without_a_kubeconfig_shows_the_extenders_last_decision(
+    capsys: pytest.CaptureFixture[str], demo_extender: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`--server URL explain POD` with no kubeconfig anywhere asks only the extender: its record of the pod."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code, out, err = plugin(capsys, "--server", demo_extender, "explain", "-n", "team-a", "trainer-0")
+    assert (code, out) == (EXIT_REFUSED, "")  # the demo extender has decided nothing yet
+    assert err == (
+        "error: the extender has no decision recorded for pod team-a/trainer-0: "
+        "pass -f FILE, or a kubeconfig to read the pod from\n"
+    )
+    pod = next(
+        d for d in yaml.safe_load_all(DEMO.read_text(encoding="utf-8")) if d and d["metadata"]["name"] == "trainer-0"
+    )
+    nodes = ["gpu-od-1", "gpu-od-2", "gpu-spot-1", "gpu-spot-2"]
+    request = urllib.request.Request(
+        SCHEDULING_URL[demo_extender] + "/filter",
+        data=json.dumps({"Pod": pod, "NodeNames": nodes}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).read()  # kube-scheduler asks about the pod
+    code, out, err = plugin(capsys, "--server", demo_extender, "-o", "json", "explain", "-n", "team-a", "trainer-0")
+    assert code == 0 and err == f"note: {LAST_DECISION_NOTE}\n"
+    report = json.loads(out)
+    assert (report["pod"], report["verb"]) == ("team-a/trainer-0", "filter")
+    assert sorted(v["node"] for v in report["nodes"]) == nodes
