@@ -24,38 +24,33 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-class _RequestContext(threading.local):
-    number: int | None = None  # this process's number for the request being served by the thread
-    given: str = ""  # the client's X-Request-Id
-
-
-_CONTEXT = _RequestContext()
+# The request the thread serves: this process's number for it, the client's X-Request-Id, or None outside one.
+# One attribute of a thread-local, set twice per request (about 0.2 us each): it is on kube-scheduler's path.
+_CONTEXT = threading.local()
 _NUMBERS = itertools.count(1)
 _PREFIX = secrets.token_hex(4)
 
 
 def begin_request() -> None:
     """A request starts on this thread (a counter step: the id's text is made only when a line is written)."""
-    _CONTEXT.number = next(_NUMBERS)
-    _CONTEXT.given = ""
+    _CONTEXT.request = next(_NUMBERS)
 
 
 def name_request(given: str) -> None:
     """The client named its request (X-Request-Id): lines carry that id."""
-    _CONTEXT.given = given[:128]
+    _CONTEXT.request = given[:128]
 
 
 def end_request() -> None:
-    _CONTEXT.number = None
-    _CONTEXT.given = ""
+    _CONTEXT.request = None
 
 
 def current_request_id() -> str:
     """The id of the request this thread serves, "" outside one."""
-    if _CONTEXT.given:
-        return _CONTEXT.given
-    number = _CONTEXT.number
-    return f"{_PREFIX}-{number:x}" if number is not None else ""
+    request: int | str | None = getattr(_CONTEXT, "request", None)
+    if request is None or isinstance(request, str):
+        return request or ""
+    return f"{_PREFIX}-{request:x}"
 
 
 class JsonFormatter(logging.Formatter):
