@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from extender.service import ConfigError, ExtenderConfig, SchedulingService, load_config
 from extender.service.config import JOURNAL_AUTO
@@ -22,8 +21,7 @@ from extender.state.errors import ObjectError
 from extender.state.reservation_journal import ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
-from extender.transport.strict_objects import DuplicateFieldError, StrictDecodingError, load_documents
-from extender.transport.strict_objects import check as check_strict
+from extender.transport.strict_objects import ManifestError, StrictDecodingError, first_pod
 
 log = logging.getLogger("extender")
 
@@ -284,9 +282,8 @@ def _read_gunicorn_config(path: str) -> dict[str, Any]:
 
 
 def load_pod_file(path: str) -> dict[str, Any]:
-    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin), decoded strictly: every object of
-    the file whose kind has a schema is checked for unknown fields (transport/strict_objects.py), as kubectl
-    --validate=strict would have the API server check them. Every problem is an InputError."""
+    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin), decoded strictly
+    (transport/strict_objects.py ``first_pod``). Every problem is an InputError."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as error:
@@ -294,35 +291,9 @@ def load_pod_file(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
-        documents = load_documents(text)
-    except DuplicateFieldError as error:
-        raise InputError(f"{path}: strict decoding error: {yaml_problem(error)}") from None
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not YAML: {yaml_problem(error)}") from None
-    except RecursionError:
-        raise InputError(f"{path}: not YAML: nested too deeply") from None
-    objects = [d for d in documents if isinstance(d, dict)]
-    for document in objects:
-        try:
-            check_strict(document)
-        except StrictDecodingError as error:
-            raise InputError(f"{path}: {_kind_of(document)}: {error}") from None
-    pods = [d for d in objects if d.get("kind", "Pod") == "Pod"]
-    if not pods:
-        raise InputError(f"{path} holds no Pod")
-    return pods[0]
-
-
-def _kind_of(document: dict[str, Any]) -> str:
-    name = (document.get("metadata") or {}).get("name") if isinstance(document.get("metadata"), dict) else None
-    return f"{document.get('kind', 'Pod')} {name}" if name else str(document.get("kind", "Pod"))
-
-
-def yaml_problem(error: yaml.YAMLError) -> str:
-    """PyYAML's error on one line: where (line, column) and what, without its excerpt of the text."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
+        return first_pod(text)
+    except ManifestError as error:
+        raise InputError(f"{path}: {error}") from None
 
 
 def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:

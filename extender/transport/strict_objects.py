@@ -146,3 +146,44 @@ def _walk(value: Any, type_name: str, path: str, paths: list[str]) -> None:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+class ManifestError(ValueError):
+    """A manifest a person wrote cannot be used: not YAML, a field unknown or given twice, no Pod in it."""
+
+
+def first_pod(text: str) -> dict[str, Any]:
+    """The first Pod of a YAML or JSON text a person wrote, decoded strictly: every object of the text whose kind
+    has a schema is checked for unknown fields, as kubectl --validate=strict has the API server check them."""
+    try:
+        documents = load_documents(text)
+    except DuplicateFieldError as error:
+        raise ManifestError(f"strict decoding error: {yaml_problem(error)}") from None
+    except yaml.YAMLError as error:
+        raise ManifestError(f"not YAML: {yaml_problem(error)}") from None
+    except RecursionError:
+        raise ManifestError("not YAML: nested too deeply") from None
+    objects = [d for d in documents if isinstance(d, dict)]
+    for document in objects:
+        paths = unknown_fields(document)
+        if paths:
+            raise ManifestError(f"{_kind_of(document)}: {StrictDecodingError(paths)}")
+    pods = [d for d in objects if d.get("kind", "Pod") == "Pod"]
+    if not pods:
+        raise ManifestError("holds no Pod")
+    return pods[0]
+
+
+def _kind_of(document: Mapping[str, Any]) -> str:
+    """``Pod trainer-0``: which object of a text an error is about."""
+    kind = str(document.get("kind", "Pod"))
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return f"{kind} {name}" if name else kind
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: where (line, column) and what, without its excerpt of the text."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
