@@ -5,6 +5,7 @@ closed); an unreachable API server is an error within seconds, not a wait."""
 from __future__ import annotations
 
 import http.server
+import socket
 import subprocess
 import sys
 import threading
@@ -50,12 +51,12 @@ def one_error_line(err: str) -> str:
     return lines[0]
 
 
-def down_kubeconfig(tmp_path: Path) -> Path:
-    """A kubeconfig whose API server address refuses connections."""
+def down_kubeconfig(tmp_path: Path, server: str = "") -> Path:
+    """A kubeconfig whose API server address refuses connections (or is `server`)."""
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "down", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
+        "clusters": [{"name": "down", "cluster": {"server": server or f"http://127.0.0.1:{free_port()}"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "down", "context": {"cluster": "down", "user": "u", "namespace": "team-a"}}],
         "current-context": "down",
@@ -212,3 +213,23 @@ def test_help_texts_say_what_the_flags_do() -> None:
             text
         ), name
     assert "--log-format {json,text}" in subcommands["serve"].format_help()
+
+
+def test_an_api_server_that_never_answers_costs_one_timeout(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A server that accepts connections and never answers: each command gives up after --request-timeout,
+    once (no retries multiplying it)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the kernel's backlog; nobody reads them
+        config = down_kubeconfig(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}")
+        for run, argv in (
+            (run_plugin, ["--kubeconfig", str(config), "--request-timeout", "2", "queues"]),
+            (run_cli, ["snapshot", "--kubeconfig", str(config), "--request-timeout", "2"]),
+            (run_cli, ["explain", str(DEMO_POD), "--kubeconfig", str(config), "--request-timeout", "2"]),
+        ):
+            started = time.monotonic()
+            code, out, err = run(capsys, *argv)
+            elapsed = time.monotonic() - started
+            assert (code, out) == (EXIT_UNREACHABLE, ""), err
+            assert "timed out" in one_error_line(err), err
+            assert 2 <= elapsed < 6, (argv, elapsed)  # one timeout of 2 s; with retries, four

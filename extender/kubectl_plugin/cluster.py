@@ -22,10 +22,15 @@ class Cluster:
 
     def __init__(self, kubeconfig: str, context: str | None, timeout: float) -> None:
         from kubernetes import config
+        from kubernetes.client import Configuration
 
+        # One attempt per request, bounded by `timeout`: urllib3's default three retries would make an API server
+        # that does not answer cost four timeouts before the command can say so.
+        settings = Configuration()
+        settings.retries = False
         try:
             self._api = config.new_client_from_config(  # type: ignore[no-untyped-call]  # client has no annotations
-                config_file=kubeconfig, context=context, persist_config=False
+                config_file=kubeconfig, context=context, persist_config=False, client_configuration=settings
             )
         except (config.ConfigException, OSError) as error:
             raise InputError(f"cannot use kubeconfig {kubeconfig}: {error}") from None
