@@ -184,14 +184,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # or the worker would serve the view frozen at fork time while the watches update the master's copy.
     live = _is_live(args)
     service = _build_service(args, config, start=False)
-    log.info(  # the first line an operator sees: what is served, where
+    if not live:
+        service.start()  # a snapshot that cannot be read is an error before "serving ..."
+    log.info(  # what is served, where
         "serving %s on %s",
         service.source.description,
         listen,
         extra={"source": service.source.description, "listen": listen},
     )
-    if not live:
-        service.start()
     from extender.transport.server import ExtenderServer, ExtenderWorker, ServerLimits, gunicorn_options
 
     overrides = _read_gunicorn_config(args.gunicorn_config) if args.gunicorn_config else {}

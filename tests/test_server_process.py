@@ -122,8 +122,8 @@ def test_metrics_and_first_log_line(server):
     base, log_path = server
     status, text = request(f"{base}/metrics")
     assert status == 200 and "dra_extender_requests_total" in text
-    first = json.loads(log_path.read_text().splitlines()[0])
-    assert "serving snapshot" in first["msg"]
+    written = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert any("serving snapshot" in line["msg"] for line in written[:3])  # once the snapshot is loaded
 
 
 def test_demo_served_without_source_flag(tmp_path):
@@ -143,7 +143,8 @@ def test_demo_served_without_source_flag(tmp_path):
             except OSError:
                 time.sleep(0.1)
         assert body["source"] == "the embedded demo cluster"
-        assert "embedded demo cluster" in json.loads(log_path.read_text().splitlines()[0])["msg"]
+        written = [json.loads(line)["msg"] for line in log_path.read_text().splitlines()]
+        assert any("serving the embedded demo cluster" in msg for msg in written[:3])
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -162,6 +163,18 @@ def test_explain_command_table_and_json(tmp_path):
     )
     assert report["quota"]["chosenFlavor"] == "on-demand"
     assert [n["node"] for n in report["nodes"] if n["passed"]] == ["gpu-od-1", "gpu-od-2"]
+
+
+def test_serve_with_a_snapshot_that_cannot_be_read_never_says_serving(tmp_path):
+    result = subprocess.run(
+        [str(BIN), "serve", "--snapshot", str(tmp_path / "absent.yaml"), "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    written = [json.loads(line) for line in result.stderr.splitlines()]
+    assert result.returncode == EXIT_INPUT and not any("serving" in line["msg"] for line in written)
+    assert written[-1]["msg"] == f"error: cannot read snapshot {tmp_path / 'absent.yaml'}: No such file or directory"
 
 
 def test_bad_snapshot_and_config_fail_clearly(tmp_path):
