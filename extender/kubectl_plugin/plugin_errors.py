@@ -3,22 +3,16 @@
 
 from __future__ import annotations
 
-from extender import cli
 from extender.cli import InputError, RefusedError, UnreachableError, UsageError, answer_message
 
 __all__ = [
     "InputError",
     "NoExtenderBehindServiceError",
-    "PluginError",
     "RefusedError",
     "UnreachableError",
     "UsageError",
     "status_message",
 ]
-
-
-class PluginError(cli.CommandError):
-    """An error of the plugin with no better code than 1."""
 
 
 class NoExtenderBehindServiceError(UnreachableError):
