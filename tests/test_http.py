@@ -207,6 +207,22 @@ def test_explain_accepts_yaml_and_reserves_nothing(client):
     assert bad.status_code == 400
 
 
+def test_explain_field_validation_as_kube_apiserver(client):
+    pod = gpu_pod("p", template="four")
+    pod["spec"]["resourceClaim"] = []  # a typo of resourceClaims
+    warned = post(client, "/diagnostics/explain", pod)
+    assert warned.status_code == 200
+    assert warned.headers.getlist("Warning") == ['299 - "unknown field \\"spec.resourceClaim\\""']
+    strict = post(client, "/diagnostics/explain?fieldValidation=Strict", pod)
+    assert strict.status_code == 400
+    assert strict.get_json()["error"] == 'strict decoding error: unknown field "spec.resourceClaim"'
+    ignored = post(client, "/diagnostics/explain?fieldValidation=Ignore", pod)
+    assert ignored.status_code == 200 and not ignored.headers.getlist("Warning")
+    assert post(client, "/diagnostics/explain?fieldValidation=strict", pod).status_code == 400
+    clean = post(client, "/diagnostics/explain?fieldValidation=Strict", gpu_pod("p", template="four"))
+    assert clean.status_code == 200 and not clean.headers.getlist("Warning")
+
+
 def test_node_and_queue_diagnostics(client):
     node = client.get("/diagnostics/nodes/on-demand-0").get_json()
     assert node["totalDevices"] == 4 and node["freeDevices"] == 4

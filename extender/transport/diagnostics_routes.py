@@ -11,6 +11,7 @@ from extender.service import SchedulingService
 from extender.service.config import DiagnosticsSection
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.transport import strict_objects
 from extender.transport.diagnostics import decision_json, node_json, queues_json
 from extender.transport.request_io import current_service, error_response, json_response, request_body
 from extender.transport.wire import WireError
@@ -49,6 +50,7 @@ def _explain_posted_pod(service: SchedulingService, settings: DiagnosticsSection
         raise WireError("request body must be a Pod object")
     if body.get("kind") not in (None, "Pod"):
         raise WireError(f"request body must be a Pod, got kind {body.get('kind')!r}")
+    unknown = _unknown_fields(body)
     try:
         pod = parse_pod(body)
     except ObjectError as error:
@@ -62,7 +64,29 @@ def _explain_posted_pod(service: SchedulingService, settings: DiagnosticsSection
             f"the cluster has {len(cluster_nodes)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
             "name the nodes to explain with ?node=NAME (repeatable)"
         )
-    return json_response(decision_json(service.explain(pod, nodes)))
+    response = json_response(decision_json(service.explain(pod, nodes)))
+    for path in unknown:
+        response.headers.add("Warning", f'299 - "unknown field \\"{path}\\""')
+    return response
+
+
+FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+
+
+def _unknown_fields(body: dict[str, object]) -> list[str]:
+    """kube-apiserver's ``fieldValidation`` query parameter, applied to the posted pod: ``Strict`` refuses unknown
+    fields (400, the apiserver's message), ``Warn`` (the default, as kube-apiserver's) answers with one
+    ``Warning: 299`` header per unknown field, ``Ignore`` drops them silently. The CLI and the kubectl plugin check
+    a person's file strictly before posting it; a pod they read from the API server is posted as it is."""
+    mode = request.args.get("fieldValidation", "Warn")
+    if mode not in FIELD_VALIDATION:
+        raise WireError(f"fieldValidation must be one of {', '.join(FIELD_VALIDATION)}, got {mode!r}")
+    if mode == "Ignore":
+        return []
+    unknown = strict_objects.unknown_fields(body)
+    if unknown and mode == "Strict":
+        raise WireError(str(strict_objects.StrictDecodingError(unknown)))
+    return unknown
 
 
 @diagnostics.get("/diagnostics/nodes/<name>")

@@ -8,6 +8,7 @@ import uuid
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from extender.transport.logs import current_request_id
 from extender.transport.request_io import error_response, json_response
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE, DIAGNOSTICS_ELSEWHERE_MESSAGE, WireError
 
@@ -42,7 +43,7 @@ def internal_error(method: str, path: str) -> tuple[dict[str, str], str]:
     """The answer to an unexpected exception (being handled): the exception goes to the log under a request
     id; the client gets the id, never the exception's text (it can hold object names, paths, or what an API
     server said). Returns the JSON body and the id (for the X-Request-Id header)."""
-    request_id = uuid.uuid4().hex[:16]
+    request_id = current_request_id() or uuid.uuid4().hex[:16]
     log.exception(
         "unexpected error answering %s %s (request id %s)", method, path, request_id, extra={"requestId": request_id}
     )
