@@ -9,12 +9,13 @@ scheduling cycle has assumed); here "assumed" is our reservation ledger.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.preemption_oracle import Holder, HolderLookup
 from extender.state.reservations import QuotaKey, Reservation
 from extender.state.snapshot import ClusterSnapshot
 
@@ -45,6 +46,9 @@ class QuotaView:
     # of pods without a reservation; in the ledger, not in `usage`
     unbound_usage: Mapping[str, tuple[tuple[QuotaKey, Fraction], ...]] = field(default_factory=dict)
     provisional: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # their sum
+    # (pod key, amount, admitted Workload key) of the bound pods counted in a quota key: the usage index's answer
+    # (state/indexes/usage.py charged_pods), asked only when the preemption oracle runs; None when unknown
+    charged_pods: Callable[[QuotaKey], Iterable[tuple[str, Fraction, str]]] | None = None
 
     @property
     def reservations(self) -> tuple[Reservation, ...]:
@@ -69,3 +73,50 @@ class QuotaView:
         return self.ledger.with_usage_deltas(
             (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in removed.items() if cq in known
         )
+
+    def holders_lookup(self, pod_key: str, workload: str = "") -> HolderLookup | None:
+        """Who holds each quota key, for the preemption oracle deciding pod `pod_key` (of admitted Workload
+        `workload`): every pod and admitted Workload the ledger counts, but the pod and its Workload themselves
+        (ledger_excluding leaves them out too). A Workload's pods and its remaining hold are one holder: Kueue
+        preempts Workloads. None when the view cannot say who holds what."""
+        if self.charged_pods is None:
+            return None
+        found: dict[QuotaKey, tuple[Holder, ...]] = {}
+
+        def lookup(cluster_queue: str, flavor: str, resource: str) -> tuple[Holder, ...]:
+            key = (cluster_queue, flavor, resource)
+            holders = found.get(key)
+            if holders is None:
+                holders = found[key] = self._holders(key, pod_key, workload)
+            return holders
+
+        return lookup
+
+    def _holders(self, key: QuotaKey, skip_pod: str, skip_workload: str) -> tuple[Holder, ...]:
+        assert self.charged_pods is not None
+        units: dict[str, Holder] = {}
+        snapshot = self.snapshot
+
+        def add(pod_key: str, amount: Fraction, workload_key: str) -> None:
+            if amount <= 0 or pod_key == skip_pod or (workload_key and workload_key == skip_workload):
+                return
+            workload = snapshot.workloads.get(workload_key) if workload_key else None
+            if workload is not None:
+                unit, priority, created = f"Workload {workload_key}", workload.priority, workload.created
+            else:
+                pod = snapshot.pods.get(pod_key)
+                priority = (pod.priority or 0) if pod is not None else 0
+                unit, created = f"Pod {pod_key}", pod.created if pod is not None else ""
+            held = units.get(unit)
+            total = amount + (held.amount if held is not None else Fraction(0))
+            units[unit] = Holder(unit, key[0], priority, created, total)
+
+        for pod_key, amount, workload_key in self.charged_pods(key):
+            add(pod_key, amount, workload_key)
+        for reservation in self.reservations_by_pod.values():
+            add(reservation.pod_key, reservation.charges.get(key, Fraction(0)), reservation.workload)
+        for pod_key, amounts in self.unbound_usage.items():
+            add(pod_key, sum((a for k, a in amounts if k == key), Fraction(0)), "")
+        for workload_key, holds in self.workload_holds.items():
+            add("", holds.get(key, Fraction(0)), workload_key)
+        return tuple(units.values())

@@ -361,6 +361,7 @@ class SchedulingService:
             workload_holds=workload_holds,
             unbound_usage=unbound,
             provisional=provisional,
+            charged_pods=self.usage_index.charged_pods,
         )
 
     def _admission_holds(
@@ -549,7 +550,11 @@ class SchedulingService:
         deadline_seconds: float | None = None,
     ) -> PodDecision:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
-        ledger = view.ledger_excluding(pod_id(pod), pod.key, own_workload_key(view, pod)) if governed and view else None
+        ledger = holders = None
+        if governed and view:
+            workload = own_workload_key(view, pod)
+            ledger = view.ledger_excluding(pod_id(pod), pod.key, workload)
+            holders = view.holders_lookup(pod.key, workload)
         return decide_pod(
             snapshot,
             pod,
@@ -557,6 +562,7 @@ class SchedulingService:
             matcher=self.matcher,
             quota_context=view.context if view is not None else None,
             ledger=ledger,
+            holders=holders,
             options=self.options,
             deadline=(started + (deadline_seconds or self.config.limits.request_deadline_seconds))
             if started is not None
