@@ -6,6 +6,7 @@ candidates. One test per bullet of "why" in the issue, then the oracle's rules o
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -26,6 +27,7 @@ from extender.state.errors import ObjectError
 from extender.state.kueue.cluster_queue import parse_cluster_queue
 from extender.state.kueue.cohort import parse_cohort
 from extender.state.kueue.preemption import PreemptionPolicy, parse_preemption
+from extender.transport.diagnostics import render_table
 from testkit import builders as b
 from tests.support.scenarios import FLAVOR_LABEL, RESOURCE, engine_for, local_queue
 
@@ -84,7 +86,10 @@ def gpu_queue(name: str, flavors: list[tuple[str, dict[str, Any]]], **kwargs: An
 def cohort(name: str, parent: str | None, flavor: str, nominal: int) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "resourceGroups": [
-            {"coveredResources": [RESOURCE], "flavors": [{"name": flavor, "resources": [{"name": RESOURCE, "nominalQuota": nominal}]}]}
+            {
+                "coveredResources": [RESOURCE],
+                "flavors": [{"name": flavor, "resources": [{"name": RESOURCE, "nominalQuota": nominal}]}],
+            }
         ]
     }
     if parent:
@@ -330,7 +335,7 @@ def test_exhausted_in_every_flavor_lists_each_flavor_with_its_shortfall():
     ]
     decision = decide(objects, pending("p", 2))
     spot = decision.verdicts["spot-1"]
-    assert decision.passed == []
+    assert decision.passed == [] and decision.quota.chosen_flavor == ""
     assert "assigned flavor" not in spot.reason and spot.reason == decision.verdicts["on-demand-1"].reason
     assert spot.reason.startswith(f"no flavor of ClusterQueue team-a fits this pod's {RESOURCE} now")
     assert "on-demand: quota exhausted" in spot.reason and "2 more needed" in spot.reason
@@ -398,9 +403,24 @@ def test_reclaim_only_from_queues_that_borrow():
     [
         (PreemptionPolicy.LOWER_PRIORITY, (10, ""), (5, ""), True),
         (PreemptionPolicy.LOWER_PRIORITY, (10, ""), (10, ""), False),
-        (PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY, (10, "2026-01-01T00:00:00Z"), (10, "2026-01-01T00:01:00Z"), True),
-        (PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY, (10, "2026-01-01T00:01:00Z"), (10, "2026-01-01T00:00:00Z"), False),
-        (PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY, (10, "2026-01-01T00:00:00Z"), (10, "2026-01-01T00:00:00Z"), False),
+        (
+            PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY,
+            (10, "2026-01-01T00:00:00Z"),
+            (10, "2026-01-01T00:01:00Z"),
+            True,
+        ),
+        (
+            PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY,
+            (10, "2026-01-01T00:01:00Z"),
+            (10, "2026-01-01T00:00:00Z"),
+            False,
+        ),
+        (
+            PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY,
+            (10, "2026-01-01T00:00:00Z"),
+            (10, "2026-01-01T00:00:00Z"),
+            False,
+        ),
         (PreemptionPolicy.ANY, (1, ""), (100, ""), True),
         (PreemptionPolicy.NEVER, (100, ""), (1, ""), False),
     ],
@@ -411,20 +431,29 @@ def test_satisfies_preemption_policy(policy, preemptor, candidate, expected):
 
 def test_preemption_policies_are_parsed_and_validated_as_the_crd_does():
     parsed = parse_preemption(
-        {"preemption": {"withinClusterQueue": "LowerOrNewerEqualPriority", "reclaimWithinCohort": "Any",
-                        "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": -5}}},
+        {
+            "preemption": {
+                "withinClusterQueue": "LowerOrNewerEqualPriority",
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": -5},
+            }
+        },
         "spec",
     )
     assert parsed.within_cluster_queue is PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
     assert parsed.max_priority_threshold == -5 and not parsed.borrowing_within_cohort_forbidden
-    with pytest.raises(ObjectError, match="spec.preemption.withinClusterQueue"):
+    with pytest.raises(ObjectError, match=re.escape("spec.preemption.withinClusterQueue")):
         parse_preemption({"preemption": {"withinClusterQueue": "Any"}}, "spec")
-    with pytest.raises(ObjectError, match="borrowWithinCohort.Policy!=Never"):
+    with pytest.raises(ObjectError, match=re.escape("borrowWithinCohort.Policy!=Never")):
         parse_preemption({"preemption": {"borrowWithinCohort": {"policy": "LowerPriority"}}}, "spec")
     with pytest.raises(ObjectError, match="maxPriorityThreshold"):
         parse_preemption(
-            {"preemption": {"reclaimWithinCohort": "Any",
-                            "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 2**31}}},
+            {
+                "preemption": {
+                    "reclaimWithinCohort": "Any",
+                    "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 2**31},
+                }
+            },
             "spec",
         )
 
@@ -432,5 +461,21 @@ def test_preemption_policies_are_parsed_and_validated_as_the_crd_does():
 def test_a_cluster_queue_with_a_bad_policy_is_refused_with_its_field_path():
     """Bad input never reaches the oracle: the ClusterQueue is refused as the API server's CRD would."""
     bad = gpu_queue("a", [("f", {"nominal": 1})], preemption={"reclaimWithinCohort": "Sometimes"})
-    with pytest.raises(ObjectError, match="spec.preemption.reclaimWithinCohort"):
+    with pytest.raises(ObjectError, match=re.escape("spec.preemption.reclaimWithinCohort")):
         parse_cluster_queue(bad)
+
+
+def test_a_pod_that_passes_without_a_flavor_is_not_told_none_fits():
+    """A governed pod without devices is charged nothing, so it has no flavor; beside "N node(s) pass" the
+    table must not say that no flavor fits."""
+    decision: dict[str, Any] = {
+        "pod": "team-a/p",
+        "strategy": "MostAllocated",
+        "quota": {"governed": True, "clusterQueue": "team-a", "chosenFlavor": ""},
+        "passed": 4,
+        "failed": 0,
+        "nodes": [],
+    }
+    assert "(none fits)" not in render_table(decision) and "(none: nothing charged)" in render_table(decision)
+    decision["passed"], decision["failed"] = 0, 4
+    assert "flavor (none fits)" in render_table(decision)

@@ -26,6 +26,7 @@ from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.preemption_oracle import Holder
 from extender.decisions.quota.workload_holds import (
     admitted_quota,
     governed_resources,
@@ -117,6 +118,8 @@ class SchedulingService:
         self.caches = DecisionCaches()
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
+        # the preemption oracle's holders of bound pods' usage, per usage-index answer (service/quota_view.py)
+        self.holder_memo: dict[tuple[QuotaKey, int], tuple[object, dict[str, Holder]]] = {}
         self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
         # Placed pods' charges usage does not show yet (decisions/quota/attribution.py provisional_usage), kept
         # the same way.
@@ -362,6 +365,7 @@ class SchedulingService:
             unbound_usage=unbound,
             provisional=provisional,
             charged_pods=self.usage_index.charged_pods,
+            holder_memo=self.holder_memo,
         )
 
     def _admission_holds(

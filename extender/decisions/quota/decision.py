@@ -42,6 +42,7 @@ from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.fit import Fit, worst_fit
 from extender.decisions.quota.flavor_walk import (
     FitMemo,
+    FlavorAssignmentMode,
     FlavorSet,
     GroupChoice,
     ModeJudge,
@@ -159,16 +160,21 @@ def decide_quota(
         one_charge_for_all=same_counts and len(allocations) > 1,
     )
     groups = _charged_groups(cluster_queue, charged)
-    oracle = None
+    make_oracle = None
     if holders is not None:
-        oracle = PreemptionOracle(context.tree, ledger_for, holders, _preemptor(snapshot, pod), context.fair_sharing)
+        found_holders, ledger = holders, ledger_for
+
+        def make_oracle() -> PreemptionOracle:
+            preemptor = _preemptor(snapshot, pod)
+            return PreemptionOracle(context.tree, ledger, found_holders, preemptor, context.fair_sharing)
+
     walked = _walk_groups(
         groups,
         charged.nodes_of_charge,
         context,
         snapshot.nodes,
         pod.tolerations,
-        ModeJudge(cluster_queue, ledger_for, oracle),
+        ModeJudge(cluster_queue, ledger_for, make_oracle),
         _admitted_flavors(snapshot, pod, cluster_queue),
     )
     return _decision(cluster_queue, walked, charged, ledger_for)
@@ -443,7 +449,14 @@ def _decision(
             passed_groups.append((quota, bucket_nodes))
         else:
             refused_groups.append((quota, bucket_nodes))
-    chosen = ",".join(dict.fromkeys(walk.choice.flavor for walk in walked.walks if walk.choice.flavor))
+    # A flavor the walk kept without anyone to preempt there is no choice to show: the pod fits in none.
+    chosen = ",".join(
+        dict.fromkeys(
+            walk.choice.flavor
+            for walk in walked.walks
+            if walk.choice.flavor and walk.choice.mode.preemption > FlavorAssignmentMode.NO_CANDIDATES
+        )
+    )
     reservation: dict[QuotaKey, Fraction] = {}
     for quota in admissible:
         for quota_key, amount in quota.charges.items():
@@ -530,10 +543,11 @@ def _not_in_chosen_flavor(
             f"node is in no flavor of ClusterQueue {cluster_queue.name} that this pod may use for {names}{skipped}"
         )
         return NodeQuota({}, (), "", QuotaRejection(summary, True, CATEGORY_FLAVOR))
-    own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
     if group_refused is not None:
+        own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
         return NodeQuota({}, own, flavor_set[0], group_refused)
     if not choice.flavor:  # nothing judged (every flavor skipped or unknown): the node's own verdict says why
+        own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
         worst = worst_fit(own)
         assert worst is not None
         reason = fit_rejection(worst)

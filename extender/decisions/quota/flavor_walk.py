@@ -15,6 +15,7 @@ and quota exist.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -73,14 +74,30 @@ WORST_MODE = GranularMode(FlavorAssignmentMode.NO_FIT, 1 << 30)  # worstGranular
 BEST_MODE = GranularMode(FlavorAssignmentMode.FIT, 0)  # bestGranularMode
 
 
-class ModeJudge(NamedTuple):
-    """What judging a flavor's fits needs beyond them: the queue, the ledger and the preemption oracle (None:
-    the holders of quota are not known, e.g. a what-if without a cluster; then a request within nominal quota
-    counts as one preemption could make room for)."""
+class ModeJudge:
+    """What judging a flavor's fits needs beyond them: the queue, the ledger and the preemption oracle, made on
+    first need (most decisions never ask it). No oracle (`make_oracle` None): the holders of quota are not
+    known, e.g. a what-if without a cluster; then a request within nominal quota counts as one preemption could
+    make room for."""
 
-    cluster_queue: ClusterQueue
-    ledger: QuotaLedger
-    oracle: PreemptionOracle | None
+    __slots__ = ("_make_oracle", "_oracle", "cluster_queue", "ledger")
+
+    def __init__(
+        self,
+        cluster_queue: ClusterQueue,
+        ledger: QuotaLedger,
+        make_oracle: Callable[[], PreemptionOracle] | None = None,
+    ) -> None:
+        self.cluster_queue = cluster_queue
+        self.ledger = ledger
+        self._make_oracle = make_oracle
+        self._oracle: PreemptionOracle | None = None
+
+    @property
+    def oracle(self) -> PreemptionOracle | None:
+        if self._oracle is None and self._make_oracle is not None:
+            self._oracle = self._make_oracle()
+        return self._oracle
 
 
 def resource_mode(fit: Fit, judge: ModeJudge) -> tuple[GranularMode, OracleAnswer | None]:

@@ -54,7 +54,7 @@ class Holder(NamedTuple):
     cluster_queue: str
     priority: int
     created: str  # RFC 3339 creationTimestamp; "" when unknown
-    amount: Fraction
+    amount: Fraction  # > 0: a lookup leaves out whoever holds nothing there
 
 
 # (ClusterQueue, flavor, resource) -> its holders; the service's quota view answers it per watch-kept index.
@@ -133,7 +133,9 @@ def _local_available(tree: QuotaTree, ledger: QuotaLedger, node: int, fr: Flavor
     return max(_ZERO, tree.nodes[node].local_quota(fr) - ledger.usage_of_node(node, fr))
 
 
-def height_that_fits(tree: QuotaTree, ledger: QuotaLedger, queue: int, fr: FlavorResource, value: Fraction) -> tuple[int, bool]:
+def height_that_fits(
+    tree: QuotaTree, ledger: QuotaLedger, queue: int, fr: FlavorResource, value: Fraction
+) -> tuple[int, bool]:
     """classical.FindHeightOfLowestSubtreeThatFits: the borrowing level of `value` more in the queue, and whether
     reclaiming in the hierarchy may help (the subtree that fits has a parent)."""
     parent = tree.nodes[queue].parent
@@ -224,7 +226,7 @@ class PreemptionOracle:
         policy = cluster_queue.preemption
         same = holder.cluster_queue == cluster_queue.name
         rule = policy.within_cluster_queue if same else policy.reclaim_within_cohort
-        if holder.amount <= 0 or not satisfies_policy(self.preemptor, holder, rule):
+        if not satisfies_policy(self.preemptor, holder, rule):
             return None
         if same:
             return _Variant.WITHIN_CQ
@@ -251,13 +253,20 @@ class PreemptionOracle:
         return not self.tree.nodes[node].subtree.get(fr, _ZERO) < ledger.usage_of_node(node, fr)
 
     def _collect_subtree(
-        self, cq: ClusterQueue, queue: int, current: int, root: int, skip: int | None, advantage: bool, fr: FlavorResource
+        self,
+        cq: ClusterQueue,
+        queue: int,
+        current: int,
+        root: int,
+        skip: int | None,
+        advantage: bool,
+        fr: FlavorResource,
     ) -> list[_Candidate]:
         """collectCandidatesInSubtree."""
         found: list[_Candidate] = []
         for child in self.tree.nodes[current].children:
             child_node = self.tree.nodes[child]
-            if child == skip or child == queue or self._within_nominal(self.ledger, child, fr):
+            if child in (skip, queue) or self._within_nominal(self.ledger, child, fr):
                 continue
             if child_node.is_queue:
                 found.extend(self._queue_candidates(cq, child, fr, root, advantage))
@@ -285,7 +294,9 @@ class PreemptionOracle:
             previous = cohort
         return hierarchy, by_priority
 
-    def _valid(self, cq: ClusterQueue, candidate: _Candidate, borrow: bool, ledger: QuotaLedger, fr: FlavorResource) -> bool:
+    def _valid(
+        self, cq: ClusterQueue, candidate: _Candidate, borrow: bool, ledger: QuotaLedger, fr: FlavorResource
+    ) -> bool:
         """candidateIterator.candidateIsValid, against the simulation so far."""
         if candidate.holder.cluster_queue == cq.name:
             return True
@@ -310,6 +321,7 @@ class PreemptionOracle:
         ordered = self._order(hierarchy, cq.name) + self._order(by_priority, cq.name) + self._order(same, cq.name)
         forbidden = cq.preemption.borrowing_within_cohort_forbidden
         under_nominal = self.tree.nominal(cq.name, fr.flavor, fr.resource) > self.ledger.usage_of_node(queue, fr)
+        attempts: tuple[bool, ...]
         if (not hierarchy and not by_priority) or (forbidden and not under_nominal):
             attempts = (True,)
         elif forbidden and not hierarchy:
@@ -352,7 +364,7 @@ class PreemptionOracle:
                     candidates.extend(
                         _Candidate(h, None, _Variant.HIERARCHICAL_RECLAIM)
                         for h in self.holders(self.tree.nodes[node].name, fr.flavor, fr.resource)
-                        if h.amount > 0 and satisfies_policy(self.preemptor, h, policy.reclaim_within_cohort)
+                        if satisfies_policy(self.preemptor, h, policy.reclaim_within_cohort)
                     )
         ledger = self.ledger
         targets: list[Holder] = []
@@ -364,7 +376,8 @@ class PreemptionOracle:
         return []
 
     def _subtree_queues(self, root: int) -> list[int]:
-        queues, stack = [], [root]
+        queues: list[int] = []
+        stack = [root]
         while stack:
             node = self.tree.nodes[stack.pop()]
             for child in node.children:

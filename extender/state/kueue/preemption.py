@@ -31,7 +31,11 @@ class BorrowWithinCohortPolicy(StrEnum):
     LOWER_PRIORITY = "LowerPriority"
 
 
-_WITHIN_QUEUE = (PreemptionPolicy.NEVER, PreemptionPolicy.LOWER_PRIORITY, PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY)
+_WITHIN_QUEUE = (
+    PreemptionPolicy.NEVER,
+    PreemptionPolicy.LOWER_PRIORITY,
+    PreemptionPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY,
+)
 _RECLAIM = (PreemptionPolicy.NEVER, PreemptionPolicy.LOWER_PRIORITY, PreemptionPolicy.ANY)
 
 
