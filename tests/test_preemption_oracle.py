@@ -479,3 +479,57 @@ def test_a_pod_that_passes_without_a_flavor_is_not_told_none_fits():
     assert "(none fits)" not in render_table(decision) and "(none: nothing charged)" in render_table(decision)
     decision["passed"], decision["failed"] = 0, 4
     assert "flavor (none fits)" in render_table(decision)
+
+
+# --- priorities as Kueue reads them: the Workload's spec.priority --------------------------------------------
+
+
+def workload_objects(held_by: dict[str, Any]) -> list[dict[str, Any]]:
+    """Flavor one (nominal 2) held entirely by `held_by`; flavor two empty; the queue stops where it could
+    preempt and may preempt lower priority work within itself."""
+    return [
+        kueue_config({RESOURCE: b.GPU_CLASS}),
+        b.device_class(),
+        rflavor("one"),
+        rflavor("two"),
+        *nodes("one"),
+        *nodes("two"),
+        gpu_queue(
+            "team-a",
+            [("one", {"nominal": 2}), ("two", {"nominal": 2})],
+            cohort=None,
+            preemption={"withinClusterQueue": "LowerPriority"},
+            fungibility={"whenCanPreempt": "MayStopSearch"},
+        ),
+        *team("team-a", "team-a"),
+        held_by,
+    ]
+
+
+def admitted_workload(priority: int) -> dict[str, Any]:
+    obj = b.workload("trainer", "team-a", "team-a", {RESOURCE: 2}, "one", owner_uid="uid-job-trainer")
+    obj["spec"]["priority"] = priority
+    return obj
+
+
+@pytest.mark.parametrize("priority, stops", [(0, True), (200, False)])
+def test_an_admitted_workloads_hold_is_one_holder_with_the_workloads_priority(priority: int, stops: bool):
+    decision = decide(workload_objects(admitted_workload(priority)), pending("p", 1, priority=100))
+    if stops:
+        assert decision.passed == [] and decision.quota.chosen_flavor == "one"
+        assert "Workload team-a/trainer (ClusterQueue team-a, priority 0)" in decision.verdicts["two-1"].reason
+    else:
+        assert decision.passed == ["two-1"]
+
+
+def test_a_pending_pods_own_workload_priority_is_its_priority():
+    """Kueue compares the preemptor Workload's spec.priority (from a WorkloadPriorityClass here), not the
+    pod's: a pod of priority 0 whose pending Workload has priority 100 may preempt priority-50 work."""
+    pod = b.pod("p", "team-a", templates={"gpu": "gpu1"}, queue="q")
+    own = b.workload("p-wl", "team-a", "team-a", {RESOURCE: 1}, "one", owner_uid="uid-team-a-p", owner_kind="Pod")
+    own["status"] = {}  # pending: not admitted yet
+    own["spec"]["priority"] = 100
+    decision = decide([*workload_objects(admitted_workload(50)), own], parse_pod(pod))
+    assert decision.passed == [] and decision.quota.chosen_flavor == "one"
+    without = decide(workload_objects(admitted_workload(50)), parse_pod(pod))
+    assert without.passed == ["two-1"]

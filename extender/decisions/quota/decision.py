@@ -181,9 +181,20 @@ def decide_quota(
 
 
 def _preemptor(snapshot: ClusterSnapshot, pod: Pod) -> Preemptor:
-    """The pod's priority as Kueue's preemption compares it: its Workload's when Kueue made one for it, else the
-    pod's spec.priority (0 when absent, Kueue's default)."""
+    """The pod's priority as Kueue's preemption compares it: its Workload's (Kueue fills the Workload's
+    spec.priority from a WorkloadPriorityClass or PriorityClass), else the pod's spec.priority (0 when absent,
+    Kueue's default). Made only when the oracle runs: finding a Workload not admitted yet reads them all."""
     workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
+    if workload is None:
+        owners = {pod.uid, *pod.owner_uids} - {""}
+        workload = next(
+            (
+                candidate
+                for candidate in snapshot.workloads.values()
+                if candidate.namespace == pod.namespace and any(owner.uid in owners for owner in candidate.owners)
+            ),
+            None,
+        )
     if workload is not None:
         return Preemptor(workload.priority, workload.created)
     return Preemptor(pod.priority or 0, pod.created)
