@@ -533,3 +533,44 @@ def test_a_pending_pods_own_workload_priority_is_its_priority():
     assert decision.passed == [] and decision.quota.chosen_flavor == "one"
     without = decide(workload_objects(admitted_workload(50)), parse_pod(pod))
     assert without.passed == ["two-1"]
+
+
+def shared_cohort_queues() -> list[dict[str, Any]]:
+    """Kueue's preemption tests' 'with_shared_cq' cohort, for one resource: two queues with 1 each and room to
+    borrow 12 (borrowWithinCohort LowerPriority up to priority 0), and a lender of 10 more."""
+    borrow = {"policy": "LowerPriority", "maxPriorityThreshold": 0}
+    a = gpu_queue(
+        "a_standard",
+        [("default", {"nominal": 1, "borrowingLimit": 12})],
+        cohort="with_shared_cq",
+        preemption={
+            "withinClusterQueue": "Never",
+            "reclaimWithinCohort": "LowerPriority",
+            "borrowWithinCohort": borrow,
+        },
+    )
+    b_queue = gpu_queue(
+        "b_standard",
+        [("default", {"nominal": 1, "borrowingLimit": 12})],
+        cohort="with_shared_cq",
+        preemption={"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any", "borrowWithinCohort": borrow},
+    )
+    shared = gpu_queue("shared", [("default", {"nominal": 10})], cohort="with_shared_cq")
+    return [a, b_queue, shared]
+
+
+@pytest.mark.parametrize(
+    "held, asked, possibility",
+    [
+        # the holder (priority 1) is above the threshold and the pod would still borrow after preempting it
+        (10, 10, PreemptionPossibility.NO_CANDIDATES),
+        # the pod fits within its nominal quota once the borrower is gone: the threshold does not apply
+        (12, 1, PreemptionPossibility.RECLAIM),
+    ],
+)
+def test_max_priority_threshold_as_kueue_applies_it(held: int, asked: int, possibility: PreemptionPossibility):
+    holders = [holder("Workload b_standard", "b_standard", 1, held)]
+    usage = {("b_standard", "default", RESOURCE): held}
+    oracle, queues = oracle_for(shared_cohort_queues(), usage, holders, Preemptor(2))
+    answer = oracle.simulate(queues["a_standard"], "default", RESOURCE, Fraction(asked))
+    assert answer.possibility is possibility
