@@ -574,3 +574,28 @@ def test_max_priority_threshold_as_kueue_applies_it(held: int, asked: int, possi
     oracle, queues = oracle_for(shared_cohort_queues(), usage, holders, Preemptor(2))
     answer = oracle.simulate(queues["a_standard"], "default", RESOURCE, Fraction(asked))
     assert answer.possibility is possibility
+
+
+def test_a_node_whose_own_charge_can_never_fit_stays_unresolvable_beside_the_pods_reason():
+    """allocationMode All charges each node what it holds: on the 8-GPU node more than the queue could ever
+    have. Every other node shares the pod's "no flavor fits now" reason; that node keeps its own."""
+    objects = [
+        kueue_config({RESOURCE: b.GPU_CLASS}),
+        b.device_class(),
+        rflavor("one"),
+        b.node("small", {FLAVOR_LABEL: "one"}),
+        b.gpu_slice("small", 2),
+        b.node("big", {FLAVOR_LABEL: "one"}),
+        b.gpu_slice("big", 8),
+        *nodes("one", gpus=4),
+        gpu_queue("team-a", [("one", {"nominal": 4})], cohort=None),
+        *team("team-a", "team-a"),
+        b.claim_template("all", "team-a", [b.exact_request("gpu", mode="All")]),
+        *running("holder", "team-a", "one-1", range(0, 4)),
+    ]
+    pod = parse_pod(b.pod("p", "team-a", templates={"gpu": "all"}, queue="q"))
+    decision = decide(objects, pod)
+    small, big = decision.verdicts["small"], decision.verdicts["big"]
+    assert decision.passed == []
+    assert not small.unresolvable and small.reason.startswith("no flavor of ClusterQueue team-a fits")
+    assert big.unresolvable and "can never provide 8" in big.reason

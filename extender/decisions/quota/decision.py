@@ -556,6 +556,9 @@ def _not_in_chosen_flavor(
         return NodeQuota({}, (), "", QuotaRejection(summary, True, CATEGORY_FLAVOR))
     if group_refused is not None:
         own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
+        worst = worst_fit(own) if not group_refused.unresolvable else None
+        if worst is not None and fit_rejection(worst).unresolvable:  # this node's own charge can never fit
+            return NodeQuota({}, own, flavor_set[0], fit_rejection(worst))
         return NodeQuota({}, own, flavor_set[0], group_refused)
     if not choice.flavor:  # nothing judged (every flavor skipped or unknown): the node's own verdict says why
         own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
