@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.loop_bench
 	$(BIN)/python -m bench.loop_bench --nodes 1000 --clock cpu --cold
 	$(BIN)/python -m bench.scaling_bench
+	$(BIN)/python -m bench.preemption_bench
 	$(BIN)/python -m bench.http_bench
 	$(BIN)/python -m bench.sync_bench
 	$(BIN)/python -m bench.compare_upstream

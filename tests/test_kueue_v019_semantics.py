@@ -561,7 +561,9 @@ def test_each_resource_group_walks_its_flavors_independently():
     assert "assigned flavor zone-a" in decision.verdicts["b-1"].reason
 
 
-def preempt_objects(policy: str) -> list[dict[str, Any]]:
+def preempt_objects(policy: str, within_queue: str = "LowerPriority") -> list[dict[str, Any]]:
+    """Flavor first full (a priority-0 holder in the same queue), second empty; the queue may preempt within
+    itself by `within_queue`."""
     holder = b.pod("holder", "team-a", claims={"gpu": "held"}, queue="q", node_name="a-1")
     held = b.claim(
         "held",
@@ -577,15 +579,28 @@ def preempt_objects(policy: str) -> list[dict[str, Any]]:
         rflavor("second", {"zone": "b"}),
         *gpu_node("a-1", 4, labels={"zone": "a"}),
         *gpu_node("b-1", 4, labels={"zone": "b"}),
-        cq(
-            "team-a",
-            [([RESOURCE], [("first", {RESOURCE: 2}), ("second", {RESOURCE: 2})])],
-            fungibility={"whenCanPreempt": policy},
+        with_preemption(
+            cq(
+                "team-a",
+                [([RESOURCE], [("first", {RESOURCE: 2}), ("second", {RESOURCE: 2})])],
+                fungibility={"whenCanPreempt": policy},
+            ),
+            {"withinClusterQueue": within_queue},
         ),
         b.claim_template("one", "team-a", [b.exact_request("gpu", 1)]),
         holder,
         held,
     )
+
+
+def with_preemption(queue: dict[str, Any], preemption: dict[str, Any]) -> dict[str, Any]:
+    queue["spec"]["preemption"] = preemption
+    return queue
+
+
+def prioritised(pod_obj: dict[str, Any], priority: int) -> dict[str, Any]:
+    pod_obj["spec"]["priority"] = priority
+    return pod_obj
 
 
 def test_when_can_preempt_try_next_flavor_moves_on():
@@ -598,11 +613,23 @@ def test_when_can_preempt_may_stop_search_stops_at_the_preemptible_flavor():
     """Kueue stops at the first flavor where preemption would make room; the extender cannot preempt, so the
     pod waits (resolvable) instead of going to the second flavor."""
     engine = engine_for(preempt_objects("MayStopSearch"))
-    decision = run(engine, tolerating_pod("p"))
+    decision = run(engine, prioritised(tolerating_pod("p"), 100))
     assert decision.passed == []
     assert decision.quota.chosen_flavor == "first"
     assert not decision.verdicts["a-1"].unresolvable and decision.verdicts["a-1"].category == "quota-exhausted"
-    assert "assigned flavor first" in decision.verdicts["b-1"].reason
+    # every node says the same: the flavor, whom Kueue would preempt, and that the extender evicts nothing
+    reason = decision.verdicts["b-1"].reason
+    assert reason == decision.verdicts["a-1"].reason
+    assert "in flavor first" in reason and "Pod team-a/holder (ClusterQueue team-a, priority 0)" in reason
+    assert "the extender never evicts" in reason
+
+
+def test_when_can_preempt_may_stop_search_moves_on_when_nobody_may_be_preempted():
+    """The same queue, but the holder has the pod's own priority (LowerPriority finds no candidate): Kueue's
+    oracle answers NoCandidates, which tries the next flavor whatever whenCanPreempt says."""
+    engine = engine_for(preempt_objects("MayStopSearch"))
+    decision = run(engine, tolerating_pod("p"))
+    assert decision.passed == ["b-1"] and decision.quota.chosen_flavor == "second"
 
 
 @pytest.mark.parametrize("borrow_policy, expected", [("MayStopSearch", "first"), ("TryNextFlavor", "second")])

@@ -33,6 +33,7 @@ from extender.decisions.quota.charges import UNMAPPED_IGNORE
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.decision import decide_quota
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.preemption_oracle import HolderLookup
 from extender.decisions.quota.verdicts import QuotaDecision
 from extender.decisions.scoring import STRATEGIES, STRATEGY_ANNOTATION, STRATEGY_MOST, ScoringWeights
 from extender.state.core import Pod
@@ -68,6 +69,7 @@ def decide_pod(
     ledger: QuotaLedger | None,
     options: DecisionOptions = DecisionOptions(),
     deadline: float | None = None,
+    holders: HolderLookup | None = None,
 ) -> PodDecision:
     """The pod's verdict on each of `node_names`: the devices it needs (allocator per node), then quota on the
     nodes the devices allow. `deadline` (a time.perf_counter() instant): nodes the allocator has not reached by
@@ -105,6 +107,7 @@ def decide_pod(
         extended=extended,
         matcher=matcher,
         same_counts=devices.settled is not None,
+        holders=holders,
     )
     verdicts = NodeVerdicts(order, devices.allocations, quota.per_node, _failures(devices, quota), asked)
     return PodDecision(

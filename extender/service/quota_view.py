@@ -9,14 +9,17 @@ scheduling cycle has assumed); here "assumed" is our reservation ledger.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.preemption_oracle import Holder, HolderLookup
 from extender.state.reservations import QuotaKey, Reservation
 from extender.state.snapshot import ClusterSnapshot
+
+MAX_HOLDER_MEMO = 1024  # quota keys whose holders the service remembers; cleared, not evicted, past it
 
 
 def add_amounts(*parts: Mapping[QuotaKey, Fraction]) -> dict[QuotaKey, Fraction]:
@@ -45,6 +48,12 @@ class QuotaView:
     # of pods without a reservation; in the ledger, not in `usage`
     unbound_usage: Mapping[str, tuple[tuple[QuotaKey, Fraction], ...]] = field(default_factory=dict)
     provisional: Mapping[QuotaKey, Fraction] = field(default_factory=dict)  # their sum
+    # (pod key, amount, admitted Workload key) of the bound pods counted in a quota key: the usage index's answer
+    # (state/indexes/usage.py charged_pods), asked only when the preemption oracle runs; None when unknown
+    charged_pods: Callable[[QuotaKey], Sequence[tuple[str, Fraction, str]]] | None = None
+    # the service's memo of the holders derived from one charged_pods answer (by the answer's identity, kept in
+    # the value so the id cannot be reused meanwhile): views come and go per call, the bound pods rarely change
+    holder_memo: dict[tuple[QuotaKey, int], tuple[object, dict[str, Holder]]] | None = None
 
     @property
     def reservations(self) -> tuple[Reservation, ...]:
@@ -69,3 +78,81 @@ class QuotaView:
         return self.ledger.with_usage_deltas(
             (cq, flavor, resource, -amount) for (cq, flavor, resource), amount in removed.items() if cq in known
         )
+
+    def holders_lookup(self, pod_key: str, workload: str = "") -> HolderLookup | None:
+        """Who holds each quota key, for the preemption oracle deciding pod `pod_key` (of admitted Workload
+        `workload`): every pod and admitted Workload the ledger counts, but the pod and its Workload themselves
+        (ledger_excluding leaves them out too). A Workload's pods and its remaining hold are one holder: Kueue
+        preempts Workloads. None when the view cannot say who holds what."""
+        if self.charged_pods is None:
+            return None
+        found: dict[QuotaKey, tuple[Holder, ...]] = {}
+
+        def lookup(cluster_queue: str, flavor: str, resource: str) -> tuple[Holder, ...]:
+            key = (cluster_queue, flavor, resource)
+            holders = found.get(key)
+            if holders is None:
+                holders = found[key] = self._holders(key, pod_key, workload)
+            return holders
+
+        return lookup
+
+    def _holders(self, key: QuotaKey, skip_pod: str, skip_workload: str) -> tuple[Holder, ...]:
+        assert self.charged_pods is not None
+        bound = self.charged_pods(key)
+        units = dict(self._bound_holders(key, bound))
+        units.pop(f"Pod {skip_pod}", None)
+        if skip_workload:
+            units.pop(f"Workload {skip_workload}", None)
+        for reservation in self.reservations_by_pod.values():
+            amount = reservation.charges.get(key)
+            if amount:
+                self._add_holder(units, key, reservation.pod_key, amount, reservation.workload, skip_pod, skip_workload)
+        for pod_key, amounts in self.unbound_usage.items():
+            for charged_key, amount in amounts:
+                if charged_key == key:
+                    self._add_holder(units, key, pod_key, amount, "", skip_pod, skip_workload)
+        for workload_key, holds in self.workload_holds.items():
+            amount = holds.get(key)
+            if amount:
+                self._add_holder(units, key, "", amount, workload_key, skip_pod, skip_workload)
+        return tuple(units.values())
+
+    def _bound_holders(self, key: QuotaKey, bound: Sequence[tuple[str, Fraction, str]]) -> dict[str, Holder]:
+        """The holders of the bound pods' usage, remembered while the usage index answers the same tuple."""
+        memo = self.holder_memo
+        memo_key = (key, id(bound))
+        if memo is not None:
+            found = memo.get(memo_key)
+            if found is not None and found[0] is bound:
+                return found[1]
+        units: dict[str, Holder] = {}
+        for pod_key, amount, workload_key in bound:
+            self._add_holder(units, key, pod_key, amount, workload_key, "", "")
+        if memo is not None:
+            if len(memo) >= MAX_HOLDER_MEMO:
+                memo.clear()
+            memo[memo_key] = (bound, units)
+        return units
+
+    def _add_holder(
+        self,
+        units: dict[str, Holder],
+        key: QuotaKey,
+        pod_key: str,
+        amount: Fraction,
+        workload_key: str,
+        skip_pod: str,
+        skip_workload: str,
+    ) -> None:
+        if not amount > 0 or (pod_key and pod_key == skip_pod) or (workload_key and workload_key == skip_workload):
+            return
+        workload = self.snapshot.workloads.get(workload_key) if workload_key else None
+        if workload is not None:
+            unit, priority, created = f"Workload {workload_key}", workload.priority, workload.created
+        else:
+            pod = self.snapshot.pods.get(pod_key)
+            priority = (pod.priority or 0) if pod is not None else 0
+            unit, created = f"Pod {pod_key}", pod.created if pod is not None else ""
+        held = units.get(unit)
+        units[unit] = Holder(unit, key[0], priority, created, amount if held is None else amount + held.amount)

@@ -26,6 +26,7 @@ from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.preemption_oracle import Holder
 from extender.decisions.quota.workload_holds import (
     admitted_quota,
     governed_resources,
@@ -117,6 +118,8 @@ class SchedulingService:
         self.caches = DecisionCaches()
         self.matcher = DeviceMatcher(self.caches)
         self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
+        # the preemption oracle's holders of bound pods' usage, per usage-index answer (service/quota_view.py)
+        self.holder_memo: dict[tuple[QuotaKey, int], tuple[object, dict[str, Holder]]] = {}
         self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
         # Placed pods' charges usage does not show yet (decisions/quota/attribution.py provisional_usage), kept
         # the same way.
@@ -361,6 +364,8 @@ class SchedulingService:
             workload_holds=workload_holds,
             unbound_usage=unbound,
             provisional=provisional,
+            charged_pods=self.usage_index.charged_pods,
+            holder_memo=self.holder_memo,
         )
 
     def _admission_holds(
@@ -549,7 +554,11 @@ class SchedulingService:
         deadline_seconds: float | None = None,
     ) -> PodDecision:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
-        ledger = view.ledger_excluding(pod_id(pod), pod.key, own_workload_key(view, pod)) if governed and view else None
+        ledger = holders = None
+        if governed and view:
+            workload = own_workload_key(view, pod)
+            ledger = view.ledger_excluding(pod_id(pod), pod.key, workload)
+            holders = view.holders_lookup(pod.key, workload)
         return decide_pod(
             snapshot,
             pod,
@@ -557,6 +566,7 @@ class SchedulingService:
             matcher=self.matcher,
             quota_context=view.context if view is not None else None,
             ledger=ledger,
+            holders=holders,
             options=self.options,
             deadline=(started + (deadline_seconds or self.config.limits.request_deadline_seconds))
             if started is not None

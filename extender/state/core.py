@@ -284,6 +284,10 @@ class Pod:
     # status.nominatedNodeName: since 1.35 (NominatedNodeNameForExpectation, beta, on) kube-scheduler writes it
     # when a pod enters a binding cycle with PreBind work (schedule_one.go bindingCycle), e.g. DRA allocation.
     nominated_node_name: str = ""
+    # spec.priority (set by admission from priorityClassName; None when absent) and metadata.creationTimestamp:
+    # what Kueue's preemption compares (pkg/util/priority, preemption/common SatisfiesPreemptionPolicy).
+    priority: int | None = None
+    created: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -353,6 +357,8 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
             for item_path, item in map_items(extended_status, "requestMappings", "status.extendedResourceClaimStatus")
         },
         nominated_node_name=get_str(status, "nominatedNodeName", "status"),
+        priority=get_optional_int(spec, "priority", "spec"),
+        created=get_str(get_map(obj, "metadata", ""), "creationTimestamp", "metadata"),
     )
 
 

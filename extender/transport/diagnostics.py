@@ -443,7 +443,8 @@ def render_table(decision: Mapping[str, Any]) -> str:
     lines = [f"Pod {decision['pod']}  strategy={decision['strategy']}"]
     quota = decision["quota"]
     if quota["governed"]:
-        flavor = quota["chosenFlavor"] or "(none fits)"
+        # a pod that passes with no flavor was charged nothing (no devices): "none fits" would contradict it
+        flavor = quota["chosenFlavor"] or ("(none fits)" if not decision["passed"] else "(none: nothing charged)")
         lines.append(f"ClusterQueue {quota['clusterQueue']}  flavor {flavor}")
     else:
         lines.append("Not quota-governed (no kueue.x-k8s.io/queue-name label, or Kueue is off)")

@@ -18,6 +18,7 @@ from extender.state.errors import ObjectError
 from extender.state.kueue.cluster_queue import ClusterQueue
 from extender.state.kueue.device_class_mappings import DeviceClassMappings, parse_kueue_configmap
 from extender.state.kueue.local_queue import LocalQueue
+from extender.state.kueue.manager_config import fair_sharing_enabled
 from extender.state.kueue.quotas import ResourceGroup
 from extender.state.kueue.resource_flavor import ResourceFlavor
 from extender.state.snapshot import ClusterSnapshot
@@ -61,6 +62,8 @@ class QuotaContext:
         compare=False,
     )
 
+    # Kueue's Configuration enables fair sharing (the preemption oracle then follows fair preemption's candidates)
+    fair_sharing: bool = False
     # Resources some ClusterQueue covers; used only when no deviceClassMappings exist at all.
     covered_resources: frozenset[str] = frozenset()
 
@@ -155,6 +158,11 @@ def untolerated_taint(flavor: ResourceFlavor, tolerations: tuple[Toleration, ...
     return None
 
 
+def _fair_sharing_in_cluster(snapshot: ClusterSnapshot, ref: KueueConfigRef) -> bool:
+    config_map = snapshot.config_maps.get(f"{ref.namespace}/{ref.name}")
+    return config_map is not None and fair_sharing_enabled(config_map.data, ref.key)
+
+
 def _mappings_from_cluster(snapshot: ClusterSnapshot, ref: KueueConfigRef) -> tuple[DeviceClassMappings, str]:
     config_map = snapshot.config_maps.get(f"{ref.namespace}/{ref.name}")
     if config_map is None:
@@ -204,4 +212,5 @@ def build_quota_context(
             for resource in group.covered_resources
         ),
         problems=problems,
+        fair_sharing=_fair_sharing_in_cluster(snapshot, kueue_config),
     )

@@ -45,10 +45,12 @@ from extender.decisions.quota.flavor_walk import (
     FlavorAssignmentMode,
     FlavorSet,
     GroupChoice,
+    ModeJudge,
     fits_in,
     walk_group,
 )
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.decisions.quota.preemption_oracle import HolderLookup, PreemptionOracle, Preemptor
 from extender.decisions.quota.verdicts import (
     CATEGORY_FLAVOR,
     CATEGORY_QUEUE,
@@ -63,6 +65,7 @@ from extender.decisions.quota.verdicts import (
     fit_rejection,
     reject_pod,
 )
+from extender.decisions.quota.waiting_reasons import group_refusal
 from extender.state.core import Node, Pod, Toleration
 from extender.state.kueue.cluster_queue import ClusterQueue
 from extender.state.kueue.local_queue import pod_queue_name
@@ -118,6 +121,7 @@ def decide_quota(
     extended: ExtendedRequests = NO_EXTENDED,
     matcher: DeviceMatcher | None = None,
     same_counts: bool = False,
+    holders: HolderLookup | None = None,
 ) -> QuotaDecision:
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
@@ -132,6 +136,10 @@ def decide_quota(
     nodes join its bucket with one list copy instead of a look at each. Every allocation is for a node of
     `snapshot.nodes` (decide_pod's device step refuses unknown nodes before any allocator runs), so no node is
     looked up here.
+
+    `holders`: who holds each (ClusterQueue, flavor, resource), for the preemption oracle the flavor walk asks
+    when a flavor does not fit as it stands; None when they are not known (a request within nominal quota then
+    counts as one preemption could make room for).
     """
     if context is None or not context.enabled or not pod_queue_name(pod.labels):
         return NOT_GOVERNED
@@ -152,17 +160,44 @@ def decide_quota(
         one_charge_for_all=same_counts and len(allocations) > 1,
     )
     groups = _charged_groups(cluster_queue, charged)
+    make_oracle = None
+    if holders is not None:
+        found_holders, ledger = holders, ledger_for
+
+        def make_oracle() -> PreemptionOracle:
+            preemptor = _preemptor(snapshot, pod)
+            return PreemptionOracle(context.tree, ledger, found_holders, preemptor, context.fair_sharing)
+
     walked = _walk_groups(
-        cluster_queue,
         groups,
         charged.nodes_of_charge,
         context,
         snapshot.nodes,
         pod.tolerations,
-        ledger_for,
+        ModeJudge(cluster_queue, ledger_for, make_oracle),
         _admitted_flavors(snapshot, pod, cluster_queue),
     )
     return _decision(cluster_queue, walked, charged, ledger_for)
+
+
+def _preemptor(snapshot: ClusterSnapshot, pod: Pod) -> Preemptor:
+    """The pod's priority as Kueue's preemption compares it: its Workload's (Kueue fills the Workload's
+    spec.priority from a WorkloadPriorityClass or PriorityClass), else the pod's spec.priority (0 when absent,
+    Kueue's default). Made only when the oracle runs: finding a Workload not admitted yet reads them all."""
+    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
+    if workload is None:
+        owners = {pod.uid, *pod.owner_uids} - {""}
+        workload = next(
+            (
+                candidate
+                for candidate in snapshot.workloads.values()
+                if candidate.namespace == pod.namespace and any(owner.uid in owners for owner in candidate.owners)
+            ),
+            None,
+        )
+    if workload is not None:
+        return Preemptor(workload.priority, workload.created)
+    return Preemptor(pod.priority or 0, pod.created)
 
 
 def _admitted_flavors(snapshot: ClusterSnapshot, pod: Pod, cluster_queue: ClusterQueue) -> dict[str, str]:
@@ -333,6 +368,7 @@ class _Bucket(NamedTuple):
 class _GroupWalk(NamedTuple):
     resources: tuple[str, ...]
     choice: GroupChoice
+    refusal: QuotaRejection | None  # every node's, when the chosen flavor does not fit as it stands
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,13 +379,12 @@ class _Walked:
 
 
 def _walk_groups(
-    cluster_queue: ClusterQueue,
     groups: list[_ChargedGroup],
     nodes_of_charge: Mapping[Charge, list[str]],
     context: QuotaContext,
     nodes: Mapping[str, Node],
     tolerations: tuple[Toleration, ...],
-    ledger: QuotaLedger,
+    judge: ModeJudge,
     admitted_flavors: Mapping[str, str],
 ) -> _Walked:
     """Each group walks its flavors independently. Before its walk, the buckets are split by the flavors
@@ -358,11 +393,12 @@ def _walk_groups(
     walks: list[_GroupWalk] = []
     buckets = [_Bucket(charge, (), bucket_nodes) for charge, bucket_nodes in nodes_of_charge.items()]
     for group, resources in groups:
-        partition = context.flavor_partition(cluster_queue, group, nodes, tolerations)
+        partition = context.flavor_partition(judge.cluster_queue, group, nodes, tolerations)
         buckets, candidates = _split_by_flavors(buckets, frozenset(resources), partition)
         admitted = next((admitted_flavors[r] for r in resources if r in admitted_flavors), "")
-        choice = walk_group(cluster_queue, group, context, tolerations, candidates, ledger, admitted, fit_memo)
-        walks.append(_GroupWalk(tuple(resources), choice))
+        choice = walk_group(group, context, tolerations, candidates, judge, admitted, fit_memo)
+        refusal = group_refusal(judge.cluster_queue.name, choice, ", ".join(resources))
+        walks.append(_GroupWalk(tuple(resources), choice, refusal))
     return _Walked(buckets, walks, fit_memo)
 
 
@@ -424,7 +460,14 @@ def _decision(
             passed_groups.append((quota, bucket_nodes))
         else:
             refused_groups.append((quota, bucket_nodes))
-    chosen = ",".join(dict.fromkeys(walk.choice.flavor for walk in walked.walks if walk.choice.flavor))
+    # A flavor the walk kept without anyone to preempt there is no choice to show: the pod fits in none.
+    chosen = ",".join(
+        dict.fromkeys(
+            walk.choice.flavor
+            for walk in walked.walks
+            if walk.choice.flavor and walk.choice.mode.preemption > FlavorAssignmentMode.NO_CANDIDATES
+        )
+    )
     reservation: dict[QuotaKey, Fraction] = {}
     for quota in admissible:
         for quota_key, amount in quota.charges.items():
@@ -449,37 +492,46 @@ def _bucket_verdict(
     ledger: QuotaLedger,
 ) -> NodeQuota:
     """The verdict of nodes taking `charge`, held by `flavor_sets` (one per group): for every group they must
-    be in its chosen flavor, and their part of the charge must fit there."""
+    be in its chosen flavor, that flavor must fit as it stands, and their part of the charge must fit there.
+    When several groups refuse, one that waiting cannot help decides (Kueue: NoFit for the workload when any
+    group can never fit, whatever the others could do with preemption); else the first in order."""
     charges: dict[QuotaKey, Fraction] = {}
     fits: list[Fit] = []
     primary = ""
-    for (resources, choice), flavor_set in zip(walks, flavor_sets, strict=True):
+    refusal: NodeQuota | None = None
+    for (resources, choice, group_refused), flavor_set in zip(walks, flavor_sets, strict=True):
         group_charge = tuple((r, a) for r, a in charge if r in resources)
         if not group_charge:
             continue
         names = ", ".join(resources)
-        if not flavor_set or not choice.flavor or choice.flavor not in flavor_set:
-            refusal = _not_in_chosen_flavor(cluster_queue, group_charge, names, flavor_set, choice, fit_memo, ledger)
-            return NodeQuota(charges, tuple(fits) + refusal.fits, refusal.flavor or primary, refusal.rejection)
+        if not flavor_set or group_refused is not None or choice.flavor not in flavor_set:
+            refused = _not_in_chosen_flavor(
+                cluster_queue, group_charge, names, flavor_set, choice, group_refused, fit_memo, ledger
+            )
+            refusal = _more_severe(refusal, refused)
+            continue
         primary = primary or choice.flavor
         group_fits = fits_in(cluster_queue, choice.flavor, group_charge, ledger, fit_memo)
         for (resource, amount), _fit in zip(group_charge, group_fits, strict=True):
             charges[(cluster_queue.name, choice.flavor, resource)] = amount
         fits.extend(group_fits)
-        if choice.mode.preemption == FlavorAssignmentMode.PREEMPT:
-            worst = worst_fit(group_fits)
-            if worst is not None and worst.admissible:
-                continue
-            if worst is not None:
-                return NodeQuota(charges, tuple(fits), primary, fit_rejection(worst))
-            summary = (
-                f"ClusterQueue {cluster_queue.name} would preempt in flavor {choice.flavor} "
-                f"(whenCanPreempt: MayStopSearch); the extender does not preempt"
-            )
-            return NodeQuota(charges, tuple(fits), primary, QuotaRejection(summary, False, CATEGORY_QUOTA))
-    worst = worst_fit(fits)
-    rejection = fit_rejection(worst) if worst is not None and not worst.admissible else None
-    return NodeQuota(charges, tuple(fits), primary, rejection)
+        worst = worst_fit(group_fits)
+        if worst is not None and not worst.admissible:
+            refusal = _more_severe(refusal, NodeQuota(charges, tuple(group_fits), choice.flavor, fit_rejection(worst)))
+    if refusal is not None:
+        assert refusal.rejection is not None
+        return NodeQuota(charges, tuple(fits) + refusal.fits, refusal.flavor or primary, refusal.rejection)
+    return NodeQuota(charges, tuple(fits), primary, None)
+
+
+def _more_severe(current: NodeQuota | None, other: NodeQuota) -> NodeQuota:
+    """The first refusal, unless a later one is unresolvable and it is not."""
+    if current is None:
+        return other
+    assert current.rejection is not None and other.rejection is not None
+    if other.rejection.unresolvable and not current.rejection.unresolvable:
+        return other
+    return current
 
 
 def _not_in_chosen_flavor(
@@ -488,25 +540,32 @@ def _not_in_chosen_flavor(
     names: str,
     flavor_set: FlavorSet,
     choice: GroupChoice,
+    group_refused: QuotaRejection | None,
     fit_memo: FitMemo,
     ledger: QuotaLedger,
 ) -> NodeQuota:
-    """Why nodes outside a group's chosen flavor are refused: in no flavor the pod may use, in one when the walk
-    found none that can take the request now, or in another than the chosen one. Its charges are empty, its
-    fits the group's own verdicts where they say why, its flavor the nodes' first ("" when they have none)."""
+    """Why nodes are refused by one group: in no flavor the pod may use, the group's own refusal when its walk
+    found no flavor that fits as it stands (waiting_reasons.py), or in another flavor than the chosen one. Its
+    charges are empty, its fits the node's own verdicts in its first flavor, its flavor that one ("" when the
+    node is in none)."""
     if not flavor_set:
         skipped = f" ({'; '.join(choice.skipped)})" if choice.skipped else ""
         summary = (
             f"node is in no flavor of ClusterQueue {cluster_queue.name} that this pod may use for {names}{skipped}"
         )
         return NodeQuota({}, (), "", QuotaRejection(summary, True, CATEGORY_FLAVOR))
-    if not choice.flavor:
-        # No flavor can take the request now: the node's own verdict in its first flavor says why.
+    if group_refused is not None:
+        own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
+        worst = worst_fit(own) if not group_refused.unresolvable else None
+        if worst is not None and fit_rejection(worst).unresolvable:  # this node's own charge can never fit
+            return NodeQuota({}, own, flavor_set[0], fit_rejection(worst))
+        return NodeQuota({}, own, flavor_set[0], group_refused)
+    if not choice.flavor:  # nothing judged (every flavor skipped or unknown): the node's own verdict says why
         own = fits_in(cluster_queue, flavor_set[0], group_charge, ledger, fit_memo)
         worst = worst_fit(own)
         assert worst is not None
         reason = fit_rejection(worst)
-        if worst.admissible:  # fits here, but the walk judged the flavor by other nodes: never passes
+        if worst.admissible:
             reason = QuotaRejection(
                 f"ClusterQueue {cluster_queue.name} has no flavor that can take {names} for this pod now",
                 False,

@@ -90,6 +90,10 @@ class QuotaLedger:
 
     # -- reading ---------------------------------------------------------------------------------------------
 
+    @property
+    def tree(self) -> QuotaTree:
+        return self._tree
+
     def usage(self, cluster_queue: str, flavor: str, resource: str) -> Fraction:
         return self.usage_of_node(self._tree.queue_index(cluster_queue), FlavorResource(flavor, resource))
 

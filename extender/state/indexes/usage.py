@@ -20,6 +20,8 @@ from extender.state.core import Pod
 from extender.state.reservations import QuotaKey, add_signed
 from extender.state.snapshot import Change, ClusterSnapshot
 
+_ZERO = Fraction(0)
+
 # Kinds whose change can re-attribute every pod (mappings, flavors, queues, classes); the rest is incremental.
 GLOBAL_KINDS = frozenset(
     {"ClusterQueue", "Cohort", "LocalQueue", "ResourceFlavor", "ConfigMap", "Namespace", "DeviceClass"}
@@ -57,6 +59,11 @@ class UsageIndex:
         self._pods_by_owner: dict[str, set[str]] = defaultdict(set)
         self._changed_workloads: set[str] | None = None
         self._unbound: dict[str, PodUsage] = {}  # pods counted before their binding shows, by pod key
+        # which pods hold each quota key: the preemption oracle asks who holds what, only when a flavor does not fit
+        self._pods_by_quota_key: dict[QuotaKey, set[str]] = defaultdict(set)
+        # charged_pods' answers, each dropped when a pod holding its key changes: one tuple object per answer
+        # while nothing changes, so a reader can remember what it derived from it by identity
+        self._charged: dict[QuotaKey, tuple[tuple[str, Fraction, str], ...]] = {}
         self.full_recomputes = 0
 
     def totals(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> Mapping[QuotaKey, Fraction]:
@@ -86,6 +93,8 @@ class UsageIndex:
         self._pods_by_workload.clear()
         self._pods_by_owner.clear()
         self._unbound.clear()
+        self._pods_by_quota_key.clear()
+        self._charged.clear()
         self._totals = {}
         for key, pod in snapshot.pods.items():
             self._set_pod(key, attribute(snapshot, pod))
@@ -137,6 +146,13 @@ class UsageIndex:
             for owner in old.owners:
                 self._pods_by_owner[owner].discard(key)
             add_signed(self._totals, old.amounts, -1)
+            for quota_key, _ in old.amounts:
+                self._charged.pop(quota_key, None)
+                held = self._pods_by_quota_key.get(quota_key)
+                if held is not None:
+                    held.discard(key)
+                    if not held:
+                        del self._pods_by_quota_key[quota_key]
             if old.workload:
                 self._pods_by_workload[old.workload].discard(key)
                 add_signed(self._by_workload.setdefault(old.workload, {}), old.amounts, -1)
@@ -154,6 +170,9 @@ class UsageIndex:
         for owner in usage.owners:
             self._pods_by_owner[owner].add(key)
         add_signed(self._totals, usage.amounts, 1)
+        for quota_key, _ in usage.amounts:
+            self._charged.pop(quota_key, None)
+            self._pods_by_quota_key[quota_key].add(key)
         if usage.workload:
             self._pods_by_workload[usage.workload].add(key)
             add_signed(self._by_workload.setdefault(usage.workload, {}), usage.amounts, 1)
@@ -171,6 +190,23 @@ class UsageIndex:
         with self._lock:
             changed, self._changed_workloads = self._changed_workloads, set()
             return changed
+
+    def charged_pods(self, quota_key: QuotaKey) -> tuple[tuple[str, Fraction, str], ...]:
+        """(pod key, amount, admitted Workload key or "") of every pod whose usage counts in `quota_key`, as of the
+        last `totals`; the same tuple object until one of those pods changes."""
+        with self._lock:
+            found = self._charged.get(quota_key)
+            if found is None:
+                pods = []
+                for pod_key in self._pods_by_quota_key.get(quota_key, ()):
+                    usage = self._by_pod[pod_key]
+                    amount = _ZERO
+                    for charged_key, charged in usage.amounts:
+                        if charged_key == quota_key:
+                            amount = charged if amount is _ZERO else amount + charged
+                    pods.append((pod_key, amount, usage.workload))
+                found = self._charged[quota_key] = tuple(pods)
+            return found
 
     def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
         with self._lock:

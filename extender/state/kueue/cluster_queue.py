@@ -1,4 +1,4 @@
-"""ClusterQueue: quota per flavor, namespace selection, stop policy and flavor fungibility
+"""ClusterQueue: quota per flavor, namespace selection, stop policy, flavor fungibility and preemption
 (apis/kueue/v1beta2/clusterqueue_types.go)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from extender.state.kueue.parsing import (
     object_name,
     optional_enum,
 )
+from extender.state.kueue.preemption import NO_PREEMPTION, ClusterQueuePreemption, parse_preemption
 from extender.state.kueue.quotas import ResourceGroup, ResourceQuota, parse_resource_groups, quota_in
 from extender.state.labels import LabelSelector, parse_label_selector
 
@@ -105,6 +106,7 @@ class ClusterQueue:
     stop_policy: StopPolicy = StopPolicy.NONE
     resource_groups: tuple[ResourceGroup, ...] = ()
     flavor_fungibility: FlavorFungibility = FlavorFungibility()
+    preemption: ClusterQueuePreemption = NO_PREEMPTION
     api_version: str = V1BETA2
     uid: str = ""
 
@@ -160,6 +162,7 @@ def parse_cluster_queue(obj: Mapping[str, Any]) -> ClusterQueue:
         stop_policy=enum_field(spec, "stopPolicy", "spec", StopPolicy, StopPolicy.NONE),
         resource_groups=groups,
         flavor_fungibility=_parse_fungibility(spec, "spec", allow_v1beta1=api_version != V1BETA2),
+        preemption=parse_preemption(spec, "spec"),
         api_version=api_version or V1BETA2,
         uid=get_str(get_map(obj, "metadata", ""), "uid", "metadata"),
     )

@@ -55,6 +55,10 @@ class Workload:
     conditions: Mapping[str, bool] = field(default_factory=no_entries)  # condition type -> status is "True"
     pod_set_counts: Mapping[str, int] = field(default_factory=no_entries)  # spec.podSets: name -> count
     reclaimable_pods: Mapping[str, int] = field(default_factory=no_entries)  # status.reclaimablePods
+    # spec.priority, which Kueue's webhook fills from the priorityClassRef (WorkloadPriorityClass or
+    # PriorityClass); absent means Kueue's default priority 0 (pkg/util/priority Priority).
+    priority: int = 0
+    created: str = ""  # metadata.creationTimestamp: the queue-order timestamp of LowerOrNewerEqualPriority
 
     @property
     def key(self) -> str:
@@ -151,6 +155,8 @@ def parse_workload(obj: Mapping[str, Any]) -> Workload:
         conditions=MappingProxyType(conditions),
         pod_set_counts=_pod_set_counts(spec, "podSets", "spec"),
         reclaimable_pods=_pod_set_counts(status, "reclaimablePods", "status"),
+        priority=get_optional_int(spec, "priority", "spec") or 0,
+        created=get_str(metadata, "creationTimestamp", "metadata"),
     )
 
 
