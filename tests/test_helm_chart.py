@@ -330,3 +330,18 @@ def test_the_readmes_helm_commands_run(tools: dict[str, Path]) -> None:
     rendered = docs_of(run([tools["helm"], *next(x for x in lines if x.startswith("$HELM template")).split()[1:]]))
     (extender,) = one(rendered, "Deployment")["spec"]["template"]["spec"]["initContainers"]
     assert extender["image"] == "registry.example.com/dra-quota-extender:v0.1.0"
+
+
+def test_the_readmes_kustomize_image_line_sets_the_image(tools: dict[str, Path], tmp_path: Path) -> None:
+    """README.md's `kustomize edit set image` line, run in a copy of the repository's manifests/ and tools/."""
+    from tests.test_readme import block_with, commands, readme
+
+    (line,) = [line for line in commands(block_with(readme(), "kubectl apply -k")) if "edit set image" in line]
+    shutil.copytree(MANIFESTS, tmp_path / "manifests", ignore=shutil.ignore_patterns("helm"))
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / ".build").symlink_to(tools["kustomize"].parent.parent)
+    result = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    deployment = one(kustomize_build(tools, tmp_path / "manifests"), "Deployment")
+    (extender,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert extender["image"] == "registry.example.com/dra-quota-extender:v0.1.0"
