@@ -6,7 +6,8 @@
 # Also writes the one Kubernetes release into the deployment: the k8s.io/kubernetes version the e2e harness pins
 # (tests/e2e/harness/go.mod, the kube-scheduler every e2e test runs and whose feature-gate defaults the extender's
 # `features:` follow) becomes the kube-scheduler image tag of the kustomize base and the chart, and the chart's
-# kubeVersion floor (kube-scheduler must not be newer than the API server). tests/test_kubernetes_release.py
+# kubeVersion floor (kube-scheduler must not be newer than the API server), and into the pages that name it
+# (manifests/README.md, README.md, docs/deploying.md). tests/test_kubernetes_release.py
 # fails while any of them names another release.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,3 +24,7 @@ sed -i "s/\(registry\.k8s\.io\/kube-scheduler:\)$tag/\1$release/g" "$here/deploy
 sed -i "s/^\(    tag: \)$tag\$/\1$release/" "$here/helm/dra-quota-scheduler/values.yaml"
 sed -i "s/^kubeVersion: .*/kubeVersion: \">=$minor.0-0\"/" "$here/helm/dra-quota-scheduler/Chart.yaml"
 sed -i "s/^Requirements: Kubernetes [0-9.]* or newer/Requirements: Kubernetes $minor or newer/" "$here/README.md"
+for doc in "$here/../README.md" "$here/../docs/deploying.md"; do
+  sed -i -e "s/kube-scheduler $tag/kube-scheduler $release/g" \
+    -e "s/Kubernetes [0-9][0-9]*\.[0-9][0-9]* or newer/Kubernetes $minor or newer/g" "$doc"
+done

@@ -72,6 +72,10 @@ def test_deployment_docs_name_the_pinned_release(release: str) -> None:
     named = set(re.findall(r"registry\.k8s\.io/kube-scheduler:(v[\d.]+)", text))
     assert named == {release}, SYNC
     assert f"Requirements: Kubernetes {_minor(release)} or newer" in text, SYNC
+    for page in (ROOT / "README.md", ROOT / "docs" / "deploying.md"):
+        text = page.read_text(encoding="utf-8")
+        assert set(re.findall(r"kube-scheduler (v\d+\.\d+\.\d+)", text)) == {release}, (page, SYNC)
+        assert set(re.findall(r"Kubernetes (\d+\.\d+) or newer", text)) == {_minor(release)}, (page, SYNC)
 
 
 def test_features_defaults_name_the_pinned_release(release: str) -> None:
