@@ -19,7 +19,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cache
 from importlib import metadata
@@ -44,7 +44,7 @@ from extender.transport.diagnostics import (
     queues_json,
 )
 from extender.transport.request_io import current_service
-from extender.transport.web_rows import STATUS_LABELS, borrowing, pod_rows, status_of, whatif_example
+from extender.transport.web_rows import STATUS_LABELS, borrowing, pod_entries, pod_row, status_of, whatif_example
 
 PODS_PER_PAGE = 100
 NODE_ROWS_PER_PAGE = 200  # ranked node table of one pod
@@ -183,10 +183,12 @@ def pods() -> tuple[str, int]:
     has none), and the pods only the history knows."""
     service = current_service()
     snapshot = service.snapshot()
-    rows = pod_rows(snapshot, service.quota_context(snapshot), service.history.recent(), time.time())
-    counts = Counter(row["status"] for row in rows)
-    decided = sum(1 for row in rows if row["decided"])
-    page = paginate(rows, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", PODS_PER_PAGE))
+    entries = pod_entries(snapshot, service.history.recent())
+    counts = Counter(entry.status for entry in entries)
+    decided = sum(1 for entry in entries if entry.record is not None)
+    page = paginate(entries, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", PODS_PER_PAGE))
+    context, now = service.quota_context(snapshot), time.time()
+    page = replace(page, items=[pod_row(entry, context, now) for entry in page.items])
     return _html("web/pods.html", page=page, counts=counts, decided=decided, labels=STATUS_LABELS)
 
 

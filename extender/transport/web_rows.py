@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -38,37 +38,49 @@ def status_of(pod: Pod | None) -> tuple[str, str]:
     return "pending", ""
 
 
-def pod_rows(
-    snapshot: ClusterSnapshot, context: QuotaContext, records: Iterable[DecisionRecord], now: float
-) -> list[dict[str, Any]]:
-    """One row per governed pod of the cluster view (claims, a LocalQueue or a DRA-backed extended resource:
+class PodEntry(NamedTuple):
+    """A line of the Pods page before it is drawn: what sorting, counting and paging need."""
+
+    status: str
+    node: str
+    key: str
+    pod: Pod | None
+    record: DecisionRecord | None
+
+    def sort_key(self) -> tuple[int, float, str]:
+        return (STATUS_ORDER[self.status], -self.record.at if self.record is not None else 0.0, self.key)
+
+
+def pod_entries(snapshot: ClusterSnapshot, records: Iterable[DecisionRecord]) -> list[PodEntry]:
+    """One entry per governed pod of the cluster view (claims, a LocalQueue or a DRA-backed extended resource:
     the pods the extender decides for), with the last decision this process made for it where there is one,
     plus the pods only the history knows (deleted since, or asked about by kube-scheduler but not in the view).
-    Pending first; within a status, the newest decision first, then the pods without one by name."""
+    Pending first; within a status, the newest decision first, then the pods without one by name. Rows are drawn
+    for one page only (pod_row): a large cluster has tens of thousands of pods."""
     latest: dict[str, DecisionRecord] = {}
     for seen in records:  # newest first: the first record of a pod is its last decision
         latest.setdefault(seen.decision.pod_key, seen)
-    rows = []
+    entries = []
     for key, pod in snapshot.pods.items():
         last = latest.pop(key, None)
         if last is None and not needs_our_decision(pod, snapshot):
             continue
-        rows.append(_row(key, pod, last, context, now))
-    rows.extend(_row(key, None, last, context, now) for key, last in latest.items())
-    rows.sort(key=lambda row: (STATUS_ORDER[row["status"]], -row["at"] if row["decided"] else 0, row["pod"]))
-    return rows
+        entries.append(PodEntry(*status_of(pod), key, pod, last))
+    entries.extend(PodEntry("unknown", "", key, None, last) for key, last in latest.items())
+    entries.sort(key=PodEntry.sort_key)
+    return entries
 
 
-def _row(key: str, pod: Pod | None, record: DecisionRecord | None, context: QuotaContext, now: float) -> dict[str, Any]:
-    status, node = status_of(pod)
-    if record is not None:
-        row = decision_summary(record)
-        row.update({"decided": True, "age": max(0.0, now - record.at)})
+def pod_row(entry: PodEntry, context: QuotaContext, now: float) -> dict[str, Any]:
+    """The drawn row: the decision's summary, or the pod's ClusterQueue when this process has not decided it."""
+    if entry.record is not None:
+        row = decision_summary(entry.record)
+        row.update({"decided": True, "age": max(0.0, now - entry.record.at)})
     else:
+        pod = entry.pod
         cluster_queue = cluster_queue_of(pod, context) if pod is not None and context.enabled else None
-        row = {"pod": key, "decided": False, "at": 0.0, "governed": bool(cluster_queue)}
-        row["clusterQueue"] = cluster_queue or ""
-    row.update({"pod": key, "status": status, "node": node})
+        row = {"decided": False, "governed": bool(cluster_queue), "clusterQueue": cluster_queue or ""}
+    row.update({"pod": entry.key, "status": entry.status, "node": entry.node})
     return row
 
 
