@@ -104,7 +104,8 @@ def test_the_demo_curl_recipe_runs_as_written(server: str, path_without_pyyaml: 
     answer = json.loads(filtered)
     assert answer["NodeNames"] == ["gpu-od-1", "gpu-od-2"]
     assert set(answer["FailedNodes"]) | set(answer["FailedAndUnresolvableNodes"]) == {"gpu-spot-1", "gpu-spot-2"}
-    assert isinstance(json.loads(prioritized), list)
+    shown = re.search(r"`(\[\{\"Host\".*?\}\])`", readme())
+    assert shown and json.loads(prioritized) == json.loads(shown.group(1))  # the answer the README quotes
     assert json.loads(pod_diagnostics)["pod"] == "team-a/train-1"
     assert "team-a" in json.dumps(json.loads(queues))
     assert json.loads(node)["node"] == "gpu-od-1"
