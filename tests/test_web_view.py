@@ -375,9 +375,15 @@ def test_an_oversized_what_if_answers_a_page(fresh_demo):
     response = client.post("/ui/explain", data={"pod": "x" * (limit + 1)})
     assert response.status_code == 413 and response.mimetype == "text/html"
     page = text_of(response.get_data(as_text=True))
-    assert f"larger than this listener accepts ({limit} bytes" in page and "Rank the nodes" in page
+    assert f"larger than this listener accepts ({limit} bytes, diagnostics.maxBodyBytes)" in page
+    assert "Rank the nodes" in page
     api = client.post("/diagnostics/explain", data="x" * (limit + 1), content_type="application/yaml")
     assert api.status_code == 413 and api.mimetype == "application/json"  # the API keeps its JSON answer
+    # one listener for everything (make run): the verbs' limit applies, and the page names that option
+    shared = create_app(service, serve_scheduling=True).test_client()
+    verbs_limit = service.config.limits.max_body_bytes
+    page = text_of(shared.post("/ui/explain", data={"pod": "x" * (verbs_limit + 1)}).get_data(as_text=True))
+    assert f"({verbs_limit} bytes, limits.maxBodyBytes)" in page
 
 
 def test_queues_page_says_who_borrows_whose_quota(fresh_demo):

@@ -149,8 +149,10 @@ def _too_large(error: RequestEntityTooLarge) -> tuple[str, int]:
     """A what-if over the diagnostics listener's body limit: the form again with the reason, not the JSON answer
     the API endpoints give (a person pasted it)."""
     limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    # create_app gives a listener that also serves kube-scheduler the verbs' limit, a diagnostics listener its own
+    option = "limits.maxBodyBytes" if "scheduling" in current_app.blueprints else "diagnostics.maxBodyBytes"
     message = (
-        f"The pod text is larger than this listener accepts ({limit} bytes, diagnostics.maxBodyBytes): "
+        f"The pod text is larger than this listener accepts ({limit} bytes, {option}): "
         "paste only the Pod, or raise the limit."
     )
     return _html("web/explain.html", 413, manifest="", nodes="", error=message)
