@@ -12,6 +12,9 @@
 #               (default: the host's /etc/apt/sources.list.d/debian.sources when present, so the same mirrors,
 #               updates and security suites are used as on the host)
 #   BUILDER     podman or buildah (default: podman when installed)
+#   RUNTIME     OCI runtime for the build's RUN steps (default: the builder's own, usually crun; runc when the
+#               host's cgroups are in hybrid mode, v1 controllers with a v2 mount at /sys/fs/cgroup/unified,
+#               which crun refuses with "cgroups in hybrid mode not supported")
 #   PIP_CERT    CA bundle for pip inside the build (default: the host's /etc/ssl/certs/ca-certificates.crt when
 #               present); it is bind-mounted read-only for the build, never copied into the image
 # Prints how long each step took.
@@ -34,6 +37,27 @@ elif command -v buildah >/dev/null 2>&1; then
 else
   echo "image/build.sh: neither podman nor buildah is installed (Debian: apt-get install podman)" >&2
   exit 1
+fi
+
+# crun supports cgroup v2 and pure v1, not the hybrid layout (systemd's default on some older hosts and VMs):
+# /sys/fs/cgroup a tmpfs of v1 controllers with cgroup2 mounted at /sys/fs/cgroup/unified. runc runs there.
+CGROUP_ROOT=${CGROUP_ROOT:-/sys/fs/cgroup}  # another root only for tests/test_image_build_script.py
+hybrid_cgroups() { [ ! -e "$CGROUP_ROOT/cgroup.controllers" ] && [ -e "$CGROUP_ROOT/unified/cgroup.controllers" ]; }
+
+if [ -z "${RUNTIME:-}" ] && hybrid_cgroups; then
+  if ! command -v runc >/dev/null 2>&1; then
+    echo "image/build.sh: this host's cgroups are in hybrid mode, which crun (podman's default runtime) does not" >&2
+    echo "support; install runc (Debian: apt-get install runc; make deps installs it) or set RUNTIME" >&2
+    exit 1
+  fi
+  RUNTIME=runc
+  echo "image: cgroups in hybrid mode; building with runc"
+fi
+global_args=() runtime_args=()  # podman takes --runtime before the command, buildah after it
+if [ -n "${RUNTIME:-}" ] && [ "$tool" = podman ]; then
+  global_args=(--runtime "$RUNTIME")
+elif [ -n "${RUNTIME:-}" ]; then
+  runtime_args=(--runtime "$RUNTIME")
 fi
 
 now() { date +%s.%N; }
@@ -104,10 +128,11 @@ fi
 
 start=$(now)
 build=(build --quiet --pull=never --layers -f Containerfile -t "$IMAGE")
-build+=(--build-arg BASE="$BASE" --build-arg VERSION="$version" "${cert_args[@]}")
-if ! "$tool" "${build[@]}" . >/dev/null; then
-  echo "image/build.sh: $tool build failed. If it says 'cgroups in hybrid mode not supported' (crun), or containers" >&2
-  echo "hit 'too many open files', try CONTAINERS_CONF=tests/image/containers.conf (runc, explicit ulimits)." >&2
+build+=(--build-arg BASE="$BASE" --build-arg VERSION="$version" "${cert_args[@]}" "${runtime_args[@]}")
+if ! "$tool" "${global_args[@]}" "${build[@]}" . >/dev/null; then
+  echo "image/build.sh: $tool build failed. If it says 'cgroups in hybrid mode not supported' (crun), set RUNTIME=runc;" >&2
+  echo "if containers hit 'too many open files', try CONTAINERS_CONF=tests/image/containers.conf (runc, explicit" >&2
+  echo "ulimits)." >&2
   exit 1
 fi
 size=$("$tool" image inspect --format '{{.Size}}' "$IMAGE")

@@ -31,6 +31,7 @@ from tests.support.manifest_checks import (
     check_least_privilege,
     one,
 )
+from tests.test_values_schema import CONFIG_CASES
 from tools import build as tools_build
 
 pytestmark = pytest.mark.helm
@@ -131,6 +132,39 @@ def test_helm_lint_strict(tools: dict[str, Path]) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in out
     for values in (["bind.enabled=true", "networkPolicy.enabled=true"], ["tls.enabled=true", "tls.secretName=x"]):
         run([tools["helm"], "lint", "--strict", CHART, *(a for v in values for a in ("--set", v))])
+
+
+def helm_refusal(tools: dict[str, Path], tmp_path: Path, command: str, values: Doc) -> str | None:
+    """helm `command` (lint or template) of the chart with `values` from a file: None when accepted, else its
+    output saying why."""
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    args = [tools["helm"], command, *(["--strict"] if command == "lint" else ["x"]), CHART, "-f", path]
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=60, check=False)
+    return None if result.returncode == 0 else result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("name", "config", "refused"), CONFIG_CASES, ids=[case[0] for case in CONFIG_CASES])
+def test_helm_lint_refuses_an_extender_config_the_extender_would(
+    tools: dict[str, Path], tmp_path: Path, name: str, config: Doc, refused: bool
+) -> None:
+    """tests/test_values_schema.py checks the extender refuses exactly the cases marked refused."""
+    refusal = helm_refusal(tools, tmp_path, "lint", {"extender": {"config": config}})
+    assert (refusal is not None) is refused, refusal
+    if refused:
+        assert refusal is not None and "extender.config" in refusal.replace("/extender/config", "extender.config")
+
+
+def test_helm_template_refuses_the_bogus_strategy_and_unknown_values(tools: dict[str, Path], tmp_path: Path) -> None:
+    refusal = helm_refusal(tools, tmp_path, "template", {"extender": {"config": {"scoring": {"strategy": "Bogus"}}}})
+    assert refusal is not None and "/extender/config/scoring/strategy" in refusal and "MostAllocated" in refusal
+    assert helm_refusal(tools, tmp_path, "template", {"replica": 3}) is not None
+    assert helm_refusal(tools, tmp_path, "template", {"scheduler": {"image": {"tags": "v1.37.2"}}}) is not None
+
+
+def test_the_values_schema_leaves_monitoring_to_its_templates(tools: dict[str, Path], tmp_path: Path) -> None:
+    values = {"monitoring": {"serviceMonitor": {"enabled": False, "labels": {"release": "x"}}, "anything": [1]}}
+    assert helm_refusal(tools, tmp_path, "lint", values) is None
 
 
 def test_tools_are_the_pinned_versions(tools: dict[str, Path]) -> None:
@@ -279,3 +313,35 @@ def test_chart_defaults_agree_with_the_kustomization_images() -> None:
     images = {i["name"]: i for i in kustomization["images"]}
     assert values["scheduler"]["image"]["tag"] == images["registry.k8s.io/kube-scheduler"]["newTag"]
     assert values["image"]["repository"] == images["dra-quota-extender"]["newName"]
+
+
+def test_the_readmes_helm_commands_run(tools: dict[str, Path]) -> None:
+    """README.md's `helm lint` and `helm template` lines, as written, with helm where `make tools` puts it."""
+    from tests.test_readme import block_with, commands, readme
+
+    lines = commands(block_with(readme(), "$HELM lint"))
+    helm_line = next(line for line in lines if line.startswith("HELM="))
+    assert (ROOT / helm_line.removeprefix("HELM=")).resolve() == tools["helm"].resolve()
+    for line in lines:
+        if line.startswith(("$HELM lint", "$HELM template")):
+            args = line.split()[1:]
+            out = run([tools["helm"], *args], timeout=120)
+            assert out
+    rendered = docs_of(run([tools["helm"], *next(x for x in lines if x.startswith("$HELM template")).split()[1:]]))
+    (extender,) = one(rendered, "Deployment")["spec"]["template"]["spec"]["initContainers"]
+    assert extender["image"] == "registry.example.com/dra-quota-extender:v0.1.0"
+
+
+def test_the_readmes_kustomize_image_line_sets_the_image(tools: dict[str, Path], tmp_path: Path) -> None:
+    """README.md's `kustomize edit set image` line, run in a copy of the repository's manifests/ and tools/."""
+    from tests.test_readme import block_with, commands, readme
+
+    (line,) = [line for line in commands(block_with(readme(), "kubectl apply -k")) if "edit set image" in line]
+    shutil.copytree(MANIFESTS, tmp_path / "manifests", ignore=shutil.ignore_patterns("helm"))
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / ".build").symlink_to(tools["kustomize"].parent.parent)
+    result = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    deployment = one(kustomize_build(tools, tmp_path / "manifests"), "Deployment")
+    (extender,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert extender["image"] == "registry.example.com/dra-quota-extender:v0.1.0"

@@ -359,10 +359,12 @@ def test_feature_gates_default_to_kubernetes_1_37_and_reach_the_allocator_option
     file reaches DecisionOptions.features, the value the allocator reads."""
     assert ExtenderConfig().decisions.features == DEFAULT_FEATURES
     assert all(DEFAULT_FEATURES.gates().values())
-    config = parse_config({"features": {"DRAPrioritizedList": False, "DRADeviceTaints": False}})
+    config = parse_config({"features": {"DRAPartitionableDevices": False, "DRADeviceTaints": False}})
     gates = config.decisions.features.gates()
-    assert not gates["DRAPrioritizedList"] and not gates["DRADeviceTaints"]
+    assert not gates["DRAPartitionableDevices"] and not gates["DRADeviceTaints"]
     assert sum(gates.values()) == len(gates) - 2
+    with pytest.raises(ConfigError, match="DRAPrioritizedList is GA and locked to true"):
+        parse_config({"features": {"DRAPrioritizedList": False}})
 
 
 def _tainted_cluster() -> list[dict]:

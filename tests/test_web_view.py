@@ -9,17 +9,27 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
+from fractions import Fraction
 
 import pytest
 import yaml
 
+from extender.cli import demo_snapshot_text
 from extender.decisions.ranking import Ranking
 from extender.service.history import DecisionHistory
 from extender.state.core import parse_pod
 from extender.transport.app import create_app
-from extender.transport.diagnostics import node_json, queues_json
+from extender.transport.diagnostics import node_json, queue_rows, queues_json
+from extender.transport.web_rows import borrowing
 from testkit import builders as b
-from tests.support.web import demo_pod, demo_service, service_for_objects, varied_objects, varied_service
+from tests.support.web import (
+    demo_pod,
+    demo_service,
+    service_for_objects,
+    service_for_text,
+    varied_objects,
+    varied_service,
+)
 
 
 @pytest.fixture(scope="module")
@@ -279,10 +289,157 @@ def test_five_thousand_nodes_render_a_page_of_the_grid_not_the_cluster():
 def test_without_kueue_and_without_decisions_the_pages_say_so():
     service = service_for_objects([b.node("n1"), b.gpu_slice("n1", 2), b.device_class()])
     client = create_app(service, serve_scheduling=False).test_client()
-    assert "No decision recorded yet" in text_of(client.get("/ui/pods").get_data(as_text=True))
+    assert "no decision recorded yet" in text_of(client.get("/ui/pods").get_data(as_text=True))
     queues = text_of(client.get("/ui/queues").get_data(as_text=True))
     assert "No ClusterQueue in the cluster view" in queues or "Kueue is not enabled" in queues
     nodes = text_of(client.get("/ui/nodes").get_data(as_text=True))
     assert "1 nodes" in nodes and "(no flavor matches)" in nodes
     # the footer: each watched resource's age (the generated source reports two), readiness, version
     assert "nodes 0 ms" in nodes and "resourceslices 0 ms" in nodes and "ready" in nodes
+
+
+# --- the first look after `make run`: the cluster's pods, a what-if that works, who borrows -----------------------
+
+
+@pytest.fixture
+def fresh_demo():
+    """The demo as `make run` serves it: the embedded cluster, nothing asked yet."""
+    service = service_for_text(demo_snapshot_text())
+    return service, create_app(service, serve_scheduling=False).test_client()
+
+
+def pod_links(page: str) -> list[str]:
+    return re.findall(r'href="/ui/pods/([^"/]+/[^"]+)"', page)
+
+
+def test_pods_page_lists_the_clusters_governed_pods_before_any_decision(fresh_demo):
+    service, client = fresh_demo
+    assert service.history.recent() == []
+    page = client.get("/ui/pods").get_data(as_text=True)
+    running = {key for key, pod in service.snapshot().pods.items() if pod.node_name}
+    assert running and set(pod_links(page)) == running  # trainer-0 and infer-0, bound before we started
+    row = text_of(page.split('href="/ui/pods/team-a/trainer-0"')[1].split("</tr>")[0])
+    assert "bound on gpu-od-1" in row and "team-a" in row and "no decision by this process" in row
+
+
+def test_pods_page_puts_pending_first_with_the_last_verdict_and_leaves_ungoverned_pods_out(fresh_demo):
+    service, client = fresh_demo
+    nodes = sorted(service.snapshot().nodes)
+    for file_name in ("pod-two-gpus.yaml", "pod-first-available.yaml", "pod-no-claims.yaml"):
+        service.store.apply("Pod", "ADDED", demo_pod(file_name))
+    service.filter(parse_pod(demo_pod("pod-two-gpus.yaml")), nodes)  # decided; pick-gpu pending without one
+    page = client.get("/ui/pods").get_data(as_text=True)
+    links = pod_links(page)
+    assert links[:2] == ["team-a/train-1", "team-a/pick-gpu"]  # pending: decided first, then the others
+    assert set(links[2:]) == {"team-a/trainer-0", "team-b/infer-0"}
+    no_claims = parse_pod(demo_pod("pod-no-claims.yaml")).key
+    assert no_claims not in links  # nothing for the extender to decide: not governed
+    decided = text_of(page.split('href="/ui/pods/team-a/train-1"')[1].split("</tr>")[0])
+    assert "pending" in decided and "on-demand" in decided and "2 pass / 2 fail" in decided
+    undecided = text_of(page.split('href="/ui/pods/team-a/pick-gpu"')[1].split("</tr>")[0])
+    assert "pending" in undecided and "no decision by this process" in undecided
+    assert "1 of 4" in text_of(page)  # decided of listed
+
+
+def test_pod_page_of_a_cluster_pod_without_a_decision_offers_the_what_if(fresh_demo):
+    _, client = fresh_demo
+    response = client.get("/ui/pods/team-a/trainer-0")
+    assert response.status_code == 200
+    page = text_of(response.get_data(as_text=True))
+    assert "bound on gpu-od-1" in page and "has not asked this process" in page and "Rank the nodes" in page
+    assert client.get("/ui/pods/team-a/no-such-pod").status_code == 404
+
+
+def placeholder(page: str) -> str:
+    return html.unescape(page.split('placeholder="')[1].split('"')[0])
+
+
+def test_what_if_placeholder_names_a_local_queue_the_cluster_has_and_answers(fresh_demo):
+    service, client = fresh_demo
+    example = yaml.safe_load(placeholder(client.get("/ui/explain").get_data(as_text=True)))
+    meta = example["metadata"]
+    snapshot = service.snapshot()
+    queue = f"{meta['namespace']}/{meta['labels']['kueue.x-k8s.io/queue-name']}"
+    assert queue in snapshot.local_queues
+    template = example["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    assert f"{meta['namespace']}/{template}" in snapshot.claim_templates
+    answer = client.post("/ui/explain", data={"pod": placeholder(client.get("/ui/explain").get_data(as_text=True))})
+    page = text_of(answer.get_data(as_text=True))
+    assert answer.status_code == 200 and f"ClusterQueue {snapshot.local_queues[queue].cluster_queue}" in page
+    assert "pass" in page.split("Ranked nodes")[1]
+
+
+def test_an_oversized_what_if_answers_a_page(fresh_demo):
+    service, client = fresh_demo
+    limit = service.config.diagnostics.max_body_bytes
+    response = client.post("/ui/explain", data={"pod": "x" * (limit + 1)})
+    assert response.status_code == 413 and response.mimetype == "text/html"
+    page = text_of(response.get_data(as_text=True))
+    assert f"larger than this listener accepts ({limit} bytes, diagnostics.maxBodyBytes)" in page
+    assert "Rank the nodes" in page
+    api = client.post("/diagnostics/explain", data="x" * (limit + 1), content_type="application/yaml")
+    assert api.status_code == 413 and api.mimetype == "application/json"  # the API keeps its JSON answer
+    # one listener for everything (make run): the verbs' limit applies, and the page names that option
+    shared = create_app(service, serve_scheduling=True).test_client()
+    verbs_limit = service.config.limits.max_body_bytes
+    page = text_of(shared.post("/ui/explain", data={"pod": "x" * (verbs_limit + 1)}).get_data(as_text=True))
+    assert f"({verbs_limit} bytes, limits.maxBodyBytes)" in page
+
+
+def test_queues_page_says_who_borrows_whose_quota(fresh_demo):
+    service, client = fresh_demo
+    assert "nobody borrows" in text_of(client.get("/ui/queues").get_data(as_text=True))
+    nodes = sorted(service.snapshot().nodes)
+
+    def borrowed() -> list[tuple[str, str, dict]]:
+        return [(cq, flavor, n) for cq, flavor, _, n in queue_rows(service.quota_view()) if n["borrowed"]]
+
+    for i in range(1, 9):  # two-GPU pods of team-a until its nominal quota is used and it borrows
+        raw = demo_pod("pod-two-gpus.yaml")
+        raw["metadata"].update(name=f"train-{i}", uid=f"uid-train-{i}")
+        service.store.apply("Pod", "ADDED", raw)
+        service.filter(parse_pod(raw), nodes)
+        if borrowed():
+            break
+    ((cq, flavor, numbers),) = borrowed()
+    (lender,) = [n for q, f, _, n in queue_rows(service.quota_view()) if q == "team-b" and f == flavor]
+    unused = lender["nominal"] - lender["usage"] - lender["reserved"] - lender["admittedPending"]
+    page = text_of(client.get("/ui/queues").get_data(as_text=True))
+    assert (
+        f"{cq} borrows {numbers['borrowed']} example.com/gpu in {flavor} from cohort gpu-sharing: "
+        f"out of the unused quota of team-b ({unused} unused)"
+    ) in page
+
+
+def test_borrowing_pools_the_cohorts_unused_quota_within_lending_limits():
+    def numbers(nominal, usage, borrowed=0, lending=None):
+        return {
+            "nominal": Fraction(nominal),
+            "usage": Fraction(usage),
+            "reserved": Fraction(0),
+            "admittedPending": Fraction(0),
+            "borrowed": Fraction(borrowed),
+            "lendingLimit": None if lending is None else Fraction(lending),
+        }
+
+    rows = [
+        ("a", "f", "gpu", numbers(4, 7, borrowed=3)),
+        ("b", "f", "gpu", numbers(4, 1)),
+        ("c", "f", "gpu", numbers(8, 0, lending=2)),
+        ("d", "f", "gpu", numbers(8, 0)),  # another cohort tree
+        ("b", "g", "gpu", numbers(4, 0)),  # another flavor
+    ]
+    (only,) = borrowing(rows, {"a": "root", "b": "root", "c": "root", "d": "other"})
+    assert (only.borrower, only.cohort, only.amount) == ("a", "root", 3)
+    assert only.lenders == (("b", Fraction(3)), ("c", Fraction(2)))
+
+
+def test_queue_bars_have_a_scale_and_reservations_are_sorted(demo):
+    service, client = demo
+    page = client.get("/ui/queues").get_data(as_text=True)
+    axes = re.findall(r'<div class="axis"><span>0</span><span>([^<]+)</span></div>', page)
+    assert axes and all(axis.endswith("example.com/gpu") for axis in axes)
+    table = page.split("<h2>Reservations</h2>")[1]
+    shown = re.findall(r'href="/ui/pods/([^"]+)"', table)
+    expected = sorted((r.cluster_queue, r.pod_key) for r in service.quota_view().reservations)
+    assert len(shown) >= 2 and shown == [pod for _, pod in expected]

@@ -19,33 +19,33 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cache
 from importlib import metadata
 from typing import Any
 
 import yaml
-from flask import Blueprint, Response, redirect, render_template, request, url_for
+from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from extender.state.core import Pod, parse_pod
 from extender.state.dra.devices import Device
 from extender.state.errors import ObjectError
 from extender.state.kueue.resource_flavor import ResourceFlavor
 from extender.state.quantity import format_quantity
-from extender.state.snapshot import ClusterSnapshot
 from extender.transport import strict_objects
 from extender.transport.diagnostics import (
     DEVICE_STATES,
     FREE,
     DeviceStates,
     decision_json,
-    decision_summary,
     node_json,
     queue_rows,
     queues_json,
 )
 from extender.transport.request_io import current_service
+from extender.transport.web_rows import STATUS_LABELS, borrowing, pod_entries, pod_row, status_of, whatif_example
 
 PODS_PER_PAGE = 100
 NODE_ROWS_PER_PAGE = 200  # ranked node table of one pod
@@ -139,6 +139,26 @@ def _state_footer() -> dict[str, Any]:
     }
 
 
+@web.context_processor
+def _whatif_example() -> dict[str, Any]:
+    """The what-if form's placeholder: a Pod naming a LocalQueue this cluster has (computed when drawn)."""
+    return {"whatif_example": lambda: whatif_example(current_service().snapshot())}
+
+
+@web.errorhandler(RequestEntityTooLarge)
+def _too_large(error: RequestEntityTooLarge) -> tuple[str, int]:
+    """A what-if over the diagnostics listener's body limit: the form again with the reason, not the JSON answer
+    the API endpoints give (a person pasted it)."""
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    # create_app gives a listener that also serves kube-scheduler the verbs' limit, a diagnostics listener its own
+    option = "limits.maxBodyBytes" if "scheduling" in current_app.blueprints else "diagnostics.maxBodyBytes"
+    message = (
+        f"The pod text is larger than this listener accepts ({limit} bytes, {option}): "
+        "paste only the Pod, or raise the limit."
+    )
+    return _html("web/explain.html", 413, manifest="", nodes="", error=message)
+
+
 @web.after_request
 def _headers(response: Response) -> Response:
     response.headers["Content-Security-Policy"] = CSP
@@ -154,23 +174,6 @@ def _html(template: str, http_status: int = 200, /, **context: Any) -> tuple[str
 # --- pods ---------------------------------------------------------------------------------------------------------
 
 
-def pod_status(snapshot: ClusterSnapshot, pod_key: str) -> tuple[str, str]:
-    """(status, node): pending, bound to a node, finished, or not in the cluster view (deleted, or only asked
-    about: a snapshot source sees no new pods)."""
-    pod = snapshot.pods.get(pod_key)
-    if pod is None:
-        return "unknown", ""
-    if pod.is_terminal:
-        return "finished", pod.node_name
-    if pod.node_name:
-        return "bound", pod.node_name
-    return "pending", ""
-
-
-STATUS_ORDER = {"pending": 0, "unknown": 1, "bound": 2, "finished": 3}
-STATUS_LABELS = {"pending": "pending", "unknown": "not in the cluster view", "bound": "bound", "finished": "finished"}
-
-
 @web.get("/")
 def index() -> Any:
     return redirect(url_for("web.pods"))
@@ -178,20 +181,18 @@ def index() -> Any:
 
 @web.get("/pods")
 def pods() -> tuple[str, int]:
+    """The cluster's governed pods, pending first, each with the last decision this process made for it where
+    there is one (kube-scheduler asks only about pods it is scheduling: a pod bound before this process started
+    has none), and the pods only the history knows."""
     service = current_service()
     snapshot = service.snapshot()
-    now = time.time()
-    rows = []
-    for record in service.history.recent():
-        summary = decision_summary(record)
-        status, node = pod_status(snapshot, summary["pod"])
-        summary.update({"status": status, "node": node, "age": max(0.0, now - record.at)})
-        rows.append(summary)
-    # Pending first (what the operator is asking about), newest first within each status.
-    rows.sort(key=lambda row: (STATUS_ORDER[row["status"]], -row["at"]))
-    counts = Counter(row["status"] for row in rows)
-    page = paginate(rows, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", PODS_PER_PAGE))
-    return _html("web/pods.html", page=page, counts=counts, held=len(rows), labels=STATUS_LABELS)
+    entries = pod_entries(snapshot, service.history.recent())
+    counts = Counter(entry.status for entry in entries)
+    decided = sum(1 for entry in entries if entry.record is not None)
+    page = paginate(entries, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", PODS_PER_PAGE))
+    context, now = service.quota_context(snapshot), time.time()
+    page = replace(page, items=[pod_row(entry, context, now) for entry in page.items])
+    return _html("web/pods.html", page=page, counts=counts, decided=decided, labels=STATUS_LABELS)
 
 
 def pod_manifest(pod: Pod) -> str:
@@ -245,18 +246,18 @@ def pod(namespace: str, name: str) -> tuple[str, int]:
     snapshot = service.snapshot()
     current = snapshot.pods.get(key)
     manifest = pod_manifest(current) if current is not None else ""
-    if record is None:
-        return _html("web/pod.html", 404, pod_key=key, decision=None, manifest=manifest, whatif=False)
+    status, node = status_of(current)
+    facts = {"status": status, "status_label": STATUS_LABELS[status], "bound_node": node}
+    if record is None:  # a pod of the cluster kube-scheduler has not asked this process about: 200, rank it below
+        http_status = 404 if current is None else 200
+        return _html("web/pod.html", http_status, pod_key=key, decision=None, manifest=manifest, whatif=False, **facts)
     decision = decision_json(record.ranking, record)
-    status, node = pod_status(snapshot, key)
     return _html(
         "web/pod.html",
         pod_key=key,
         manifest=manifest,
         whatif=False,
-        status=status,
-        status_label=STATUS_LABELS[status],
-        bound_node=node,
+        **facts,
         age=max(0.0, time.time() - record.at),
         **_ranking_context(decision),
     )
@@ -475,10 +476,23 @@ def cohort_tree(paths: Mapping[str, tuple[str, ...]]) -> tuple[list[CohortNode],
 def queues() -> tuple[str, int]:
     view = current_service().quota_view()  # the reservation lock is held while the view is built, not while drawing
     report = queues_json(view)
+    numbers_rows = queue_rows(view)
     rows: dict[str, list[dict[str, Any]]] = {}
-    for cq_name, flavor, resource, numbers in queue_rows(view):
+    for cq_name, flavor, resource, numbers in numbers_rows:
         rows.setdefault(cq_name, []).append({"flavor": flavor, "resource": resource, "bar": quota_bar(numbers)})
     tree = view.context.tree
     paths = {name: tree.cohort_path(name) for name in view.context.cluster_queues}
     roots, alone = cohort_tree(paths)
-    return _html("web/queues.html", report=report, rows=rows, roots=roots, alone=alone)
+    borrowed = borrowing(numbers_rows, {name: path[-1] for name, path in paths.items() if path})
+    # Reservations by ClusterQueue, then pod: the table is read per queue.
+    reservations = sorted(report["reservations"], key=lambda r: (r["clusterQueue"], r["pod"]))
+    return _html(
+        "web/queues.html",
+        report=report,
+        rows=rows,
+        roots=roots,
+        alone=alone,
+        borrowing=borrowed,
+        reservations=reservations,
+        fmt=_fmt,
+    )

@@ -174,3 +174,28 @@ def test_names_with_html_are_text(browser, screenshots):
 def test_demo_pod_manifest_round_trip(demo):
     """The demo pods parse as the what-if form would parse them (guards the fixture itself)."""
     assert demo_pod("pod-two-gpus.yaml")["metadata"]["name"] == "train-1"
+
+
+def test_first_look_after_make_run(browser, screenshots):
+    """The demo as `make run` serves it, nothing asked yet: the Pods page lists the cluster's pods, one of them
+    opens with the what-if whose example names a real LocalQueue and, submitted as it is, ranks the nodes."""
+    from extender.cli import demo_snapshot_text
+    from tests.support.web import service_for_text
+
+    service = service_for_text(demo_snapshot_text())
+    with serve(service) as url:
+        browser.get(f"{url}/ui/pods")
+        text = body_text(browser)
+        assert "team-a/trainer-0" in text and "team-b/infer-0" in text and "no decision by this process" in text
+        click(browser, browser.find_element(By.LINK_TEXT, "team-a/trainer-0"))
+        assert "bound on gpu-od-1" in body_text(browser)
+        browser.get(f"{url}/ui/explain")
+        example = browser.find_element(By.ID, "pod-text").get_attribute("placeholder")
+        assert "kueue.x-k8s.io/queue-name: gpus" in example
+        browser.find_element(By.ID, "pod-text").send_keys(example)
+        click(browser, browser.find_element(By.CSS_SELECTOR, "form.whatif button"))
+        assert "ClusterQueue team-a" in body_text(browser)
+        browser.get(f"{url}/ui/queues")
+        assert "nobody borrows" in body_text(browser)
+        axis = browser.find_elements(By.CSS_SELECTOR, "div.axis")
+        assert axis and axis[0].text.startswith("0")

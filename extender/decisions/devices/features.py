@@ -60,7 +60,7 @@ UNIMPLEMENTED_ALPHA_GATES: tuple[str, ...] = (
 )
 
 # GA gates locked to their default (on) in 1.37: kube-scheduler refuses to start with one turned off.
-LOCKED_GATES: tuple[str, ...] = ("DRAAdminAccess", "DRAExtendedResource")
+LOCKED_GATES: tuple[str, ...] = ("DRAAdminAccess", "DRAExtendedResource", "DRAPrioritizedList")
 
 # Gate -> the gate it needs (kube_features.go defaultKubernetesFeatureGateDependencies): kube-scheduler refuses to
 # start with a gate on whose dependency is off.
