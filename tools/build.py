@@ -127,7 +127,7 @@ def ensure_promtool(force: bool = False, quiet: bool = False) -> Path:
     release = prometheus_release(promtool_version())
     ldflags = f"-s -w -X github.com/prometheus/common/version.Version={release}"
     packages = {"promtool": PROMTOOL_PACKAGE}
-    _go_build(PROMTOOL_MODULE_DIR, packages, path.parent, ldflags, quiet, "about 5 CPU-minutes", tags="remove_all_sd")
+    _go_build(PROMTOOL_MODULE_DIR, packages, path.parent, ldflags, quiet, "about 4 CPU-minutes", tags="remove_all_sd")
     return path
 
 
