@@ -101,7 +101,7 @@ def test_thresholds_and_labels_reach_the_rules(tools: dict[str, Path], promtool:
     exprs = rule_expressions(rule["spec"])
     assert exprs["DraExtenderVerbLatencyNearTimeout"].endswith("> 4")
     assert exprs["DraExtenderVerbErrors"].endswith("> 0.05")
-    assert exprs["DraExtenderQuotaDrift"] == "abs(dra_extender_quota_drift) > 2"
+    assert exprs["DraExtenderQuotaDrift"] == "max without (instance, pod) (abs(dra_extender_quota_drift)) > 2"
     assert exprs["DraExtenderViewStale"].endswith("> 600")
     assert exprs["DraExtenderWatchRelistStorm"].endswith("> 20")
     assert "[3h]" in exprs["DraExtenderRestoredReservationsExpired"]
