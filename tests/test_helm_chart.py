@@ -162,9 +162,16 @@ def test_helm_template_refuses_the_bogus_strategy_and_unknown_values(tools: dict
     assert helm_refusal(tools, tmp_path, "template", {"scheduler": {"image": {"tags": "v1.37.2"}}}) is not None
 
 
-def test_the_values_schema_leaves_monitoring_to_its_templates(tools: dict[str, Path], tmp_path: Path) -> None:
-    values = {"monitoring": {"serviceMonitor": {"enabled": False, "labels": {"release": "x"}}, "anything": [1]}}
-    assert helm_refusal(tools, tmp_path, "lint", values) is None
+def test_the_values_schema_checks_the_monitoring_block(tools: dict[str, Path], tmp_path: Path) -> None:
+    good = {"monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "x"}, "interval": "1m30s"}}}
+    assert helm_refusal(tools, tmp_path, "lint", good) is None
+    for bad in (
+        {"monitoring": {"anything": [1]}},
+        {"monitoring": {"alerts": {"notReadyFor": "5 minutes"}}},
+        {"monitoring": {"alerts": {"verbErrorRatio": -1}}},
+        {"monitoring": {"prometheusRule": {"enabled": "yes"}}},
+    ):
+        assert helm_refusal(tools, tmp_path, "lint", bad) is not None, bad
 
 
 def test_tools_are_the_pinned_versions(tools: dict[str, Path]) -> None:

@@ -78,7 +78,7 @@ fi
 
 if command -v go >/dev/null 2>&1; then
   step
-  if make --no-print-directory tools; then took "helm + kustomize (make tools)"; else build_failed=1; fi
+  if make --no-print-directory tools; then took "helm, kustomize, promtool (make tools)"; else build_failed=1; fi
   step
   if .venv/bin/python -m tests.e2e.build >/dev/null; then
     took "the control plane and Kueue (tests/e2e/build.py)"

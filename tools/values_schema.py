@@ -10,7 +10,7 @@ unimplemented values and dependencies (as the values merge over the defaults), t
 Whether the files exist stays the extender's to check.
 
 The rest of the chart's values (image, replicas, ...) are described here, by hand, as the chart's templates read
-them; the top level accepts a ``monitoring`` object as it is (its templates own its shape).
+them; ``monitoring`` as its templates read it.
 
 Usage::
 
@@ -139,6 +139,58 @@ _FREE_OBJECT: Schema = {"type": "object"}
 _IMAGE = _object({"repository": _STRING, "tag": _STRING, "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}})
 
 
+# A Prometheus duration (model.ParseDuration): units from ms to y, largest first, e.g. 1h30m.
+_DURATION = {
+    "type": "string",
+    "pattern": "^(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?$",
+    "minLength": 2,
+}
+_LABELS = {"type": "object", "additionalProperties": _STRING}
+# helm's --set turns 0.05 into a string (strvals converts only integers and booleans): a number or its digits.
+_NON_NEGATIVE = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}]}
+
+
+def _monitoring_schema() -> Schema:
+    """The ``monitoring:`` block as templates/prometheusrule.yaml, servicemonitor.yaml and dashboard.yaml read it;
+    every threshold is a Prometheus duration or a non-negative number, so a typo fails ``helm lint``, not
+    Prometheus' rule loading."""
+    alerts = {
+        name: _DURATION
+        for name in (
+            "notReadyFor",
+            "absentFor",
+            "viewStaleFor",
+            "verbLatencyFor",
+            "verbErrorsFor",
+            "notSyncedFor",
+            "quotaDriftFor",
+            "parkedWithRoomFor",
+            "restoredExpiredWindow",
+        )
+    }
+    alerts |= {
+        name: _NON_NEGATIVE
+        for name in (
+            "viewStaleSeconds",
+            "verbLatencySeconds",
+            "verbErrorRatio",
+            "watchRelists",
+            "watchReconnects",
+            "quotaDrift",
+        )
+    }
+    return _object(
+        {
+            "prometheusRule": _object({"enabled": _BOOLEAN, "labels": _LABELS}),
+            "serviceMonitor": _object(
+                {"enabled": _BOOLEAN, "labels": _LABELS, "interval": _DURATION, "scrapeTimeout": _DURATION}
+            ),
+            "dashboard": _object({"enabled": _BOOLEAN, "labels": _LABELS}),
+            "alerts": _object(alerts),
+        }
+    )
+
+
 def values_schema() -> Schema:
     """The chart's values: its own keys as templates/ read them, extender.config generated."""
     return {
@@ -166,7 +218,7 @@ def values_schema() -> Schema:
                 {"enabled": _BOOLEAN, "namespaceLabels": {"type": "object", "additionalProperties": _STRING}}
             ),
             "podDisruptionBudget": _object({"enabled": _BOOLEAN, "maxUnavailable": {"type": ["integer", "string"]}}),
-            "monitoring": {"type": "object", "additionalProperties": True},
+            "monitoring": _monitoring_schema(),
         },
     }
 

@@ -132,6 +132,10 @@ class SchedulingService:
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
+        # Of those, the pods whose reservation has not been let go yet, and how the others were let go: one
+        # "expired" is quota held for a pod that never came (an alert in docs/monitoring.md).
+        self._restored_pods: set[str] = set()
+        self.restored_released: dict[str, int] = {}
         self._context_lock = threading.Lock()
         # What the quota context was built from: the quota kinds' dicts of its snapshot (see quota_context) and
         # whether Kueue was on.
@@ -180,6 +184,7 @@ class SchedulingService:
                 workload=item.workload,
             )
         self.restored_reservations = len(restored)
+        self._restored_pods = {item.pod_uid for item in restored}
         if restored:
             log.info("restored %d reservations of the previous process from %s", len(restored), self.journal.path)
 
@@ -321,6 +326,9 @@ class SchedulingService:
         )
         for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
+            if reservation.pod_uid in self._restored_pods:
+                self._restored_pods.discard(reservation.pod_uid)
+                self.restored_released[why] = self.restored_released.get(why, 0) + 1
             expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
         return context, usage, expired

@@ -125,6 +125,14 @@ def _reservation_families(service: SchedulingService, view: QuotaView) -> Iterat
         "Reservations taken over from the previous process's journal at start (reservations.journal).",
         value=service.restored_reservations,
     )
+    yield _per_label(
+        CounterMetricFamily(
+            "dra_extender_reservations_restored_released",
+            "Restored reservations let go, by reason: 'expired' held quota for a pod never seen bound or deleted.",
+            labels=["reason"],
+        ),
+        service.restored_released,
+    )
 
 
 def _health_families(health: SourceHealth) -> Iterator[Metric]:
