@@ -17,7 +17,14 @@ from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.results import Allocation
 from extender.decisions.devices.settled import NO_SCORE_GROUPS, SettledNodes
 from extender.decisions.pod_decision import NodeVerdict, PodDecision
-from extender.decisions.scoring import ScoreBreakdown, ScoringWeights, combine, node_parts, quota_headroom
+from extender.decisions.scoring import (
+    ScoreBreakdown,
+    ScoreParts,
+    ScoringWeights,
+    combine,
+    node_parts,
+    quota_headroom,
+)
 from extender.state.snapshot import ClusterSnapshot
 
 _NOT_LOOKED_UP = object()  # no NodeQuota seen yet (None is one: an ungoverned pod's)
@@ -64,7 +71,7 @@ def score_nodes(
     free-list entry (the same tuple for every pod of that shape until the node's allocations change), so the
     parts are keyed by that tuple's identity (held by the memo, so it cannot be reused). The tuple stands for the
     node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
-    (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
+    (a change makes a new entry with new tuples), and the node's room read below follows the same versions.
     The commonest pod's allocation on a node is itself kept in that entry and handed to every pod of its shape,
     so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument):
     a node costs one lookup. Both are keyed by identity because the value of a tuple of chosen devices or of an
@@ -154,7 +161,7 @@ def _scores_node_by_node(
     # By identity: a NodeQuota holds a dict (no value hash), and nodes of one bucket share one object, which
     # per_node keeps alive through the call.
     headrooms: dict[int, float] = {}
-    by_headroom: dict[float, dict[tuple[float, float], ScoreBreakdown]] = {}
+    by_headroom: dict[float, dict[ScoreParts, ScoreBreakdown]] = {}
     headroom = 1.0
     combined = by_headroom[headroom] = {}  # parts -> breakdown, at the current headroom
     last_quota: object = _NOT_LOOKED_UP
@@ -189,17 +196,17 @@ def _scores_node_by_node(
 
 def _score_parts(
     allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
-) -> tuple[float, float]:
+) -> ScoreParts:
     """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
     shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
     claims = allocation.claims
     if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
-        return caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        return caches.score_part(node_parts(allocation, caches.device_room.room(snapshot, node), strategy))
     memo = caches.node_scores
     taken = claims[0].devices
     remembered = memo.get(id(taken), strategy)
     if remembered is None or remembered[0] is not taken:
-        parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        parts = caches.score_part(node_parts(allocation, caches.device_room.room(snapshot, node), strategy))
         memo.put(id(taken), (taken, parts), strategy)
     else:
         parts = remembered[1]

@@ -78,6 +78,11 @@ def verdict_json(
             "total": score.total,
             "strategy": score.strategy,
             "deviceFit": round(score.device_fit, 3),
+            "deviceFitParts": {
+                "keptWhole": score.fit_parts.kept_whole,
+                "unitFill": score.fit_parts.unit_fill,
+                "nodeFill": score.fit_parts.node_fill,
+            },
             "firstAvailable": round(score.first_available, 3),
             "quotaHeadroom": round(score.quota_headroom, 3),
         }
