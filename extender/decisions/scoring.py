@@ -11,6 +11,7 @@ k8s.io/kube-scheduler/extender/v1). Ranking the nodes of a decision is ranking.p
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
@@ -155,11 +156,37 @@ def node_parts(allocation: Allocation, room: NodeRoom, strategy: str) -> ScorePa
     return device_fit(allocation, room, strategy), _first_available(allocation)
 
 
+NO_SCALE = (0.0, 1.0)  # (lowest, span): device fit values as they are
+
+
+def fit_scale(values: Iterable[float]) -> tuple[float, float]:
+    """How the device fit is scaled over the nodes of one ranking: the lowest value to 0 and the highest to 1,
+    as kube-scheduler's score plugins normalize their scores over the nodes scored (framework
+    ScoreExtensions.NormalizeScore). Without it the fit would move a 0..10 total by steps of a fifth (weight 2 of
+    4), and a partition on half of a 40Gi GPU would tie with one on a quarter of an 80Gi GPU. NO_SCALE when
+    every node has the same fit (nothing to tell apart)."""
+    low = high = None
+    for value in values:
+        if low is None or value < low:
+            low = value
+        if high is None or value > high:
+            high = value
+    if low is None or high is None or high <= low:
+        return NO_SCALE
+    return (low, high - low)
+
+
 def combine(
-    fit_parts: FitParts, first: float, headroom: float, strategy: str, weights: ScoringWeights
+    fit_parts: FitParts,
+    first: float,
+    headroom: float,
+    strategy: str,
+    weights: ScoringWeights,
+    scale: tuple[float, float] = NO_SCALE,
 ) -> ScoreBreakdown:
-    """The 0..10 total of the weighted parts (`headroom` from `quota_headroom`)."""
-    fit = fit_parts.value
+    """The 0..10 total of the weighted parts (`headroom` from `quota_headroom`; the device fit scaled by
+    `scale`, fit_scale's)."""
+    fit = (fit_parts.value - scale[0]) / scale[1]
     weight_sum = weights.device_fit + weights.first_available + weights.quota_headroom
     if weight_sum <= 0:
         total = 0

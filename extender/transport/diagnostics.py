@@ -79,6 +79,7 @@ def verdict_json(
             "strategy": score.strategy,
             "deviceFit": round(score.device_fit, 3),
             "deviceFitParts": {
+                "value": score.fit_parts.value,
                 "keptWhole": score.fit_parts.kept_whole,
                 "unitFill": score.fit_parts.unit_fill,
                 "nodeFill": score.fit_parts.node_fill,
