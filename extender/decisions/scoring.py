@@ -53,8 +53,11 @@ _new_score = partial(tuple.__new__, ScoreBreakdown)  # hot path: skips the Named
 FULL = 0.999
 ZERO = Fraction(0)
 # MostAllocated's device fit: not breaking a fresh unit matters most, then best fit, then packing nodes.
-KEPT_WHOLE_WEIGHT, UNIT_FILL_WEIGHT, NODE_FILL_WEIGHT = 0.5, 0.3, 0.2
-NEUTRAL_FIT = FitParts(0.5, 0.5, 0.5, 0.5)  # nothing to pack
+# Last, and only to break ties between equal fractions: the capacity left idle in those units, so that of two
+# GPUs the same share full the smaller one takes a small shape and the bigger one stays for a bigger shape.
+KEPT_WHOLE_WEIGHT, UNIT_FILL_WEIGHT, NODE_FILL_WEIGHT, SMALL_LEFT_WEIGHT = 0.45, 0.3, 0.2, 0.05
+LEFT_REFERENCE = float(2**38)  # 256Gi of memory: idle capacity beyond it counts as much as it
+NEUTRAL_FIT = FitParts(0.5, 0.5, 0.5, 0.5, 0.5)  # nothing to pack
 
 
 def _added_by_unit(allocation: Allocation, room: NodeRoom) -> tuple[dict[UnitKey, dict[str, Fraction]], set[UnitKey]]:
@@ -90,12 +93,12 @@ def _added_by_unit(allocation: Allocation, room: NodeRoom) -> tuple[dict[UnitKey
 def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitParts:
     """How usable the node's units stay once the pod's devices are taken (see FitParts): O(devices taken).
 
-    MostAllocated weighs the three parts (KEPT_WHOLE_WEIGHT...); LeastAllocated spreads, like kube-scheduler's
+    MostAllocated weighs the four parts (KEPT_WHOLE_WEIGHT...); LeastAllocated spreads, like kube-scheduler's
     NodeResourcesFit strategy of that name for cpu and memory: the share of the node left free."""
     added, whole = _added_by_unit(allocation, room)
     if not added:
         return NEUTRAL_FIT
-    size_sum = kept = fill = 0.0
+    size_sum = kept = fill = left = 0.0
     grown: dict[str, float] = {}
     for key, extra in added.items():
         unit = room.units[key]
@@ -107,6 +110,7 @@ def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitPart
             )
         size_sum += unit.size
         fill += unit.size * after
+        left += unit.size * (1.0 - after)
         kept += unit.size if unit.used > 0 or after >= FULL else 0.0
         grown[unit.driver] = grown.get(unit.driver, 0.0) + unit.size * max(0.0, after - unit.used)
     node_total = node_used = 0.0
@@ -116,10 +120,16 @@ def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitPart
         node_used += in_use + growth
     node_fill = round(min(1.0, node_used / node_total), 2) if node_total else 1.0
     kept_whole, unit_fill = round(kept / size_sum, 2), round(fill / size_sum, 2)
+    small_left = round(1.0 - min(1.0, left / LEFT_REFERENCE), 3)
     if strategy != STRATEGY_MOST:
-        return FitParts(round(1.0 - node_fill, 2), kept_whole, unit_fill, node_fill)
-    value = KEPT_WHOLE_WEIGHT * kept_whole + UNIT_FILL_WEIGHT * unit_fill + NODE_FILL_WEIGHT * node_fill
-    return FitParts(round(value, 3), kept_whole, unit_fill, node_fill)
+        return FitParts(round(1.0 - node_fill, 2), kept_whole, unit_fill, node_fill, small_left)
+    value = (
+        KEPT_WHOLE_WEIGHT * kept_whole
+        + UNIT_FILL_WEIGHT * unit_fill
+        + NODE_FILL_WEIGHT * node_fill
+        + SMALL_LEFT_WEIGHT * small_left
+    )
+    return FitParts(round(value, 4), kept_whole, unit_fill, node_fill, small_left)
 
 
 def _first_available(allocation: Allocation) -> float:

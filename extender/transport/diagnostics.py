@@ -83,6 +83,7 @@ def verdict_json(
                 "keptWhole": score.fit_parts.kept_whole,
                 "unitFill": score.fit_parts.unit_fill,
                 "nodeFill": score.fit_parts.node_fill,
+                "smallLeft": score.fit_parts.small_left,
             },
             "firstAvailable": round(score.first_available, 3),
             "quotaHeadroom": round(score.quota_headroom, 3),

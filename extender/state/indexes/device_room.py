@@ -53,13 +53,15 @@ class NodeRoom(NamedTuple):
 class FitParts(NamedTuple):
     """The device-fit score of one node for one pod, and the parts it is made of (all 0..1, explained in
     docs/placement.md): whether every unit the pod draws on was in use already or is filled by it (a fresh
-    GPU is not broken for a partition), how full those units are afterwards (best fit: the smaller GPU for a
-    small shape), and how full the node's units of those drivers are afterwards (packing across nodes)."""
+    GPU is not broken for a partition), how full those units are afterwards (best fit), how full the node's
+    units of those drivers are afterwards (packing across nodes), and how little capacity those units leave
+    idle (1 - idle / 256Gi: of two GPUs equally full, the smaller one for a small shape)."""
 
     value: float
     kept_whole: float
     unit_fill: float
     node_fill: float
+    small_left: float
 
 
 def _size(device: Device) -> float:
