@@ -52,12 +52,13 @@ _new_score = partial(tuple.__new__, ScoreBreakdown)  # hot path: skips the Named
 # A unit counts as filled once this share of it is in use (float sums of exact counters).
 FULL = 0.999
 ZERO = Fraction(0)
-# MostAllocated's device fit: not breaking a fresh unit matters most, then best fit, then packing nodes.
-# Last, and only to break ties between equal fractions: the capacity left idle in those units, so that of two
-# GPUs the same share full the smaller one takes a small shape and the bigger one stays for a bigger shape.
-KEPT_WHOLE_WEIGHT, UNIT_FILL_WEIGHT, NODE_FILL_WEIGHT, SMALL_LEFT_WEIGHT = 0.45, 0.3, 0.2, 0.05
-LEFT_REFERENCE = float(2**38)  # 256Gi of memory: idle capacity beyond it counts as much as it
-NEUTRAL_FIT = FitParts(0.5, 0.5, 0.5, 0.5, 0.5)  # nothing to pack
+# MostAllocated's device fit, nearly lexicographic: least capacity left idle in the units the pod draws on (best
+# fit: a partition beside partitions leaves less idle than one on a fresh GPU, a 20Gi partition on a 40Gi GPU
+# less than on an 80Gi one), then the smaller units (of two equal fits, the bigger unit stays for a bigger shape),
+# then the fuller node.
+SMALL_LEFT_WEIGHT, SMALL_UNIT_WEIGHT, NODE_FILL_WEIGHT = 0.95, 0.04, 0.01
+LEFT_REFERENCE = float(2**40)  # 1Ti: capacities are compared in their own units (bytes of GPU memory)
+NEUTRAL_FIT = FitParts(0.5, 0.5, 0.5, 0.5, 0.5, 0.5)  # nothing to pack
 
 
 def _added_by_unit(allocation: Allocation, room: NodeRoom) -> tuple[dict[UnitKey, dict[str, Fraction]], set[UnitKey]]:
@@ -93,8 +94,9 @@ def _added_by_unit(allocation: Allocation, room: NodeRoom) -> tuple[dict[UnitKey
 def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitParts:
     """How usable the node's units stay once the pod's devices are taken (see FitParts): O(devices taken).
 
-    MostAllocated weighs the four parts (KEPT_WHOLE_WEIGHT...); LeastAllocated spreads, like kube-scheduler's
-    NodeResourcesFit strategy of that name for cpu and memory: the share of the node left free."""
+    MostAllocated weighs idle capacity, unit size and node fill (SMALL_LEFT_WEIGHT...); LeastAllocated spreads,
+    like kube-scheduler's NodeResourcesFit strategy of that name for cpu and memory: the share of the node left
+    free."""
     added, whole = _added_by_unit(allocation, room)
     if not added:
         return NEUTRAL_FIT
@@ -120,16 +122,12 @@ def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitPart
         node_used += in_use + growth
     node_fill = round(min(1.0, node_used / node_total), 2) if node_total else 1.0
     kept_whole, unit_fill = round(kept / size_sum, 2), round(fill / size_sum, 2)
-    small_left = round(1.0 - min(1.0, left / LEFT_REFERENCE), 3)
+    small_left = round(1.0 - min(1.0, left / LEFT_REFERENCE), 4)
+    small_unit = round(1.0 - min(1.0, size_sum / LEFT_REFERENCE), 4)
     if strategy != STRATEGY_MOST:
-        return FitParts(round(1.0 - node_fill, 2), kept_whole, unit_fill, node_fill, small_left)
-    value = (
-        KEPT_WHOLE_WEIGHT * kept_whole
-        + UNIT_FILL_WEIGHT * unit_fill
-        + NODE_FILL_WEIGHT * node_fill
-        + SMALL_LEFT_WEIGHT * small_left
-    )
-    return FitParts(round(value, 4), kept_whole, unit_fill, node_fill, small_left)
+        return FitParts(round(1.0 - node_fill, 2), kept_whole, unit_fill, node_fill, small_left, small_unit)
+    value = SMALL_LEFT_WEIGHT * small_left + SMALL_UNIT_WEIGHT * small_unit + NODE_FILL_WEIGHT * node_fill
+    return FitParts(round(value, 6), kept_whole, unit_fill, node_fill, small_left, small_unit)
 
 
 def _first_available(allocation: Allocation) -> float:

@@ -84,6 +84,7 @@ def verdict_json(
                 "unitFill": score.fit_parts.unit_fill,
                 "nodeFill": score.fit_parts.node_fill,
                 "smallLeft": score.fit_parts.small_left,
+                "smallUnit": score.fit_parts.small_unit,
             },
             "firstAvailable": round(score.first_available, 3),
             "quotaHeadroom": round(score.quota_headroom, 3),

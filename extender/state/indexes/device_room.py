@@ -51,17 +51,18 @@ class NodeRoom(NamedTuple):
 
 
 class FitParts(NamedTuple):
-    """The device-fit score of one node for one pod, and the parts it is made of (all 0..1, explained in
-    docs/placement.md): whether every unit the pod draws on was in use already or is filled by it (a fresh
-    GPU is not broken for a partition), how full those units are afterwards (best fit), how full the node's
-    units of those drivers are afterwards (packing across nodes), and how little capacity those units leave
-    idle (1 - idle / 256Gi: of two GPUs equally full, the smaller one for a small shape)."""
+    """The device-fit score of one node for one pod and what it is made of (all 0..1, explained in
+    docs/placement.md), over the units the pod draws on: whether each was in use already or is filled by the
+    pod (no fresh GPU broken for a partition), how full they are afterwards, how full the node's units of
+    those drivers are afterwards, how little capacity they leave idle (1 - idle / 1Ti) and how small they are
+    (1 - size / 1Ti)."""
 
     value: float
     kept_whole: float
     unit_fill: float
     node_fill: float
     small_left: float
+    small_unit: float
 
 
 def _size(device: Device) -> float:
