@@ -491,12 +491,14 @@ def main() -> None:
     for name, rows in summary.items():
         medians = [statistics.median(row[i] for row in rows) for i in range(3)]
         worst_c_minus_b = min(row[2] - row[1] for row in rows)
-        gaps = [(1 - row[1]) for row in rows]
-        closed = [((row[2] - row[1]) / (1 - row[1])) if row[1] < 1 else 1.0 for row in rows]
+        below = sum(row[2] < row[1] for row in rows)
+        # share of (b)'s gap to the bound that (c) closes, over the streams where (b) left one
+        closed = [(row[2] - row[1]) / (1 - row[1]) for row in rows if row[1] < 1]
+        closed_text = f"{statistics.median(closed):.2f} over {len(closed)}" if closed else "no gap"
         print(
             f"{name:<12} (a) {medians[0]:.3f}  (b) {medians[1]:.3f}  (c) {medians[2]:.3f}  "
-            f"(c)-(b) worst {worst_c_minus_b:+.3f}  share of (b)'s gap closed: median "
-            f"{statistics.median(closed):.2f} (gap median {statistics.median(gaps):.3f})"
+            f"(c)-(b) worst {worst_c_minus_b:+.3f}, (c) < (b) in {below} of {len(rows)}; "
+            f"(b)'s gap closed by (c): median {closed_text}"
         )
 
 

@@ -13,6 +13,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | free | class signature / NodeDevices | as above, and entries carry the node's allocation versions (an entry also |
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
 | device_room | - / NodeDevices | as above (state/indexes/device_room.py) |
+| device_layout | - / NodeDevices | a slice or node-label event (the units a node's devices form) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
 | allocation_scores | strategy / an allocation (of one free-list entry) | as node_scores |
 | score_parts | - / (device fit, firstAvailable) | nothing: interning only |
@@ -112,6 +113,7 @@ class DecisionCaches:
             self.selectable,
             self.free,
             self.device_room.memo,
+            self.device_room.layouts,
             self.node_scores,
             self.allocation_scores,
             self.score_parts,

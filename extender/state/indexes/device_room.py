@@ -23,7 +23,7 @@ from typing import NamedTuple
 from extender.memo import BoundedMemo
 from extender.state.capacity import SharedUse
 from extender.state.dra.devices import Device, DeviceKey, consumed_by_name
-from extender.state.inventory import NodeDevices, consumed_counters
+from extender.state.inventory import NodeDevices, Pool, consumed_counters
 from extender.state.snapshot import ClusterSnapshot
 
 MAX_NODES = 200_000
@@ -75,52 +75,83 @@ def used_share(totals: Mapping[str, Fraction], held: Mapping[str, Fraction]) -> 
     return min(1.0, max(shares)) if shares else 0.0
 
 
-def room_of(
-    devices: NodeDevices, allocated: Mapping[DeviceKey, int], shared: Mapping[DeviceKey, SharedUse]
-) -> NodeRoom:
-    """Build a node's room from its devices and the cluster's allocated devices (`shared`: the shares of devices
-    that allow multiple allocations, ClusterSnapshot.shared_allocated)."""
+class NodeLayout(NamedTuple):
+    """What a node's units are, which depends on its devices only (rebuilt on a slice or node-label event):
+    every unit's driver, size and totals, the units each usable device draws on, and what room_of walks to
+    find what the units hold (the pools with counter sets, the shareable devices, each plain group's devices)."""
+
+    sizes: Mapping[UnitKey, tuple[str, float, Mapping[str, Fraction]]]  # unit -> (driver, size, totals)
+    device_units: Mapping[DeviceKey, tuple[UnitKey, ...]]
+    counter_pools: tuple[Pool, ...]
+    shareable: tuple[tuple[UnitKey, Device], ...]
+    plain: tuple[tuple[UnitKey, tuple[DeviceKey, ...]], ...]
+
+
+def layout_of(devices: NodeDevices) -> NodeLayout:
     pools = {pool.key: pool for pool in devices.pools}
-    held_counters: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
-    set_sizes: dict[UnitKey, float] = {}
-    plain: dict[UnitKey, list[float]] = {}  # (size sum, devices, devices allocated)
-    units: dict[UnitKey, Unit] = {}
+    sizes: dict[UnitKey, tuple[str, float, Mapping[str, Fraction]]] = {}
     device_units: dict[DeviceKey, tuple[UnitKey, ...]] = {}
+    counter_pools: dict[tuple[str, str], Pool] = {}
+    shareable: list[tuple[UnitKey, Device]] = []
+    plain: dict[UnitKey, list[DeviceKey]] = {}
     for device in devices.usable:
         pool_key = (device.driver, device.pool)
         if device.consumes_counters and pool_key in pools:
-            if pool_key not in held_counters:
-                held_counters[pool_key] = consumed_counters(pools[pool_key], allocated)
+            pool = counter_pools[pool_key] = pools[pool_key]
             keys = tuple(("set", device.driver, device.pool, use.counter_set) for use in device.consumes_counters)
             for key in keys:
-                set_sizes[key] = max(set_sizes.get(key, 0.0), _size(device))
+                known = sizes.get(key)
+                size = max(known[1], _size(device)) if known else _size(device)
+                sizes[key] = (device.driver, size, pool.shared_counters.get(key[3], {}))
             device_units[device.key] = keys
         elif device.allow_multiple_allocations and device.capacity:
             key = ("device", device.driver, device.pool, device.name)
             device_units[device.key] = (key,)
-            use = shared.get(device.key)
-            held = consumed_by_name(tuple(use.consumed.items()), device.driver) if use is not None else {}
-            units[key] = Unit(device.driver, _size(device), device.capacity, held, used_share(device.capacity, held))
+            sizes[key] = (device.driver, _size(device), device.capacity)
+            shareable.append((key, device))
         else:
             key = ("plain", device.driver, device.pool, "")
             device_units[device.key] = (key,)
-            group = plain.setdefault(key, [0.0, 0, 0])
-            group[0] += _size(device)
-            group[1] += 1
-            group[2] += device.key in allocated
-    for key, size in set_sizes.items():
-        _, driver, pool_name, set_name = key
-        totals = pools[(driver, pool_name)].shared_counters.get(set_name, {})
-        held = held_counters[(driver, pool_name)].get(set_name, {})
-        units[key] = Unit(driver, size, totals, held, used_share(totals, held))
-    for key, (size, count, taken) in plain.items():
-        totals, held = {PLAIN_DEVICES: Fraction(count)}, {PLAIN_DEVICES: Fraction(taken)}
-        units[key] = Unit(key[1], size, totals, held, used_share(totals, held))
+            known = sizes.get(key)
+            members = plain.setdefault(key, [])
+            members.append(device.key)
+            size = (known[1] if known else 0.0) + _size(device)
+            sizes[key] = (device.driver, size, {PLAIN_DEVICES: Fraction(len(members))})
+    return NodeLayout(
+        sizes,
+        device_units,
+        tuple(counter_pools.values()),
+        tuple(shareable),
+        tuple((key, tuple(members)) for key, members in plain.items()),
+    )
+
+
+def room_of(layout: NodeLayout, allocated: Mapping[DeviceKey, int], shared: Mapping[DeviceKey, SharedUse]) -> NodeRoom:
+    """A node's room: its layout with what allocated devices hold of each unit (`shared`: the shares of devices
+    that allow multiple allocations, ClusterSnapshot.shared_allocated)."""
+    held_by_unit: dict[UnitKey, Mapping[str, Fraction]] = {}
+    for pool in layout.counter_pools:
+        for set_name, counters in consumed_counters(pool, allocated).items():
+            held_by_unit[("set", pool.driver, pool.name, set_name)] = counters
+    for key, device in layout.shareable:
+        use = shared.get(device.key)
+        if use is not None:
+            held_by_unit[key] = consumed_by_name(tuple(use.consumed.items()), device.driver)
+        elif device.key in allocated:  # taken whole, without sharing
+            held_by_unit[key] = device.capacity
+    for key, members in layout.plain:
+        held_by_unit[key] = {PLAIN_DEVICES: Fraction(sum(1 for member in members if member in allocated))}
+    units: dict[UnitKey, Unit] = {}
     by_driver: dict[str, tuple[float, float]] = {}
-    for unit in units.values():
-        total, in_use = by_driver.get(unit.driver, (0.0, 0.0))
-        by_driver[unit.driver] = (total + unit.size, in_use + unit.size * unit.used)
-    return NodeRoom(units, device_units, by_driver)
+    for key, (driver, size, totals) in layout.sizes.items():
+        held = held_by_unit.get(key, _NOTHING_HELD)
+        unit = units[key] = Unit(driver, size, totals, held, used_share(totals, held) if held else 0.0)
+        total, in_use = by_driver.get(driver, (0.0, 0.0))
+        by_driver[driver] = (total + size, in_use + size * unit.used)
+    return NodeRoom(units, layout.device_units, by_driver)
+
+
+_NOTHING_HELD: Mapping[str, Fraction] = {}
 
 
 class _Entry(NamedTuple):
@@ -130,12 +161,14 @@ class _Entry(NamedTuple):
 
 
 class DeviceRoomIndex:
-    """NodeRoom per node, recomputed once after each change of the node's devices or allocations."""
+    """NodeRoom per node, recomputed once after each change of the node's allocations, from its layout
+    (recomputed once after each change of its devices)."""
 
-    __slots__ = ("memo",)
+    __slots__ = ("layouts", "memo")
 
     def __init__(self, max_nodes: int = MAX_NODES) -> None:
         self.memo: BoundedMemo[NodeDevices, _Entry] = BoundedMemo("device_room", max_nodes)
+        self.layouts: BoundedMemo[NodeDevices, NodeLayout] = BoundedMemo("device_layout", max_nodes)
 
     def room(self, snapshot: ClusterSnapshot, node_name: str) -> NodeRoom:
         devices = snapshot.node_devices(node_name)
@@ -144,6 +177,9 @@ class DeviceRoomIndex:
         entry = self.memo.get(devices)
         if entry is not None and entry.local_version == local_version and entry.shared_version == shared_version:
             return entry.room
-        room = room_of(devices, snapshot.allocated, snapshot.shared_allocated)
+        layout = self.layouts.get(devices)
+        if layout is None:
+            layout = self.layouts.put(devices, layout_of(devices))
+        room = room_of(layout, snapshot.allocated, snapshot.shared_allocated)
         self.memo.put(devices, _Entry(local_version, shared_version, room))
         return room
