@@ -125,7 +125,7 @@ def test_plain_gpus_pack_nodes_so_a_big_node_stays_whole() -> None:
 
 
 def test_the_parts_are_shown_in_diagnostics() -> None:
-    from extender.transport.diagnostics import decision_json
+    from extender.transport.diagnostics import decision_json, render_table
 
     service = service_over([*p.partitioned_node("n1", [40])])
     report = decision_json(explain(service, p.profile_request("1g")))
@@ -140,6 +140,7 @@ def test_the_parts_are_shown_in_diagnostics() -> None:
         "smallLeft": 0.9665,
         "smallUnit": 0.9609,
     }
+    assert "| fit 0.958: smallLeft 0.9665, smallUnit 0.9609, nodeFill 0.14" in render_table(report)
 
 
 def holdable(profiles: list[str], gpus: int) -> list[str]:

@@ -473,6 +473,12 @@ def render_table(decision: Mapping[str, Any]) -> str:
             if charge:
                 why += f" | quota: {charge}"
             score = node.get("score", {})
+            parts = score.get("deviceFitParts")
+            if parts:
+                why += (
+                    f" | fit {score['deviceFit']}: smallLeft {parts['smallLeft']}, smallUnit {parts['smallUnit']},"
+                    f" nodeFill {parts['nodeFill']}"
+                )
             score_text = str(score.get("total", "-"))
             rows.append((str(rank), node["node"], "pass", score_text, why))
         else:
