@@ -131,16 +131,16 @@ def test_the_parts_are_shown_in_diagnostics() -> None:
     report = decision_json(explain(service, p.profile_request("1g")))
     parts = report["nodes"][0]["score"]["deviceFitParts"]
     # one slice of seven taken (the fuller of slices and memory, 1/7 against 1/8) on the node's only GPU, which
-    # leaves 6/7 of 40Gi idle: 0.95 * (1 - 34.29Gi / 1Ti) + 0.04 * (1 - 40Gi / 1Ti) + 0.01 * 0.14
+    # leaves 6/7 of 40Gi idle: 0.995 * (1 - 34.29Gi / 1Ti) + 0.004 * 0.14 + 0.001 * (1 - 40Gi / 1Ti)
     assert parts == {
-        "value": 0.958011,
+        "value": 0.963188,
         "keptWhole": 0.0,
         "unitFill": 0.14,
         "nodeFill": 0.14,
         "smallLeft": 0.9665,
         "smallUnit": 0.9609,
     }
-    assert "| fit 0.958: smallLeft 0.9665, smallUnit 0.9609, nodeFill 0.14" in render_table(report)
+    assert "| fit 0.963: smallLeft 0.9665, smallUnit 0.9609, nodeFill 0.14" in render_table(report)
 
 
 def holdable(profiles: list[str], gpus: int) -> list[str]:

@@ -54,9 +54,10 @@ FULL = 0.999
 ZERO = Fraction(0)
 # MostAllocated's device fit, nearly lexicographic: least capacity left idle in the units the pod draws on (best
 # fit: a partition beside partitions leaves less idle than one on a fresh GPU, a 20Gi partition on a 40Gi GPU
-# less than on an 80Gi one), then the smaller units (of two equal fits, the bigger unit stays for a bigger shape),
-# then the fuller node.
-SMALL_LEFT_WEIGHT, SMALL_UNIT_WEIGHT, NODE_FILL_WEIGHT = 0.95, 0.04, 0.01
+# less than on an 80Gi one), then the fuller node (packing: of two equal fits, the node already in use), then
+# the smaller units (the bigger unit stays for a bigger shape). The later weights are small enough that they
+# never outweigh more than a few Gi of idle capacity.
+SMALL_LEFT_WEIGHT, NODE_FILL_WEIGHT, SMALL_UNIT_WEIGHT = 0.995, 0.004, 0.001
 LEFT_REFERENCE = float(2**40)  # 1Ti: capacities are compared in their own units (bytes of GPU memory)
 NEUTRAL_FIT = FitParts(0.5, 0.5, 0.5, 0.5, 0.5, 0.5)  # nothing to pack
 

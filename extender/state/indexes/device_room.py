@@ -55,7 +55,7 @@ class FitParts(NamedTuple):
     docs/placement.md), over the units the pod draws on: whether each was in use already or is filled by the
     pod (no fresh GPU broken for a partition), how full they are afterwards, how full the node's units of
     those drivers are afterwards, how little capacity they leave idle (1 - idle / 1Ti) and how small they are
-    (1 - size / 1Ti)."""
+    (1 - size / 1Ti). decisions/scoring.py device_fit weighs the last three."""
 
     value: float
     kept_whole: float
