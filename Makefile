@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test unit lint fmt bench bench-e2e differential clean image tools
+.PHONY: install deps run test unit lint fmt bench bench-e2e bench-placement differential clean image tools
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ bench: $(STAMP)
 bench-e2e: $(STAMP)
 	$(BIN)/python -m tests.e2e.build
 	$(BIN)/python -m bench.e2e_bench --floor
+
+# Placement quality (docs/placement.md): seeded streams placed three ways against the exact packing bound.
+# A subset: make bench-placement PLACEMENT_ARGS="--seeds 1 2 --shapes partitioned --pods 200"
+bench-placement: $(STAMP)
+	$(BIN)/python -m bench.placement_bench $(PLACEMENT_ARGS)
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 differential: $(STAMP)

@@ -12,7 +12,8 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | selectable | class signature / NodeDevices | a slice, node-label or DeviceTaintRule event (new NodeDevices) |
 | free | class signature / NodeDevices | as above, and entries carry the node's allocation versions (an entry also |
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
-| driver_usage | - / NodeDevices | as above (state/indexes/driver_usage.py) |
+| device_room | - / NodeDevices | as above (state/indexes/device_room.py) |
+| device_layout | - / NodeDevices | a slice or node-label event (the units a node's devices form) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
 | allocation_scores | strategy / an allocation (of one free-list entry) | as node_scores |
 | score_parts | - / (device fit, firstAvailable) | nothing: interning only |
@@ -44,7 +45,7 @@ from extender.decisions.devices.selector_verdicts import ClassSignature, Selecta
 from extender.decisions.devices.settled import SettledNodes
 from extender.memo import BoundedMemo
 from extender.state.dra.devices import Device
-from extender.state.indexes.driver_usage import DriverUsageIndex
+from extender.state.indexes.device_room import DeviceRoomIndex, FitParts
 from extender.state.inventory import NodeDevices
 
 MAX_VERDICTS = 500_000
@@ -62,23 +63,23 @@ class DecisionCaches:
         default_factory=lambda: BoundedMemo("selectable", MAX_NODE_LISTS)
     )
     free: BoundedMemo[NodeDevices, FreeEntry] = field(default_factory=lambda: BoundedMemo("free", MAX_NODE_LISTS))
-    driver_usage: DriverUsageIndex = field(default_factory=DriverUsageIndex)
+    device_room: DeviceRoomIndex = field(default_factory=DeviceRoomIndex)
     gated: BoundedMemo[NodeDevices, NodeDevices] = field(default_factory=lambda: BoundedMemo("gated", MAX_NODE_LISTS))
     # Keyed by id() of the devices taken: hashing the tuple would hash every ChosenDevice (and its Device) per
     # node; the entry holds the tuple itself, so its id is not reused while the entry lives.
-    node_scores: BoundedMemo[int, tuple[tuple[ChosenDevice, ...], tuple[float, float]]] = field(
+    node_scores: BoundedMemo[int, tuple[tuple[ChosenDevice, ...], tuple[FitParts, float]]] = field(
         default_factory=lambda: BoundedMemo("node_scores", MAX_NODE_LISTS)
     )
     # The same parts by the allocation's identity (the commonest pod's allocation lives in a free-list entry and
     # is handed to every pod of its shape): one lookup per node in score_nodes. Allocations built afresh per pod
     # (several requests in one claim) also land here until the memo clears: hence its own, smaller bound. Keyed
     # by id() for the reason node_scores is; the entry holds the allocation.
-    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[float, float]]] = field(
+    allocation_scores: BoundedMemo[int, tuple[Allocation, tuple[FitParts, float]]] = field(
         default_factory=lambda: BoundedMemo("allocation_scores", MAX_ALLOCATION_SCORES)
     )
     # (device fit, firstAvailable) -> itself: one object per distinct pair, so that score_nodes can combine per
     # pair by identity (a handful of distinct pairs among thousands of nodes)
-    score_parts: BoundedMemo[tuple[float, float], tuple[float, float]] = field(
+    score_parts: BoundedMemo[tuple[FitParts, float], tuple[FitParts, float]] = field(
         default_factory=lambda: BoundedMemo("score_parts", MAX_REQUEST_SHAPES)
     )
     # A request shape (what the commonest pod's allocation on a node depends on) -> a token standing for it in
@@ -99,7 +100,7 @@ class DecisionCaches:
             token = self.request_shapes.put(shape, object())
         return token
 
-    def score_part(self, parts: tuple[float, float]) -> tuple[float, float]:
+    def score_part(self, parts: tuple[FitParts, float]) -> tuple[FitParts, float]:
         """The interned (device fit, firstAvailable) pair equal to `parts`."""
         interned = self.score_parts.get(parts)
         return interned if interned is not None else self.score_parts.put(parts, parts)
@@ -111,7 +112,8 @@ class DecisionCaches:
             self.verdicts,
             self.selectable,
             self.free,
-            self.driver_usage.memo,
+            self.device_room.memo,
+            self.device_room.layouts,
             self.node_scores,
             self.allocation_scores,
             self.score_parts,

@@ -11,13 +11,23 @@ with every reservation, is combined afresh, once per NodeQuota.
 from __future__ import annotations
 
 from collections.abc import Iterable, KeysView, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.results import Allocation
 from extender.decisions.devices.settled import NO_SCORE_GROUPS, SettledNodes
 from extender.decisions.pod_decision import NodeVerdict, PodDecision
-from extender.decisions.scoring import ScoreBreakdown, ScoringWeights, combine, node_parts, quota_headroom
+from extender.decisions.scoring import (
+    NO_SCALE,
+    ScoreBreakdown,
+    ScoreParts,
+    ScoringWeights,
+    combine,
+    fit_scale,
+    node_parts,
+    quota_headroom,
+)
 from extender.state.snapshot import ClusterSnapshot
 
 _NOT_LOOKED_UP = object()  # no NodeQuota seen yet (None is one: an ungoverned pod's)
@@ -64,7 +74,7 @@ def score_nodes(
     free-list entry (the same tuple for every pod of that shape until the node's allocations change), so the
     parts are keyed by that tuple's identity (held by the memo, so it cannot be reused). The tuple stands for the
     node's allocation versions too: it belongs to one free-list entry, which is valid for one pair of versions
-    (a change makes a new entry with new tuples), and the driver usage read below follows the same versions.
+    (a change makes a new entry with new tuples), and the node's room read below follows the same versions.
     The commonest pod's allocation on a node is itself kept in that entry and handed to every pod of its shape,
     so the parts are also kept by the allocation's identity (`caches.allocation_scores`, the same argument):
     a node costs one lookup. Both are keyed by identity because the value of a tuple of chosen devices or of an
@@ -84,7 +94,8 @@ def score_nodes(
             passed_exactly or grouped.keys() == (asked if asked is not None else dict.fromkeys(names).keys())
         ):
             return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
-        return Ranking(decision, {node: score for node in names if (score := grouped.get(node)) is not None})
+        # Asked about other nodes (explain asks about all): the device fit is scaled over the nodes asked that
+        # passed, so those are scored one by one below.
     return Ranking(decision, _scores_node_by_node(decision, names, snapshot, caches, strategy, weights))
 
 
@@ -119,16 +130,22 @@ def _scores_by_group(
     elif len(passed_groups) == 1 and len(passed_groups[0][1]) == len(settled.allocations):
         headroom_of_all = quota_headroom(passed_groups[0][0])
     if headroom_of_all is not None:
+        scale = fit_scale(parts[0].value for parts in groups.by_parts)
         for parts, nodes in groups.by_parts.items():
-            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom_of_all, strategy, weights)))
+            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom_of_all, strategy, weights, scale)))
         return scores
+    # The fit is scaled over the nodes quota lets through: the score groups they meet, per bucket.
+    met: list[tuple[AbstractSet[str], ScoreParts, float]] = []
     for node_quota, names in passed_groups:
         headroom = quota_headroom(node_quota)
         bucket = set(names)
         for parts, nodes in groups.by_parts.items():
             common = nodes & bucket
             if common:
-                scores.update(dict.fromkeys(common, combine(parts[0], parts[1], headroom, strategy, weights)))
+                met.append((common, parts, headroom))
+    scale = fit_scale(parts[0].value for _, parts, _ in met)
+    for members, parts, headroom in met:
+        scores.update(dict.fromkeys(members, combine(parts[0], parts[1], headroom, strategy, weights, scale)))
     return scores
 
 
@@ -154,7 +171,7 @@ def _scores_node_by_node(
     # By identity: a NodeQuota holds a dict (no value hash), and nodes of one bucket share one object, which
     # per_node keeps alive through the call.
     headrooms: dict[int, float] = {}
-    by_headroom: dict[float, dict[tuple[float, float], ScoreBreakdown]] = {}
+    by_headroom: dict[float, dict[ScoreParts, ScoreBreakdown]] = {}
     headroom = 1.0
     combined = by_headroom[headroom] = {}  # parts -> breakdown, at the current headroom
     last_quota: object = _NOT_LOOKED_UP
@@ -184,22 +201,41 @@ def _scores_node_by_node(
         if score is None:
             score = combined[parts] = combine(parts[0], parts[1], headroom, strategy, weights)
         scores[node] = score
-    return scores
+    return _scaled(scores, by_headroom, strategy, weights)
+
+
+def _scaled(
+    scores: dict[str, ScoreBreakdown],
+    by_headroom: dict[float, dict[ScoreParts, ScoreBreakdown]],
+    strategy: str,
+    weights: ScoringWeights,
+) -> dict[str, ScoreBreakdown]:
+    """`scores` (combined unscaled) with the device fit scaled over the nodes scored (fit_scale): each distinct
+    breakdown is made again once, and the nodes are mapped to the new ones in one comprehension."""
+    scale = fit_scale(parts[0].value for combined in by_headroom.values() for parts in combined)
+    if scale == NO_SCALE:
+        return scores
+    again = {
+        id(score): combine(parts[0], parts[1], headroom, strategy, weights, scale)
+        for headroom, combined in by_headroom.items()
+        for parts, score in combined.items()
+    }
+    return {node: again[id(score)] for node, score in scores.items()}
 
 
 def _score_parts(
     allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
-) -> tuple[float, float]:
+) -> ScoreParts:
     """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
     shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
     claims = allocation.claims
     if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
-        return caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        return caches.score_part(node_parts(allocation, caches.device_room.room(snapshot, node), strategy))
     memo = caches.node_scores
     taken = claims[0].devices
     remembered = memo.get(id(taken), strategy)
     if remembered is None or remembered[0] is not taken:
-        parts = caches.score_part(node_parts(allocation, caches.driver_usage.usage(snapshot, node), strategy))
+        parts = caches.score_part(node_parts(allocation, caches.device_room.room(snapshot, node), strategy))
         memo.put(id(taken), (taken, parts), strategy)
     else:
         parts = remembered[1]

@@ -1,16 +1,17 @@
 """One node's score for a pod that passed there: an integer 0..10 with the parts that made it.
 
-Three signals: device fit (MostAllocated packs devices so whole nodes stay free for large pods;
-LeastAllocated spreads, as kube-scheduler's NodeResourcesFit scoring strategies of those names do for cpu and
-memory), the firstAvailable choice (an earlier subrequest is preferred, as the DynamicResources plugin's
-allocator does) and quota headroom (prefer flavors where the queue keeps room). kube-scheduler multiplies an
-extender's score by its weight and adds it to its own, so the score stays inside 0..MaxExtenderPriority (10,
+Three signals: device fit (MostAllocated packs by what is left: a partition goes beside partitions rather than
+onto a fresh GPU, into the fullest and smallest unit that takes it, on the fullest node; LeastAllocated spreads,
+as kube-scheduler's NodeResourcesFit scoring strategies of those names do for cpu and memory; docs/placement.md),
+the firstAvailable choice (an earlier subrequest is preferred, as the DynamicResources plugin's allocator does)
+and quota headroom (prefer flavors where the queue keeps room). kube-scheduler multiplies an extender's score by
+its weight and adds it to its own, so the score stays inside 0..MaxExtenderPriority (10,
 k8s.io/kube-scheduler/extender/v1). Ranking the nodes of a decision is ranking.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import partial
@@ -18,6 +19,8 @@ from typing import NamedTuple
 
 from extender.decisions.devices.results import Allocation
 from extender.decisions.quota.verdicts import NodeQuota
+from extender.state.dra.devices import consumed_by_name
+from extender.state.indexes.device_room import PLAIN_DEVICES, FitParts, NodeRoom, UnitKey, used_share
 
 MAX_SCORE = 10
 STRATEGY_MOST = "MostAllocated"
@@ -39,30 +42,93 @@ class ScoreBreakdown(NamedTuple):
     quota_headroom: float
     total: int  # 0..10
     strategy: str
+    fit_parts: FitParts  # what device_fit is made of
 
 
+ScoreParts = tuple[FitParts, float]  # (device fit, firstAvailable): what a node and the devices taken decide
 _new_score = partial(tuple.__new__, ScoreBreakdown)  # hot path: skips the NamedTuple's Python-level __new__
 
 
-def _device_fit(allocation: Allocation, driver_usage: Mapping[str, tuple[int, int]], strategy: str) -> float:
-    """Share of the node's devices (of the drivers the pod uses) that are in use once the pod lands."""
-    drivers: set[str] = set()
-    taken = 0
+# A unit counts as filled once this share of it is in use (float sums of exact counters).
+FULL = 0.999
+ZERO = Fraction(0)
+# MostAllocated's device fit, nearly lexicographic: least capacity left idle in the units the pod draws on (best
+# fit: a partition beside partitions leaves less idle than one on a fresh GPU, a 20Gi partition on a 40Gi GPU
+# less than on an 80Gi one), then the fuller node (packing: of two equal fits, the node already in use), then
+# the smaller units (the bigger unit stays for a bigger shape). The later weights are small enough that they
+# never outweigh more than a few Gi of idle capacity.
+SMALL_LEFT_WEIGHT, NODE_FILL_WEIGHT, SMALL_UNIT_WEIGHT = 0.995, 0.004, 0.001
+LEFT_REFERENCE = float(2**40)  # 1Ti: capacities are compared in their own units (bytes of GPU memory)
+NEUTRAL_FIT = FitParts(0.5, 0.5, 0.5, 0.5, 0.5, 0.5)  # nothing to pack
+
+
+def _added_by_unit(allocation: Allocation, room: NodeRoom) -> tuple[dict[UnitKey, dict[str, Fraction]], set[UnitKey]]:
+    """What the allocation adds to each unit it draws on (counters of a partition, capacity of a share, one
+    more of a pool's plain devices), and the units it takes whole (a shareable device taken without sharing)."""
+    added: dict[UnitKey, dict[str, Fraction]] = {}
+    whole: set[UnitKey] = set()
+    units_of = room.device_units
     for claim in allocation.claims:
         for chosen in claim.devices:
-            drivers.add(chosen.device.driver)
-            taken += not chosen.admin_access
-    if not drivers:
-        return 0.5  # nothing to pack: neutral
-    total = in_use = 0
-    for driver in drivers:
-        driver_total, driver_in_use = driver_usage.get(driver, (0, 0))
-        total += driver_total
-        in_use += driver_in_use
-    if not total:
-        return 0.5
-    used_share = min(1.0, (in_use + taken) / total)
-    return used_share if strategy == STRATEGY_MOST else 1.0 - used_share
+            device = chosen.device
+            keys = units_of.get(device.key)
+            if keys is None or chosen.admin_access:
+                continue
+            if device.consumes_counters:
+                for use in device.consumes_counters:
+                    bucket = added.setdefault(("set", device.driver, device.pool, use.counter_set), {})
+                    for name, amount in use.counters.items():
+                        bucket[name] = bucket.get(name, ZERO) + amount
+            elif chosen.shared:
+                bucket = added.setdefault(keys[0], {})
+                for name, amount in consumed_by_name(chosen.consumed_capacity, device.driver).items():
+                    bucket[name] = bucket.get(name, ZERO) + amount
+            elif keys[0][0] == "plain":
+                bucket = added.setdefault(keys[0], {})
+                bucket[PLAIN_DEVICES] = bucket.get(PLAIN_DEVICES, ZERO) + 1
+            else:
+                added.setdefault(keys[0], {})
+                whole.add(keys[0])
+    return added, whole
+
+
+def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitParts:
+    """How usable the node's units stay once the pod's devices are taken (see FitParts): O(devices taken).
+
+    MostAllocated weighs idle capacity, unit size and node fill (SMALL_LEFT_WEIGHT...); LeastAllocated spreads,
+    like kube-scheduler's NodeResourcesFit strategy of that name for cpu and memory: the share of the node left
+    free."""
+    added, whole = _added_by_unit(allocation, room)
+    if not added:
+        return NEUTRAL_FIT
+    size_sum = kept = fill = left = 0.0
+    grown: dict[str, float] = {}
+    for key, extra in added.items():
+        unit = room.units[key]
+        if key in whole or not unit.totals:
+            after = 1.0
+        else:
+            after = used_share(
+                unit.totals, {name: unit.held.get(name, ZERO) + extra.get(name, ZERO) for name in unit.totals}
+            )
+        size_sum += unit.size
+        fill += unit.size * after
+        left += unit.size * (1.0 - after)
+        kept += unit.size if unit.used > 0 or after >= FULL else 0.0
+        grown[unit.driver] = grown.get(unit.driver, 0.0) + unit.size * max(0.0, after - unit.used)
+    node_total = node_used = 0.0
+    for driver, growth in grown.items():
+        total, in_use = room.by_driver.get(driver, (0.0, 0.0))
+        node_total += total
+        node_used += in_use + growth
+    node_fill = round(min(1.0, node_used / node_total), 2) if node_total else 1.0
+    kept_whole, unit_fill = round(kept / size_sum, 2), round(fill / size_sum, 2)
+    small_left = round(1.0 - min(1.0, left / LEFT_REFERENCE), 4)
+    small_unit = round(1.0 - min(1.0, size_sum / LEFT_REFERENCE), 4)
+    if strategy != STRATEGY_MOST:
+        return FitParts(round(1.0 - node_fill, 2), kept_whole, unit_fill, node_fill, small_left, small_unit)
+    value = SMALL_LEFT_WEIGHT * small_left + SMALL_UNIT_WEIGHT * small_unit + NODE_FILL_WEIGHT * node_fill
+    return FitParts(round(value, 6), kept_whole, unit_fill, node_fill, small_left, small_unit)
 
 
 def _first_available(allocation: Allocation) -> float:
@@ -93,16 +159,43 @@ def quota_headroom(quota: NodeQuota | None) -> float:
     return min(shares)
 
 
-def node_parts(
-    allocation: Allocation, driver_usage: Mapping[str, tuple[int, int]], strategy: str
-) -> tuple[float, float]:
+def node_parts(allocation: Allocation, room: NodeRoom, strategy: str) -> ScoreParts:
     """The parts of a score that depend on the node and the devices taken there (not on quota): device fit and
-    the firstAvailable choice. `driver_usage`: driver -> (devices on the node, devices in use)."""
-    return _device_fit(allocation, driver_usage, strategy), _first_available(allocation)
+    the firstAvailable choice. `room`: what the node's units have left (state/indexes/device_room.py)."""
+    return device_fit(allocation, room, strategy), _first_available(allocation)
 
 
-def combine(fit: float, first: float, headroom: float, strategy: str, weights: ScoringWeights) -> ScoreBreakdown:
-    """The 0..10 total of the weighted parts (`headroom` from `quota_headroom`)."""
+NO_SCALE = (0.0, 1.0)  # (lowest, span): device fit values as they are
+
+
+def fit_scale(values: Iterable[float]) -> tuple[float, float]:
+    """How the device fit is scaled over the nodes of one ranking: the lowest value to 0 and the highest to 1,
+    as kube-scheduler's score plugins normalize their scores over the nodes scored (framework
+    ScoreExtensions.NormalizeScore). Without it the fit would move a 0..10 total by steps of a fifth (weight 2 of
+    4), and a partition on half of a 40Gi GPU would tie with one on a quarter of an 80Gi GPU. NO_SCALE when
+    every node has the same fit (nothing to tell apart)."""
+    low = high = None
+    for value in values:
+        if low is None or value < low:
+            low = value
+        if high is None or value > high:
+            high = value
+    if low is None or high is None or high <= low:
+        return NO_SCALE
+    return (low, high - low)
+
+
+def combine(
+    fit_parts: FitParts,
+    first: float,
+    headroom: float,
+    strategy: str,
+    weights: ScoringWeights,
+    scale: tuple[float, float] = NO_SCALE,
+) -> ScoreBreakdown:
+    """The 0..10 total of the weighted parts (`headroom` from `quota_headroom`; the device fit scaled by
+    `scale`, fit_scale's)."""
+    fit = (fit_parts.value - scale[0]) / scale[1]
     weight_sum = weights.device_fit + weights.first_available + weights.quota_headroom
     if weight_sum <= 0:
         total = 0
@@ -110,4 +203,4 @@ def combine(fit: float, first: float, headroom: float, strategy: str, weights: S
         combined = fit * weights.device_fit + first * weights.first_available + headroom * weights.quota_headroom
         total = round(MAX_SCORE * combined / weight_sum)
     total = max(0, min(MAX_SCORE, total))
-    return _new_score((fit, first, headroom, total, strategy))
+    return _new_score((fit, first, headroom, total, strategy, fit_parts))

@@ -78,6 +78,14 @@ def verdict_json(
             "total": score.total,
             "strategy": score.strategy,
             "deviceFit": round(score.device_fit, 3),
+            "deviceFitParts": {
+                "value": score.fit_parts.value,
+                "keptWhole": score.fit_parts.kept_whole,
+                "unitFill": score.fit_parts.unit_fill,
+                "nodeFill": score.fit_parts.node_fill,
+                "smallLeft": score.fit_parts.small_left,
+                "smallUnit": score.fit_parts.small_unit,
+            },
             "firstAvailable": round(score.first_available, 3),
             "quotaHeadroom": round(score.quota_headroom, 3),
         }
@@ -466,6 +474,12 @@ def render_table(decision: Mapping[str, Any]) -> str:
             if charge:
                 why += f" | quota: {charge}"
             score = node.get("score", {})
+            parts = score.get("deviceFitParts")
+            if parts:
+                why += (
+                    f" | fit {score['deviceFit']}: smallLeft {parts['smallLeft']}, smallUnit {parts['smallUnit']},"
+                    f" nodeFill {parts['nodeFill']}"
+                )
             score_text = str(score.get("total", "-"))
             rows.append((str(rank), node["node"], "pass", score_text, why))
         else:

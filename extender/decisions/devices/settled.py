@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from extender.decisions.devices.results import Allocation
+from extender.state.indexes.device_room import FitParts
 from extender.state.snapshot import NODE_CHANGE_KINDS, ClusterSnapshot
 
 
@@ -32,7 +33,7 @@ class ScoreGroups(NamedTuple):
     one strategy: nodes with equal parts and equal quota headroom get the same score, so score_nodes
     answers a group at a time in C instead of a node at a time. Never changed: a new value replaces it."""
 
-    by_parts: Mapping[tuple[float, float], frozenset[str]]
+    by_parts: Mapping[tuple[FitParts, float], frozenset[str]]
     scored: frozenset[str]  # every node in by_parts
 
     def without(self, names: set[str]) -> ScoreGroups:
@@ -41,9 +42,9 @@ class ScoreGroups(NamedTuple):
         kept = {parts: nodes - names for parts, nodes in self.by_parts.items()}
         return ScoreGroups({parts: nodes for parts, nodes in kept.items() if nodes}, self.scored - names)
 
-    def with_nodes(self, found: Mapping[str, tuple[float, float]]) -> ScoreGroups:
+    def with_nodes(self, found: Mapping[str, tuple[FitParts, float]]) -> ScoreGroups:
         """These plus `found` (node -> its parts)."""
-        added: dict[tuple[float, float], list[str]] = {}
+        added: dict[tuple[FitParts, float], list[str]] = {}
         for node, parts in found.items():
             added.setdefault(parts, []).append(node)
         by_parts = dict(self.by_parts)
