@@ -20,6 +20,7 @@ from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.results import NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.gang.features import WORKLOAD_FEATURES_OFF, WorkloadFeatures
 from extender.decisions.pod_decision import (
     NO_FAILURES,
     NodeFailures,
@@ -49,6 +50,8 @@ class DecisionOptions:
     allow_strategy_annotation: bool = True
     # The DRA feature gates (config `features:`), one value for the service's life; see decisions/devices/features.py.
     features: Features = DEFAULT_FEATURES
+    # The workload-aware scheduling gates (config `features:` too); see decisions/gang/features.py.
+    workload: WorkloadFeatures = WORKLOAD_FEATURES_OFF
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:

@@ -284,10 +284,18 @@ class Pod:
     # status.nominatedNodeName: since 1.35 (NominatedNodeNameForExpectation, beta, on) kube-scheduler writes it
     # when a pod enters a binding cycle with PreBind work (schedule_one.go bindingCycle), e.g. DRA allocation.
     nominated_node_name: str = ""
+    # spec.schedulingGroup.podGroupName (core/v1 PodSchedulingGroup, 1.36+): the PodGroup kube-scheduler
+    # schedules this pod with (GenericWorkload); "" for a pod on its own.
+    pod_group: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def group_key(self) -> str:
+        """namespace/podGroupName, "" when the pod is in no group."""
+        return f"{self.namespace}/{self.pod_group}" if self.pod_group else ""
 
     @property
     def is_terminal(self) -> bool:
@@ -353,6 +361,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
             for item_path, item in map_items(extended_status, "requestMappings", "status.extendedResourceClaimStatus")
         },
         nominated_node_name=get_str(status, "nominatedNodeName", "status"),
+        pod_group=get_str(get_map(spec, "schedulingGroup", "spec"), "podGroupName", "spec.schedulingGroup"),
     )
 
 
