@@ -10,8 +10,9 @@ Kueue's quota (pkg/scheduler/flavorassigner) only on the nodes the devices allow
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.extended_resources import ExtendedRequests, resolve_extended
@@ -21,6 +22,7 @@ from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.results import NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.gang.features import WORKLOAD_FEATURES_OFF, WorkloadFeatures
+from extender.decisions.gang.quota import GangNeed, decide_gang_quota
 from extender.decisions.pod_decision import (
     NO_FAILURES,
     NodeFailures,
@@ -71,6 +73,7 @@ def decide_pod(
     ledger: QuotaLedger | None,
     options: DecisionOptions = DecisionOptions(),
     deadline: float | None = None,
+    gang: GangNeed | None = None,
 ) -> PodDecision:
     """The pod's verdict on each of `node_names`: the devices it needs (allocator per node), then quota on the
     nodes the devices allow. `deadline` (a time.perf_counter() instant): nodes the allocator has not reached by
@@ -109,7 +112,27 @@ def decide_pod(
         matcher=matcher,
         same_counts=devices.settled is not None,
     )
+    gang_quota = None
+    if gang is not None:
+
+        def whole_gang(rest: Mapping[str, Fraction]) -> QuotaDecision:
+            return decide_quota(
+                snapshot,
+                pod,
+                devices.allocations,
+                quota_context,
+                ledger,
+                unmapped=options.unmapped_classes,
+                extended=extended,
+                matcher=matcher,
+                same_counts=devices.settled is not None,
+                group_extra=rest,
+            )
+
+        gang_quota = decide_gang_quota(quota, gang, whole_gang)
+        quota = gang_quota.quota
     verdicts = NodeVerdicts(order, devices.allocations, quota.per_node, _failures(devices, quota), asked)
+    held = gang_quota.own if gang_quota is not None else quota.reservation
     return PodDecision(
         pod.key,
         pod.uid,
@@ -117,9 +140,10 @@ def decide_pod(
         verdicts,
         quota=quota,
         strategy=strategy,
-        reservation=quota.reservation if len(verdicts.failures) < len(order) else {},
+        reservation=held if len(verdicts.failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
         settled=devices.settled,
+        gang=gang_quota,
     )
 
 

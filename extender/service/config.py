@@ -127,6 +127,9 @@ class ReservationsSection:
     # Where `serve` with a live source keeps the ledger across restarts (state/reservation_journal.py): "auto"
     # (the temporary directory, one file per listen address and API server), a file path, or "" (memory only).
     journal: str = option("journal", JOURNAL_AUTO)
+    # A gang's attempt (service/gang_attempts.py) is lost when no member is asked about for this long while the
+    # group is not placed: kube-scheduler filters a gang's pods back to back, then binds or reverts them all.
+    gang_window_seconds: float = option("gangAttemptWindowSeconds", 2.0, minimum=0.2)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
+from extender.service.gang_attempts import GangAttempts, gang_group
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.parking import ParkedPods
@@ -47,6 +48,7 @@ from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.kueue.workload import Workload
+from extender.state.podgroups.podgroup import PodGroup
 from extender.state.reservation_journal import ReservationJournal
 from extender.state.reservations import QuotaKey, ReservationLedger
 from extender.state.snapshot import ClusterSnapshot
@@ -126,6 +128,7 @@ class SchedulingService:
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
+        self.gangs = GangAttempts(config.reservations.gang_window_seconds)  # service/gang_attempts.py
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
@@ -316,6 +319,8 @@ class SchedulingService:
         released = self.reservations.reconcile(
             partial(reservation_state, snapshot), pod_keys=pod_keys, pod_uids=pod_uids
         )
+        if self.options.workload.gangs:
+            released += self.gangs.settle(snapshot, self.reservations)
         for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             expired = expired or why == "expired"
@@ -425,7 +430,11 @@ class SchedulingService:
         identity = pod_id(pod)
         with self.reservations.lock:
             view = self._quota_view_locked()
-            decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
+            group = self._gang_group(view, pod)
+            decision = self._decide(view.snapshot, pod, node_names, view=view, started=started, group=group)
+            if group is not None and decision.gang is not None:
+                reserved = bool(decision.reservation)
+                self.gangs.record(pod, group, decision.gang, decision.quota.cluster_queue, reserved, self.reservations)
             if decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
@@ -495,13 +504,17 @@ class SchedulingService:
         started = time.perf_counter()
         view = self.quota_view()
         names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
+        governed = needs_our_decision(pod, view.snapshot)
+        with self.reservations.lock:
+            group = self._gang_group(view, pod) if governed else None
         decision = self._decide(
             view.snapshot,
             pod,
             names,
-            view=view if needs_our_decision(pod, view.snapshot) else None,
+            view=view if governed else None,
             started=started,
             deadline_seconds=self.config.diagnostics.explain.deadline_seconds,
+            group=group,
         )
         return score_nodes(decision, names, view.snapshot, self.caches, self.options.weights)
 
@@ -525,7 +538,13 @@ class SchedulingService:
             reservation = self.reservations.get(identity)
             filtered = self.history.recent_filter(identity)
             verdict = filtered.verdicts.get(node) if filtered is not None else None
-            if reservation is not None and verdict is not None and verdict.passed and verdict.quota is not None:
+            if (
+                reservation is not None
+                and verdict is not None
+                and verdict.passed
+                and verdict.quota is not None
+                and (filtered is None or filtered.gang is None)  # a gang's node charge is the group's
+            ):
                 # The filter held the largest charge of all passing nodes; the node chosen may take less.
                 self.reservations.reserve(
                     identity,
@@ -547,9 +566,16 @@ class SchedulingService:
         view: QuotaView | None,
         started: float | None = None,
         deadline_seconds: float | None = None,
+        group: PodGroup | None = None,
     ) -> PodDecision:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
         ledger = view.ledger_excluding(pod_id(pod), pod.key, own_workload_key(view, pod)) if governed and view else None
+        need = None
+        if group is not None and ledger is not None and view is not None:
+            with self.reservations.lock:
+                need, ledger = self.gangs.need_and_ledger(
+                    view, pod, group, self.reservations, ledger, group_claims=self.options.workload.group_claims
+                )
         return decide_pod(
             snapshot,
             pod,
@@ -561,4 +587,10 @@ class SchedulingService:
             deadline=(started + (deadline_seconds or self.config.limits.request_deadline_seconds))
             if started is not None
             else None,
+            gang=need,
         )
+
+    def _gang_group(self, view: QuotaView, pod: Pod) -> PodGroup | None:
+        if not self.options.workload.gangs or not pod.pod_group:
+            return None
+        return gang_group(view, pod, own_workload_key(view, pod))

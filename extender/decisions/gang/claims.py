@@ -10,8 +10,11 @@ devices are charged to the group's queue once, through one member.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from fractions import Fraction
+
 from extender.state.core import Pod
-from extender.state.dra.claims import ResourceClaim
+from extender.state.dra.claims import ClaimSpec, ResourceClaim
 from extender.state.podgroups.podgroup import POD_GROUPS_RESOURCE
 from extender.state.snapshot import ClusterSnapshot
 
@@ -63,3 +66,43 @@ def charges_group_claim(snapshot: ClusterSnapshot, claim: ResourceClaim, pod: Po
     if not group_key:
         return None
     return group_claim_charger(snapshot, claim, group_key) == pod.key
+
+
+def pending_group_claims(snapshot: ClusterSnapshot, pod: Pod) -> list[ClaimSpec]:
+    """The specs of the pod's claims that are its PodGroup's and not allocated yet: the claim itself when it
+    exists, or the template a PodGroup entry of the same name and source will instantiate once for the group
+    (resourceclaim.BindTo matches name, resourceClaimName and resourceClaimTemplateName)."""
+    if not pod.pod_group:
+        return []
+    group = snapshot.pod_groups.get(pod.group_key)
+    specs: list[ClaimSpec] = []
+    for ref in pod.claims:
+        claim = snapshot.claim_for_pod(pod, ref)
+        if claim is not None:
+            if claim.allocation is None and group_of_claim(snapshot, claim, pod):
+                specs.append(claim.spec)
+            continue
+        if group is None or not ref.template_name:
+            continue
+        if any(entry.name == ref.name and entry.template_name == ref.template_name for entry in group.claims):
+            template = snapshot.claim_templates.get(f"{pod.namespace}/{ref.template_name}")
+            if template is not None:
+                specs.append(template.spec)
+    return specs
+
+
+def group_claims_demand(specs: list[ClaimSpec], resource_for_class: Callable[[str], str | None]) -> dict[str, Fraction]:
+    """Quota resource -> devices the group's claims ask for, for requests of an exact count of a class charged
+    per device (the charge then does not depend on the node). Requests charged by counters or capacity, "All"
+    requests and prioritized lists are left out: their charge stays with every pod that asks (over-counted,
+    never under-counted)."""
+    demand: dict[str, Fraction] = {}
+    for spec in specs:
+        for request in spec.requests:
+            exactly = request.exactly
+            if exactly is None or exactly.allocation_mode != "ExactCount" or exactly.admin_access:
+                continue
+            resource = resource_for_class(exactly.device_class_name)
+            if resource:
+                demand[resource] = demand.get(resource, Fraction(0)) + exactly.count
+    return demand

@@ -118,6 +118,7 @@ def decide_quota(
     extended: ExtendedRequests = NO_EXTENDED,
     matcher: DeviceMatcher | None = None,
     same_counts: bool = False,
+    group_extra: Mapping[str, Fraction] | None = None,
 ) -> QuotaDecision:
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
@@ -132,6 +133,9 @@ def decide_quota(
     nodes join its bucket with one list copy instead of a look at each. Every allocation is for a node of
     `snapshot.nodes` (decide_pod's device step refuses unknown nodes before any allocator runs), so no node is
     looked up here.
+
+    `group_extra`: quota resource -> what the rest of the pod's gang needs besides it (decisions/gang/quota.py),
+    added to every node's charge, so that the flavor walk and the fit judge the whole group at once.
     """
     if context is None or not context.enabled or not pod_queue_name(pod.labels):
         return NOT_GOVERNED
@@ -142,6 +146,8 @@ def decide_quota(
     extra, problem = extended_charges(extended, context.mappings)
     if problem:
         return reject_pod(problem, CATEGORY_UNMAPPED)
+    if group_extra:
+        extra = {**extra, **{name: extra.get(name, Fraction(0)) + amount for name, amount in group_extra.items()}}
     charged = _nodes_by_charge(
         allocations,
         context,
