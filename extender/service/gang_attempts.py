@@ -20,14 +20,16 @@ held are adopted into attempts at the first reconcile, so the window applies to 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.gang.claims import group_claims_demand, pending_group_claims
-from extender.decisions.gang.quota import GangNeed, GangQuota
+from extender.decisions.gang.quota import GangNeed
+from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.service.history import DecisionRecord
 from extender.service.quota_view import QuotaView
 from extender.state.core import Pod
 from extender.state.kueue.local_queue import pod_queue_name
@@ -166,12 +168,14 @@ class GangAttempts:
         self,
         pod: Pod,
         group: PodGroup,
-        gang: GangQuota,
-        cluster_queue: str,
-        reserved: bool,
+        decision: PodDecision,
         reservations: ReservationLedger,
     ) -> None:
         """After the filter of a gang member: the attempt goes on (its hold resized), or is lost."""
+        gang = decision.gang
+        if gang is None:
+            return
+        cluster_queue, reserved = decision.quota.cluster_queue, bool(decision.reservation)
         now = reservations.now()
         attempt = self._attempts.get(group.key)
         if gang.refused:
@@ -308,3 +312,84 @@ class GangAttempts:
             attempt.last_refusal,
             outcome,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    pod_key: str
+    state: str  # bound, nominated, pending, finished
+    node: str  # bound or nominated node
+    reserved: Mapping[QuotaKey, Fraction]
+    last_verb: str  # the verb of its last decision ("" when none is remembered)
+    passed_nodes: int
+    best_node: str  # the first node its last decision passed
+    refusal: str  # why its last decision refused every node ("" when some passed)
+
+
+@dataclass(frozen=True, slots=True)
+class GangStatus:
+    """What the PodGroup page and /diagnostics/podgroups show: the group, its members, what it holds."""
+
+    group: PodGroup | None  # None: pods name the group but the PodGroup object is not (yet) in the view
+    group_key: str
+    members: tuple[MemberStatus, ...]
+    placed: int
+    hold: Mapping[QuotaKey, Fraction]
+    attempt: AttemptView | None
+
+
+def _member_status(
+    pod: Pod, reservations: ReservationLedger, last: Callable[[str], DecisionRecord | None]
+) -> MemberStatus:
+    state = (
+        "finished"
+        if pod.is_terminal
+        else "bound"
+        if pod.node_name
+        else "nominated"
+        if pod.nominated_node_name
+        else "pending"
+    )
+    reservation = reservations.get(pod.uid)
+    record = last(pod.key)
+    passed: list[str] = []
+    refusal = ""
+    verb = ""
+    if record is not None:
+        verb = record.verb
+        decision = record.ranking.decision
+        passed = decision.passed
+        if not passed:
+            refusal = next((verdict.reason for _, verdict in decision.failures.items()), "")
+    return MemberStatus(
+        pod.key,
+        state,
+        pod.node_name or pod.nominated_node_name,
+        dict(reservation.charges) if reservation is not None else {},
+        verb,
+        len(passed),
+        passed[0] if passed else "",
+        refusal,
+    )
+
+
+def gang_status(
+    snapshot: ClusterSnapshot,
+    group_key: str,
+    attempts: GangAttempts,
+    reservations: ReservationLedger,
+    last: Callable[[str], DecisionRecord | None],
+) -> GangStatus | None:
+    group = snapshot.pod_groups.get(group_key)
+    members = snapshot.members_of(group_key)
+    if group is None and not members:
+        return None
+    hold = reservations.get(hold_id(group_key))
+    return GangStatus(
+        group,
+        group_key,
+        tuple(_member_status(pod, reservations, last) for pod in members),
+        sum(1 for pod in members if placed(pod)),
+        dict(hold.charges) if hold is not None else {},
+        attempts.view(group_key, reservations.now()),
+    )

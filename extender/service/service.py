@@ -37,7 +37,7 @@ from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
-from extender.service.gang_attempts import GangAttempts, gang_group
+from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.parking import ParkedPods
@@ -419,6 +419,12 @@ class SchedulingService:
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")
 
+    def gang_status(self, namespace: str, name: str) -> GangStatus | None:
+        """A PodGroup as the extender sees it (service/gang_attempts.py gang_status), or None when unknown."""
+        with self.reservations.lock:
+            view = self._quota_view_locked()
+            return gang_status(view.snapshot, f"{namespace}/{name}", self.gangs, self.reservations, self.history.get)
+
     # --- verbs --------------------------------------------------------------------------------------------------
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
@@ -432,9 +438,8 @@ class SchedulingService:
             view = self._quota_view_locked()
             group = self._gang_group(view, pod)
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started, group=group)
-            if group is not None and decision.gang is not None:
-                reserved = bool(decision.reservation)
-                self.gangs.record(pod, group, decision.gang, decision.quota.cluster_queue, reserved, self.reservations)
+            if group is not None:
+                self.gangs.record(pod, group, decision, self.reservations)
             if decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
@@ -505,8 +510,7 @@ class SchedulingService:
         view = self.quota_view()
         names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
         governed = needs_our_decision(pod, view.snapshot)
-        with self.reservations.lock:
-            group = self._gang_group(view, pod) if governed else None
+        group = self._gang_group(view, pod) if governed else None
         decision = self._decide(
             view.snapshot,
             pod,
@@ -591,6 +595,5 @@ class SchedulingService:
         )
 
     def _gang_group(self, view: QuotaView, pod: Pod) -> PodGroup | None:
-        if not self.options.workload.gangs or not pod.pod_group:
-            return None
-        return gang_group(view, pod, own_workload_key(view, pod))
+        enabled = self.options.workload.gangs and bool(pod.pod_group)
+        return gang_group(view, pod, own_workload_key(view, pod)) if enabled else None
