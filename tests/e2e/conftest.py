@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import build
 from tests.e2e.cluster import (
@@ -192,7 +193,9 @@ def workload_control_plane(
     scenarios own it."""
     started = _start(pytestconfig, e2e_binaries, "workload", features=WORKLOAD_AWARE)
     try:
-        config_file = os.environ.get("E2E_EXTENDER_CONFIG") or None
+        # the extender mirrors kube-scheduler's gates (features:), as a user running gangs would set it
+        config_file = started.plane.workdir / "extender-workload.yaml"
+        config_file.write_text(yaml.safe_dump({"features": {gate: on for gate, on in WORKLOAD_AWARE.gates.items()}}))
         extender = start_extender(
             started.plane.kubeconfig, free_port(), config_file=config_file, log_dir=started.plane.log_dir
         )
