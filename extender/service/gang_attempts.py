@@ -132,7 +132,8 @@ class GangAttempts:
         demand = (
             group_claims_demand(pending_group_claims(snapshot, pod), context.resource_for_class) if group_claims else {}
         )
-        return GangNeed(group.key, group.min_count, placed_count, in_attempt, claims_held, demand)
+        held_rest = attempt.hold if attempt is not None and reservations.get(hold_id(group.key)) is not None else {}
+        return GangNeed(group.key, group.min_count, placed_count, in_attempt, claims_held, demand, dict(held_rest))
 
     def need_and_ledger(
         self,

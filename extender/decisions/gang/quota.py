@@ -35,6 +35,8 @@ class GangNeed:
     claims_held: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
     # quota resource -> what the group's pending claims take (charged once for the whole group)
     claims_demand: Mapping[str, Fraction] = field(default_factory=dict)
+    # what the attempt holds for the rest of the gang now (credited to this pod's ledger)
+    held_rest: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
 
     @property
     def others(self) -> int:
@@ -93,6 +95,11 @@ def decide_gang_quota(
     rest = {resource: amount * others for resource, amount in each.items() if amount}
     if not rest:
         return GangQuota(first, need, own, {}, claims)
+    in_flavor = {key: rest[key[2]] for key in reservation if rest.get(key[2])}
+    if in_flavor and all(need.held_rest.get(key, Fraction(0)) >= amount for key, amount in in_flavor.items()):
+        # the attempt's hold already covers the rest in the flavor this pod takes: the group was judged whole
+        # when the hold was made, and this pod's charge came out of it (once per attempt, not per member)
+        return GangQuota(first, need, own, in_flavor, claims)
     whole = decide(rest)
     if whole.reservation:
         # one flavor for the whole gang: the flavors the group's decision chose
