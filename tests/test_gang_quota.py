@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.service.config import parse_config
-from extender.service.gang_attempts import hold_id
+from extender.service.gang_attempts import WON_PATIENCE, hold_id
 from extender.state.core import parse_pod
 from testkit import builders as b
 from tests.support.quota import base_objects
@@ -149,7 +149,7 @@ def test_a_group_claim_is_held_once_for_the_attempt() -> None:
         assert engine.reservations.totals() == {OD: 2}
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(
     quota=st.integers(min_value=0, max_value=16),
     min_count=st.integers(min_value=1, max_value=5),
@@ -177,7 +177,8 @@ def test_the_group_holds_the_sum_of_its_pods_charges_and_every_failure_releases_
     else:
         assert quota >= min_count * each and passed == min_count
     if lose:
-        clock.now += 10
+        # a complete attempt (every member reserved) waits WON_PATIENCE windows for its bindings, then goes too
+        clock.now += engine.gangs.window_seconds * WON_PATIENCE + 0.1
         engine.quota_view()
         assert engine.reservations.totals() == {}
 
@@ -190,3 +191,35 @@ def test_a_gang_kueue_admitted_keeps_its_admitted_hold_and_is_not_decided_again(
     decision = filter_(engine, b.owned_by(member("w0"), "job-uid"))
     assert decision.passed and decision.gang is None  # Kueue's admission was the group's decision
     assert engine.reservations.get(hold_id("team-a/train")) is None
+
+
+def test_reservations_a_previous_process_held_for_a_gang_join_an_attempt_and_go_after_the_window() -> None:
+    """After a restart the attempts are gone but the journal gives the reservations back (with their TTL): gang
+    members' reservations and the group's hold join attempts, so a lost attempt still ends after the window."""
+    from extender.service.gang_attempts import GangAttempts
+
+    clock = Clock()
+    engine = gang(8, clock=clock)
+    for index in range(2):
+        assert filter_(engine, member(f"w{index}")).passed
+    assert engine.reservations.totals() == {OD: 8}
+    engine.gangs = GangAttempts(2.0)  # what a new process starts with; the ledger is what the journal restored
+    engine.quota_view()
+    assert engine.gangs.view("team-a/train", clock.now) is not None  # adopted
+    assert engine.reservations.totals() == {OD: 8}
+    clock.now += 3
+    engine.quota_view()
+    assert engine.reservations.totals() == {}
+
+
+def test_a_complete_attempt_waits_longer_for_its_bindings_to_show() -> None:
+    clock = Clock()
+    engine = gang(8, clock=clock)
+    for index in range(4):
+        assert filter_(engine, member(f"w{index}")).passed
+    clock.now += engine.gangs.window_seconds + 0.5
+    engine.quota_view()
+    assert engine.reservations.totals() == {OD: 8}  # all 4 passed: kube-scheduler is likely binding them
+    clock.now += engine.gangs.window_seconds * WON_PATIENCE
+    engine.quota_view()
+    assert engine.reservations.totals() == {}  # nobody showed placed: the attempt was lost after all

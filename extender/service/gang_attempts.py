@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 HOLD_PREFIX = "podgroup:"
 RELEASE_LOST = "gang-attempt-lost"
 ENDED_KEPT = 1024  # groups whose last attempt diagnostics remember
+WON_PATIENCE = 5  # windows a complete attempt (minCount members reserved) may wait for its bindings to show
 
 
 def hold_id(group_key: str) -> str:
@@ -229,9 +230,19 @@ class GangAttempts:
                 self._end(attempt, reservations, released)
             elif group is None or (changed and condition is not None and condition.status == "False"):
                 released += self._lose(attempt, reservations, snapshot, "kube-scheduler gave the attempt up")
-            elif now - attempt.last_call > self.window_seconds:
+            elif now - attempt.last_call > self._window(attempt, members, reservations):
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
         return released
+
+    def _window(self, attempt: Attempt, members: list[Pod], reservations: ReservationLedger) -> float:
+        """How long the attempt may go without a call. Once minCount members passed our filter and hold their
+        reservations, kube-scheduler has likely placed the group and is binding it (Permit, PreBind): those
+        pods show as nominated or bound soon, and letting their quota go before would open a window for
+        another pod to take it. Such an attempt gets WON_PATIENCE windows; one still short of minCount, one."""
+        reserved = sum(1 for member in members if not placed(member) and reservations.get(member.uid) is not None)
+        placed_count = sum(1 for member in members if placed(member))
+        complete = reserved + placed_count >= attempt.min_count
+        return self.window_seconds * (WON_PATIENCE if complete else 1)
 
     def _end(self, attempt: Attempt, reservations: ReservationLedger, released: list[tuple[Reservation, str]]) -> None:
         hold = reservations.release(hold_id(attempt.group_key))
