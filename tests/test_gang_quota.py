@@ -223,3 +223,33 @@ def test_a_complete_attempt_waits_longer_for_its_bindings_to_show() -> None:
     clock.now += engine.gangs.window_seconds * WON_PATIENCE
     engine.quota_view()
     assert engine.reservations.totals() == {}  # nobody showed placed: the attempt was lost after all
+
+
+def test_a_group_claim_gang_binds_into_usage_of_the_claim_once() -> None:
+    """The attempt of a group-claim gang, then what kube-scheduler's PreBind and Bind write: the claim allocated
+    once and reserved for the PodGroup, the members bound. Usage takes over from the reservations: 2, not 6."""
+    objects = [*base_objects({"on-demand": {"nominal": 2}}, od_nodes=2, spot_nodes=0)]
+    group = b.pod_group("train", "team-a", min_count=3, claim_templates={"gpu": "two"})
+    objects.append(group)
+    engine = engine_for(objects, GANGS_ON, Clock())
+    for index in range(3):
+        assert filter_(engine, member(f"w{index}")).passed
+    claim = b.reserved_for_group(
+        b.claim(
+            "train-gpu-x",
+            "team-a",
+            [b.exact_request("gpu", 2)],
+            allocated=[("gpu", "on-demand-0", "gpu-0"), ("gpu", "on-demand-0", "gpu-1")],
+            allocated_node="on-demand-0",
+        ),
+        "train",
+    )
+    group["status"] = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "train-gpu-x"}]}
+    engine.store.apply("PodGroup", "MODIFIED", group)
+    engine.store.apply("ResourceClaim", "ADDED", claim)
+    for index in range(3):
+        bound = member(f"w{index}", node_name="on-demand-0", claim_statuses={"gpu": "train-gpu-x"})
+        engine.store.apply("Pod", "MODIFIED", bound)
+    view = engine.quota_view()
+    assert dict(view.usage) == {OD: 2} and engine.reservations.totals() == {}
+    assert not filter_(engine, gpu_pod("single")).passed  # the queue is full: 2 of 2
