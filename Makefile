@@ -52,6 +52,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.sync_bench
 	$(BIN)/python -m bench.compare_upstream
 	$(BIN)/python -m bench.web_bench
+	$(BIN)/python -m bench.gang_bench
 
 # The end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing).
 bench-e2e: $(STAMP)

@@ -204,6 +204,8 @@ def pod(
     uid: str | None = None,
     claim_statuses: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
+    pod_group: str = "",
+    nominated_node: str = "",
 ) -> dict[str, Any]:
     labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
     resource_claims = [{"name": k, "resourceClaimTemplateName": v} for k, v in (templates or {}).items()]
@@ -232,6 +234,10 @@ def pod(
     }
     if node_name:
         obj["spec"]["nodeName"] = node_name
+    if pod_group:
+        obj["spec"]["schedulingGroup"] = {"podGroupName": pod_group}
+    if nominated_node:
+        obj["status"]["nominatedNodeName"] = nominated_node
     if phase:
         obj["status"]["phase"] = phase
     if claim_statuses:
@@ -307,5 +313,42 @@ def owned_by(obj: dict[str, Any], owner_uid: str, kind: str = "Job") -> dict[str
     """The pod, owned (controller) by a Job or other object with that uid, as the Job controller creates it."""
     obj["metadata"]["ownerReferences"] = [
         {"apiVersion": "batch/v1", "kind": kind, "name": "owner", "uid": owner_uid, "controller": True}
+    ]
+    return obj
+
+
+def pod_group(
+    name: str,
+    namespace_name: str,
+    *,
+    min_count: int | None = None,
+    claim_templates: dict[str, str] | None = None,
+    claims: dict[str, str] | None = None,
+    claim_statuses: dict[str, str] | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 PodGroup: gang with ``min_count``, else basic."""
+    policy: dict[str, Any] = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    resource_claims = [{"name": k, "resourceClaimTemplateName": v} for k, v in (claim_templates or {}).items()]
+    resource_claims += [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
+    status: dict[str, Any] = {}
+    if claim_statuses:
+        status["resourceClaimStatuses"] = [{"name": k, "resourceClaimName": v} for k, v in claim_statuses.items()]
+    if conditions:
+        status["conditions"] = conditions
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace_name, "uid": uid or f"uid-pg-{namespace_name}-{name}"},
+        "spec": {"schedulingPolicy": policy, "resourceClaims": resource_claims},
+        "status": status,
+    }
+
+
+def reserved_for_group(obj: dict[str, Any], group_name: str, group_uid: str = "") -> dict[str, Any]:
+    """A ResourceClaim reserved for a PodGroup, as kube-scheduler writes it (resourceclaim.BindTo)."""
+    obj.setdefault("status", {})["reservedFor"] = [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": group_name, "uid": group_uid}
     ]
     return obj

@@ -23,7 +23,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -65,6 +65,51 @@ READY_PATHS: dict[str, tuple[str, bool]] = {
     "extender": ("/readyz", False),
     "kueue": ("/readyz", False),
 }
+
+
+@dataclass(frozen=True)
+class ClusterFeatures:
+    """The feature gates, served API versions, extra controllers and extra flags a scenario asks for.
+
+    Gates go to kube-apiserver, kube-controller-manager and kube-scheduler alike: a gate such as
+    ``GenericWorkload`` switches on the API fields (apiserver), the controllers (kube-controller-manager's
+    podgroup-protection-controller, the resourceclaim-controller's PodGroup claims) and the scheduler's pod-group
+    cycle, and upstream documents each gate as one setting across the control plane (pkg/features
+    kube_features.go). ``runtime_config`` goes to kube-apiserver only (``--runtime-config``): a beta API group
+    such as scheduling.k8s.io/v1beta1 is not served by default. ``extra_args`` maps a component name
+    (kube-apiserver, kube-controller-manager, kube-scheduler) to further flags.
+    """
+
+    gates: Mapping[str, bool] = field(default_factory=dict)
+    runtime_config: Mapping[str, str] = field(default_factory=dict)
+    controllers: tuple[str, ...] = ()
+    extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def gate_flags(self) -> list[str]:
+        if not self.gates:
+            return []
+        joined = ",".join(f"{name}={'true' if on else 'false'}" for name, on in sorted(self.gates.items()))
+        return [f"--feature-gates={joined}"]
+
+    def apiserver_flags(self) -> list[str]:
+        flags = self.gate_flags()
+        if self.runtime_config:
+            flags.append("--runtime-config=" + ",".join(f"{k}={v}" for k, v in sorted(self.runtime_config.items())))
+        return flags + list(self.extra_args.get("kube-apiserver", ()))
+
+    def component_flags(self, component: str) -> list[str]:
+        """Flags for kube-controller-manager or kube-scheduler: the gates, then the scenario's extra flags."""
+        return self.gate_flags() + list(self.extra_args.get(component, ()))
+
+
+# Workload-aware scheduling as Kubernetes 1.37 ships it: both beta gates (DRAWorkloadResourceClaims needs
+# DynamicResourceAllocation, on by default, and GenericWorkload), the v1beta1 API served, and the controller
+# that guards PodGroups in use (cmd/kube-controller-manager/app/scheduling.go).
+WORKLOAD_AWARE = ClusterFeatures(
+    gates={"GenericWorkload": True, "DRAWorkloadResourceClaims": True},
+    runtime_config={"scheduling.k8s.io/v1beta1": "true"},
+    controllers=("podgroup-protection-controller",),
+)
 
 
 class ControlPlaneError(RuntimeError):
@@ -431,6 +476,7 @@ class ControlPlane:
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     components: dict[str, Component] = field(default_factory=dict)
     server: str = ""
+    features: ClusterFeatures = field(default_factory=ClusterFeatures)
     kubeconfig: Path = field(init=False)
     api_client: k8s.ApiClient | None = None
 
@@ -523,6 +569,7 @@ class ControlPlane:
                 "--disable-admission-plugins=TaintNodesByCondition",  # nodes are made Ready by hand
                 "--profiling=false",
                 "--v=1",
+                *self.features.apiserver_flags(),
             ],
         )
         self.server = f"https://{LOOPBACK}:{port}"
@@ -551,10 +598,11 @@ class ControlPlane:
                 str(self.binaries["kube-controller-manager"]),
                 *self._component_flags(port),
                 f"--cert-dir={self.workdir / 'kcm-certs'}",
-                f"--controllers={','.join(controllers)}",
+                f"--controllers={','.join((*controllers, *self.features.controllers))}",
                 f"--service-account-private-key-file={self.workdir / 'service-account.key'}",
                 f"--root-ca-file={self.workdir / 'apiserver-certs' / 'apiserver.crt'}",
                 "--use-service-account-credentials=false",
+                *self.features.component_flags("kube-controller-manager"),
             ],
         )
         kcm.url = f"https://{LOOPBACK}:{port}"
@@ -583,6 +631,7 @@ class ControlPlane:
                 f"--config={config_file}",
                 *self._component_flags(port)[1:],  # the kubeconfig comes from the config file
                 f"--cert-dir={self.workdir / f'{name}-certs'}",
+                *self.features.component_flags("kube-scheduler"),
             ],
         )
         scheduler.url = f"https://{LOOPBACK}:{port}"
@@ -807,10 +856,12 @@ def start_control_plane(
     extender_url: str | None = None,
     scheduler_config_file: Path | None = None,
     start_scheduler: bool = True,
+    features: ClusterFeatures | None = None,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver, kube-controller-manager and (unless ``start_scheduler`` is False)
-    kube-scheduler in ``workdir``. On any failure everything started so far is stopped again."""
-    plane = ControlPlane(workdir=workdir, binaries=binaries)
+    kube-scheduler in ``workdir``, each with the gates and flags of ``features``. On any failure everything
+    started so far is stopped again."""
+    plane = ControlPlane(workdir=workdir, binaries=binaries, features=features or ClusterFeatures())
     try:
         plane.start_etcd()
         plane.start_apiserver()

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from extender.service import ExtenderConfig
 from extender.service.config import BindSection, LimitsSection
-from extender.service.service import needs_our_decision
+from extender.service.pod_facts import needs_our_decision
 from extender.state.core import parse_pod
 from extender.transport.app import create_app
 from testkit import builders as b

@@ -40,7 +40,8 @@ def test_discovery_prefers_the_newest_version_we_understand(
     finally:
         server.close()
     assert discovery.kueue_available and discovery.dra_available
-    assert set(discovery.missing) <= {"DeviceTaintRule"}  # an optional, feature-gated API the fake does not serve
+    # optional, feature-gated APIs the fake does not serve
+    assert set(discovery.missing) <= {"DeviceTaintRule", "PodGroup", "SchedulingWorkload"}
     assert {r.version for r in discovery.resources.values() if r.info.group == DRA} == {expected_dra}
     assert {r.version for r in discovery.resources.values() if r.info.group == KUEUE} == {expected_kueue}
     configmap = discovery.resources["ConfigMap"]

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from extender.decisions.devices.results import Allocation, ClaimAllocation, NotAllocatable
 from extender.decisions.devices.settled import SettledNodes
+from extender.decisions.gang.quota import GangQuota
 from extender.decisions.quota.verdicts import NOT_GOVERNED, NodeQuota, QuotaDecision, QuotaRejection
 from extender.decisions.scoring import STRATEGY_MOST
 from extender.state.reservations import QuotaKey
@@ -185,6 +186,8 @@ class PodDecision:
     # The remembered answers of the pod's shape when every allocation is theirs: score_nodes scores the nodes
     # a group of equal parts at a time.
     settled: SettledNodes | None = None
+    # For a pod of a gang (decisions/gang/quota.py): the group's decision, what the attempt holds besides the pod
+    gang: GangQuota | None = None
 
     @property
     def failures(self) -> NodeFailures:

@@ -10,8 +10,9 @@ Kueue's quota (pkg/scheduler/flavorassigner) only on the nodes the devices allow
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.extended_resources import ExtendedRequests, resolve_extended
@@ -20,6 +21,8 @@ from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.results import NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.gang.features import WORKLOAD_FEATURES_OFF, WorkloadFeatures
+from extender.decisions.gang.quota import GangNeed, decide_gang_quota
 from extender.decisions.pod_decision import (
     NO_FAILURES,
     NodeFailures,
@@ -50,6 +53,8 @@ class DecisionOptions:
     allow_strategy_annotation: bool = True
     # The DRA feature gates (config `features:`), one value for the service's life; see decisions/devices/features.py.
     features: Features = DEFAULT_FEATURES
+    # The workload-aware scheduling gates (config `features:` too); see decisions/gang/features.py.
+    workload: WorkloadFeatures = WORKLOAD_FEATURES_OFF
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:
@@ -70,6 +75,7 @@ def decide_pod(
     options: DecisionOptions = DecisionOptions(),
     deadline: float | None = None,
     holders: HolderLookup | None = None,
+    gang: GangNeed | None = None,
 ) -> PodDecision:
     """The pod's verdict on each of `node_names`: the devices it needs (allocator per node), then quota on the
     nodes the devices allow. `deadline` (a time.perf_counter() instant): nodes the allocator has not reached by
@@ -97,19 +103,29 @@ def decide_pod(
         )
     else:
         devices = _device_outcomes_per_variant(snapshot, pod_claims, extended, names, matcher, options, deadline)
-    quota = decide_quota(
-        snapshot,
-        pod,
-        devices.allocations,
-        quota_context,
-        ledger,
-        unmapped=options.unmapped_classes,
-        extended=extended,
-        matcher=matcher,
-        same_counts=devices.settled is not None,
-        holders=holders,
-    )
+
+    def quota_for(rest_of_gang: Mapping[str, Fraction] | None = None) -> QuotaDecision:
+        """Quota on the device-feasible nodes; with `rest_of_gang`, for the pod and the rest of its gang at once."""
+        return decide_quota(
+            snapshot,
+            pod,
+            devices.allocations,
+            quota_context,
+            ledger,
+            unmapped=options.unmapped_classes,
+            extended=extended,
+            matcher=matcher,
+            same_counts=devices.settled is not None,
+            holders=holders,
+            group_extra=rest_of_gang,
+        )
+
+    quota = quota_for()
+    gang_quota = decide_gang_quota(quota, gang, quota_for) if gang is not None else None
+    if gang_quota is not None:
+        quota = gang_quota.quota
     verdicts = NodeVerdicts(order, devices.allocations, quota.per_node, _failures(devices, quota), asked)
+    held = gang_quota.own if gang_quota is not None else quota.reservation
     return PodDecision(
         pod.key,
         pod.uid,
@@ -117,9 +133,10 @@ def decide_pod(
         verdicts,
         quota=quota,
         strategy=strategy,
-        reservation=quota.reservation if len(verdicts.failures) < len(order) else {},
+        reservation=held if len(verdicts.failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
         settled=devices.settled,
+        gang=gang_quota,
     )
 
 

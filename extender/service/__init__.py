@@ -1,9 +1,10 @@
 """The application service: owns the process's state and runs the verbs (see service.py)."""
 
 from extender.service.config import ConfigError, ExtenderConfig, load_config, parse_config
+from extender.service.errors import BindError, NotSyncedError
 from extender.service.history import DecisionRecord
 from extender.service.quota_view import QuotaView
-from extender.service.service import Binder, BindError, NotSyncedError, SchedulingService
+from extender.service.service import Binder, SchedulingService
 
 __all__ = [
     "BindError",

@@ -25,6 +25,7 @@ from extender.decisions.devices.features import (
     UNIMPLEMENTED_ALPHA_GATES,
     Features,
 )
+from extender.decisions.gang.features import WORKLOAD_GATE_DEPENDENCIES, WorkloadFeatures
 from extender.decisions.quota.charges import UNMAPPED_IGNORE, UNMAPPED_REJECT
 from extender.decisions.quota.context import KueueConfigRef
 from extender.decisions.scheduling import DecisionOptions
@@ -126,6 +127,9 @@ class ReservationsSection:
     # Where `serve` with a live source keeps the ledger across restarts (state/reservation_journal.py): "auto"
     # (the temporary directory, one file per listen address and API server), a file path, or "" (memory only).
     journal: str = option("journal", JOURNAL_AUTO)
+    # A gang's attempt (service/gang_attempts.py) is lost when no member is asked about for this long while the
+    # group is not placed: kube-scheduler filters a gang's pods back to back, then binds or reverts them all.
+    gang_window_seconds: float = option("gangAttemptWindowSeconds", 2.0, minimum=0.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,11 +241,18 @@ class FeaturesSection:
     device_compatibility_groups: bool = option("DRADeviceCompatibilityGroups", False)
     list_type_attributes: bool = option("DRAListTypeAttributes", False)
     optional_node_operations: bool = option("DRAOptionalNodeOperations", False)
+    # workload-aware scheduling (decisions/gang/features.py): beta and alpha, off in 1.37
+    generic_workload: bool = option("GenericWorkload", False)
     workload_resource_claims: bool = option("DRAWorkloadResourceClaims", False)
+    topology_aware: bool = option("TopologyAwareWorkloadScheduling", False)
 
     def value(self) -> Features:
         """The gates the allocator honours, as one frozen value."""
         return Features(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Features)})
+
+    def workload(self) -> WorkloadFeatures:
+        """The workload-aware scheduling gates, as one frozen value."""
+        return WorkloadFeatures(**{f.name: getattr(self, f.name) for f in dataclasses.fields(WorkloadFeatures)})
 
 
 def _check_features(section: FeaturesSection) -> None:
@@ -258,7 +269,7 @@ def _check_features(section: FeaturesSection) -> None:
             f"features: {', '.join(locked)} is GA and locked to true in Kubernetes 1.37 (kube-scheduler refuses "
             "to start with it off)"
         )
-    for gate, needs in GATE_DEPENDENCIES.items():
+    for gate, needs in {**GATE_DEPENDENCIES, **WORKLOAD_GATE_DEPENDENCIES}.items():
         if getattr(section, keys[gate]) and not getattr(section, keys[needs]):
             raise ConfigError(f"features: {gate} needs {needs}; turn both off (as kube-scheduler requires)")
 
@@ -292,6 +303,7 @@ class ExtenderConfig:
             search_budget=self.search.budget,
             allow_strategy_annotation=self.scoring.allow_pod_annotation,
             features=self.features.value(),
+            workload=self.features.workload(),
         )
 
     @property

@@ -20,10 +20,9 @@ from functools import partial
 from operator import is_
 
 from extender.decisions.caches import DecisionCaches
-from extender.decisions.devices.extended_resources import is_dra_backed
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.pod_decision import PodDecision
-from extender.decisions.quota.attribution import cluster_queue_of, pending_charges, pod_usage, provisional_usage
+from extender.decisions.quota.attribution import pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder
@@ -31,16 +30,18 @@ from extender.decisions.quota.workload_holds import (
     admitted_quota,
     governed_resources,
     holds_with_reservations,
-    own_workload,
     remaining_hold,
 )
 from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
+from extender.service.errors import BindError, NotSyncedError
+from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.parking import ParkedPods
+from extender.service.pod_facts import needs_our_decision, own_workload_key, pod_id
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reconciliation import pods_to_reconcile, reservation_state
 from extender.state.core import Pod
@@ -48,6 +49,7 @@ from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.kueue.workload import Workload
+from extender.state.podgroups.podgroup import PodGroup
 from extender.state.reservation_journal import ReservationJournal
 from extender.state.reservations import QuotaKey, ReservationLedger
 from extender.state.snapshot import ClusterSnapshot
@@ -59,42 +61,10 @@ log = logging.getLogger(__name__)
 Binder = Callable[[str, str, str, str], None]  # (namespace, pod name, pod uid, node)
 
 
-class BindError(RuntimeError):
-    """Binding the pod through the API failed; nothing stays reserved for it."""
-
-
-class NotSyncedError(RuntimeError):
-    """The cluster view is not complete (initial lists pending, or watches broken past the stale grace).
-
-    A verdict from an incomplete view can over-commit: with no ClusterQueue listed yet quota looks ungoverned,
-    with claims not listed yet devices look free. filter answers kube-scheduler with a non-empty `Error`
-    instead, which pkg/scheduler/schedule_one.go findNodesThatPassExtenders returns as the scheduling error
-    (ignorable: false). The pod then has no unschedulable plugin, so scheduling_queue.go
-    determineSchedulingHintForInFlightPod requeues it with backoff (1 s doubling to 10 s), not into the
-    unschedulable pool: it is retried promptly once the view is synced.
-    """
-
-
 _QUOTA_KINDS_IN_ORDER = tuple(sorted(QUOTA_KINDS))
 
 # How long the view keeper waits for a change before looking again whether it is stopping.
 VIEW_KEEPER_IDLE_SECONDS = 1.0
-
-
-def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
-    """Pods without claims, without a queue and without a DRA-backed extended resource pass every known node:
-    nothing to reserve or record. An extended resource a DeviceClass backs is a claim in all but name."""
-    return bool(pod.claims) or bool(pod_queue_name(pod.labels)) or is_dra_backed(snapshot.device_classes, pod)
-
-
-def pod_id(pod: Pod) -> str:
-    return pod.uid or pod.key
-
-
-def own_workload_key(view: QuotaView, pod: Pod) -> str:
-    """The admitted Workload whose hold the pod's charge replaces, "" when none."""
-    workload = own_workload(view.snapshot, pod, cluster_queue_of(pod, view.context))
-    return workload.key if workload is not None else ""
 
 
 class SchedulingService:
@@ -129,6 +99,7 @@ class SchedulingService:
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
+        self.gangs = GangAttempts(config.reservations.gang_window_seconds)  # service/gang_attempts.py
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
@@ -324,6 +295,8 @@ class SchedulingService:
         released = self.reservations.reconcile(
             partial(reservation_state, snapshot), pod_keys=pod_keys, pod_uids=pod_uids
         )
+        if self.options.workload.gangs:
+            released += self.gangs.settle(snapshot, self.reservations)
         for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             if reservation.pod_uid in self._restored_pods:
@@ -427,6 +400,12 @@ class SchedulingService:
     def last_decision(self, namespace: str, name: str) -> DecisionRecord | None:
         return self.history.get(f"{namespace}/{name}")
 
+    def gang_status(self, namespace: str, name: str) -> GangStatus | None:
+        """A PodGroup as the extender sees it (service/gang_attempts.py gang_status), or None when unknown."""
+        with self.reservations.lock:
+            view = self._quota_view_locked()
+            return gang_status(view.snapshot, f"{namespace}/{name}", self.gangs, self.reservations, self.history.get)
+
     # --- verbs --------------------------------------------------------------------------------------------------
 
     def filter(self, pod: Pod, node_names: Iterable[str]) -> PodDecision:
@@ -438,7 +417,10 @@ class SchedulingService:
         identity = pod_id(pod)
         with self.reservations.lock:
             view = self._quota_view_locked()
-            decision = self._decide(view.snapshot, pod, node_names, view=view, started=started)
+            group = self._gang_group(view, pod)
+            decision = self._decide(view.snapshot, pod, node_names, view=view, started=started, group=group)
+            if group is not None:
+                self.gangs.record(pod, group, decision, self.reservations)
             if decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
@@ -508,13 +490,16 @@ class SchedulingService:
         started = time.perf_counter()
         view = self.quota_view()
         names = list(node_names) if node_names is not None else sorted(view.snapshot.nodes)
+        governed = needs_our_decision(pod, view.snapshot)
+        group = self._gang_group(view, pod) if governed else None
         decision = self._decide(
             view.snapshot,
             pod,
             names,
-            view=view if needs_our_decision(pod, view.snapshot) else None,
+            view=view if governed else None,
             started=started,
             deadline_seconds=self.config.diagnostics.explain.deadline_seconds,
+            group=group,
         )
         return score_nodes(decision, names, view.snapshot, self.caches, self.options.weights)
 
@@ -538,7 +523,13 @@ class SchedulingService:
             reservation = self.reservations.get(identity)
             filtered = self.history.recent_filter(identity)
             verdict = filtered.verdicts.get(node) if filtered is not None else None
-            if reservation is not None and verdict is not None and verdict.passed and verdict.quota is not None:
+            if (
+                reservation is not None
+                and verdict is not None
+                and verdict.passed
+                and verdict.quota is not None
+                and (filtered is None or filtered.gang is None)  # a gang's node charge is the group's
+            ):
                 # The filter held the largest charge of all passing nodes; the node chosen may take less.
                 self.reservations.reserve(
                     identity,
@@ -560,6 +551,7 @@ class SchedulingService:
         view: QuotaView | None,
         started: float | None = None,
         deadline_seconds: float | None = None,
+        group: PodGroup | None = None,
     ) -> PodDecision:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
         ledger = holders = None
@@ -567,6 +559,12 @@ class SchedulingService:
             workload = own_workload_key(view, pod)
             ledger = view.ledger_excluding(pod_id(pod), pod.key, workload)
             holders = view.holders_lookup(pod.key, workload)
+        need = None
+        if group is not None and ledger is not None and view is not None:
+            with self.reservations.lock:
+                need, ledger = self.gangs.need_and_ledger(
+                    view, pod, group, self.reservations, ledger, group_claims=self.options.workload.group_claims
+                )
         return decide_pod(
             snapshot,
             pod,
@@ -579,4 +577,9 @@ class SchedulingService:
             deadline=(started + (deadline_seconds or self.config.limits.request_deadline_seconds))
             if started is not None
             else None,
+            gang=need,
         )
+
+    def _gang_group(self, view: QuotaView, pod: Pod) -> PodGroup | None:
+        enabled = self.options.workload.gangs and bool(pod.pod_group)
+        return gang_group(view, pod, own_workload_key(view, pod)) if enabled else None

@@ -288,10 +288,18 @@ class Pod:
     # what Kueue's preemption compares (pkg/util/priority, preemption/common SatisfiesPreemptionPolicy).
     priority: int | None = None
     created: str = field(default="", compare=False)
+    # spec.schedulingGroup.podGroupName (core/v1 PodSchedulingGroup, 1.36+): the PodGroup kube-scheduler
+    # schedules this pod with (GenericWorkload); "" for a pod on its own.
+    pod_group: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def group_key(self) -> str:
+        """namespace/podGroupName, "" when the pod is in no group."""
+        return f"{self.namespace}/{self.pod_group}" if self.pod_group else ""
 
     @property
     def is_terminal(self) -> bool:
@@ -359,6 +367,7 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         nominated_node_name=get_str(status, "nominatedNodeName", "status"),
         priority=get_optional_int(spec, "priority", "spec"),
         created=get_str(get_map(obj, "metadata", ""), "creationTimestamp", "metadata"),
+        pod_group=get_str(get_map(spec, "schedulingGroup", "spec"), "podGroupName", "spec.schedulingGroup"),
     )
 
 

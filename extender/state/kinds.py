@@ -23,6 +23,7 @@ from extender.state.kueue.local_queue import parse_local_queue
 from extender.state.kueue.parsing import KUEUE_GROUP
 from extender.state.kueue.resource_flavor import parse_resource_flavor
 from extender.state.kueue.workload import parse_workload
+from extender.state.podgroups.podgroup import SCHEDULING_GROUP, parse_pod_group, parse_scheduling_workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +34,18 @@ class KindInfo:
     plural: str
     namespaced: bool
     parse: Callable[[Mapping[str, Any]], Any]
+    api_kind: str = ""  # the kind as the API spells it, when `kind` must differ (two groups' Workload)
+
+    @property
+    def wire_kind(self) -> str:
+        return self.api_kind or self.kind
 
 
 RESOURCE_GROUP = "resource.k8s.io"
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+# Workload-aware scheduling is served at v1beta1 in 1.37 (with --runtime-config; GenericWorkload gate)
+SCHEDULING_VERSIONS = ("v1beta1",)
 
 KINDS: tuple[KindInfo, ...] = (
     KindInfo("Node", "", ("v1",), "nodes", False, parse_node),
@@ -68,9 +76,26 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("LocalQueue", KUEUE_GROUP, KUEUE_VERSIONS, "localqueues", True, parse_local_queue),
     KindInfo("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSIONS, "resourceflavors", False, parse_resource_flavor),
     KindInfo("Workload", KUEUE_GROUP, KUEUE_VERSIONS, "workloads", True, parse_workload),
+    KindInfo("PodGroup", SCHEDULING_GROUP, SCHEDULING_VERSIONS, "podgroups", True, parse_pod_group),
+    KindInfo(
+        "SchedulingWorkload",
+        SCHEDULING_GROUP,
+        SCHEDULING_VERSIONS,
+        "workloads",
+        True,
+        parse_scheduling_workload,
+        api_kind="Workload",
+    ),
 )
 
 KINDS_BY_NAME: Mapping[str, KindInfo] = {info.kind: info for info in KINDS}
+_BY_WIRE_KIND: Mapping[tuple[str, str], KindInfo] = {(info.wire_kind, info.group): info for info in KINDS}
+
+
+def kind_of_document(kind: str, api_version: str) -> KindInfo | None:
+    """The kind a document of `kind` at `api_version` is read as: Workload is Kueue's or scheduling.k8s.io's."""
+    group = api_version.split("/", 1)[0] if "/" in api_version else ""
+    return _BY_WIRE_KIND.get((kind, group)) or KINDS_BY_NAME.get(kind)
 
 
 def object_key(info: KindInfo, obj: Mapping[str, Any]) -> str:

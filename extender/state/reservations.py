@@ -129,9 +129,11 @@ class ReservationLedger:
         *,
         workload: str = "",
         seen: bool = False,
+        ttl_seconds: float | None = None,
     ) -> Reservation:
         """Hold `charges` for the pod, replacing whatever it held before. `seen`: the view the verdict came from
-        holds the pod (so its disappearance means deletion)."""
+        holds the pod (so its disappearance means deletion). `ttl_seconds`: a shorter life than the ledger's
+        (a gang's hold for the rest of its attempt, service/gang_attempts.py)."""
         with self.lock:
             previous = self._by_pod.get(pod_uid)
             self._drop(pod_uid, replaced=True)
@@ -142,7 +144,7 @@ class ReservationLedger:
                 cluster_queue,
                 dict(charges),
                 now,
-                now + self.ttl_seconds,
+                now + min(self.ttl_seconds, ttl_seconds if ttl_seconds is not None else self.ttl_seconds),
                 seen=seen or (previous.seen if previous is not None else False),
                 workload=workload,
             )

@@ -21,6 +21,7 @@ from extender.state.kueue.local_queue import LocalQueue
 from extender.state.kueue.queue_status import KueueQueueStatus
 from extender.state.kueue.resource_flavor import ResourceFlavor
 from extender.state.kueue.workload import Workload
+from extender.state.podgroups.podgroup import PodGroup, SchedulingWorkload
 
 # Changes that name a node rather than an object: the allocations on its node-local pools changed (a claim
 # event), or the devices it draws from did (a slice event rebuilt one of its pools). With the Node kind's own
@@ -81,6 +82,7 @@ class ClusterSnapshot:
     shared_alloc_version: int  # version of the allocations on pools that span nodes
     generated_claims: Mapping[tuple[str, str, str], str]  # (namespace, pod uid, pod claim name) -> claim key
     admitted_workloads: Mapping[str, str]  # owner uid (a Pod, a Job) -> key of its admitted Workload
+    group_members: Mapping[str, frozenset[str]]  # PodGroup key -> keys of the pods in it (spec.schedulingGroup)
     queue_status: Mapping[str, KueueQueueStatus]  # ClusterQueue -> what Kueue reports (kept apart from the spec)
     kueue_enabled: bool
     synced: bool
@@ -192,6 +194,19 @@ class ClusterSnapshot:
             None,
         )
         return self.workloads.get(key) if key is not None else None
+
+    @property
+    def pod_groups(self) -> Mapping[str, PodGroup]:
+        return self.objects["PodGroup"]
+
+    @property
+    def scheduling_workloads(self) -> Mapping[str, SchedulingWorkload]:
+        return self.objects["SchedulingWorkload"]
+
+    def members_of(self, group_key: str) -> list[Pod]:
+        """The pods of a PodGroup, by key order (the order every group decision walks them in)."""
+        pods = self.pods
+        return [pods[key] for key in sorted(self.group_members.get(group_key, ())) if key in pods]
 
     def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
         """The ResourceClaim behind one pod.spec.resourceClaims entry, if it exists yet."""

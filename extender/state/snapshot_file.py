@@ -16,7 +16,7 @@ import orjson
 import yaml
 
 from extender.state.errors import ObjectError
-from extender.state.kinds import KINDS_BY_NAME
+from extender.state.kinds import kind_of_document
 from extender.state.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -68,19 +68,19 @@ def load_snapshot_text(text: str, store: ClusterStore | None = None) -> ClusterS
         kind = document.get("kind")
         if not isinstance(kind, str) or not kind:
             raise SnapshotError(f"{label}: field kind: is required")
-        info = KINDS_BY_NAME.get(kind)
+        api_version = document.get("apiVersion", "")
+        info = kind_of_document(kind, api_version if isinstance(api_version, str) else "")
         if info is None:
             if kind not in skipped:
                 skipped.add(kind)
                 log.warning("skipping kind %s: the extender does not read it (first seen in %s)", kind, label)
             continue
-        api_version = document.get("apiVersion", "")
         if info.group and isinstance(api_version, str) and "/" in api_version:
             group, version = api_version.split("/", 1)
             if group != info.group or version not in info.versions:
                 raise SnapshotError(f"{label}: field apiVersion: {kind} {api_version} is not supported")
         try:
-            store.apply(kind, "ADDED", document)
+            store.apply(info.kind, "ADDED", document)
         except ObjectError as error:
             name = (
                 (document.get("metadata") or {}).get("name", "?")

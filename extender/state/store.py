@@ -96,6 +96,9 @@ class ClusterStore:
         self._allocations_dirty = True
         self._device_releases = 0  # see ClusterSnapshot.device_releases
         self._admitted_by_owner: immutables.Map[str, str] = immutables.Map()
+        # PodGroup key (namespace/name) -> keys of the pods naming it in spec.schedulingGroup, whether or not the
+        # PodGroup object exists (kube-scheduler waits for it; the members are known before)
+        self._group_members: immutables.Map[str, frozenset[str]] = immutables.Map()
         self._queue_status: dict[str, KueueQueueStatus] = {}
         self._queue_status_dirty = True
         self._node_devices_cache: dict[str, NodeDevicesCacheEntry] = {}
@@ -192,6 +195,7 @@ class ClusterStore:
             return
         if kind == "Pod":
             self._pod_versions.pop(key, None)
+            self._index_group_member(key, old.group_key if old is not None else "", obj.group_key)
         if kind in PERSISTENT_KINDS:
             self._persistent[kind] = self._persistent[kind].set(key, obj)
         else:
@@ -218,6 +222,7 @@ class ClusterStore:
             return
         if kind == "Pod":
             self._pod_versions.pop(key, None)
+            self._index_group_member(key, old.group_key, "")
         if kind in PERSISTENT_KINDS:
             self._persistent[kind] = self._persistent[kind].delete(key)
         else:
@@ -234,6 +239,19 @@ class ClusterStore:
             self._pools_dirty = True
         elif kind == "DeviceTaintRule":
             self._retaint_pools()
+
+    def _index_group_member(self, pod_key: str, old_group: str, new_group: str) -> None:
+        if old_group == new_group:
+            return
+        if old_group:
+            members = self._group_members.get(old_group, frozenset()) - {pod_key}
+            self._group_members = (
+                self._group_members.set(old_group, members) if members else self._group_members.delete(old_group)
+            )
+        if new_group:
+            self._group_members = self._group_members.set(
+                new_group, self._group_members.get(new_group, frozenset()) | {pod_key}
+            )
 
     def _retaint_pools(self) -> None:
         """DeviceTaintRules changed: every pool's devices are rebuilt with the rules' taints (rules are rare)."""
@@ -457,6 +475,7 @@ class ClusterStore:
                     dict(self._queue_status) if current is None or queue_status_dirty else current.queue_status
                 ),
                 admitted_workloads=self._admitted_by_owner,
+                group_members=self._group_members,
                 kueue_enabled=self._kueue_enabled,
                 synced=self._synced,
                 device_releases=self._device_releases,

@@ -28,6 +28,7 @@ from extender.transport.health_routes import health
 from extender.transport.liveness import InFlight
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.metrics_routes import metrics_blueprint
+from extender.transport.podgroup_routes import podgroups
 from extender.transport.request_io import current_metrics
 from extender.transport.scheduling_routes import scheduling
 from extender.transport.verb_fast_path import SchedulingVerbs
@@ -133,6 +134,7 @@ def _register_blueprints(
     if serve_diagnostics:
         app.register_blueprint(diagnostics)
         app.register_blueprint(web)  # the read-only web view (transport/views.py): people only, never kube-scheduler
+        app.register_blueprint(podgroups)  # a PodGroup, as JSON and as a page of the web view
     if serve_diagnostics if serve_metrics is None else serve_metrics:
         app.register_blueprint(metrics_blueprint)
     app.register_blueprint(health)

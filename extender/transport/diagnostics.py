@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from extender.decisions.gang.quota import GangQuota
 from extender.decisions.pod_decision import NodeVerdict, PodDecision
 from extender.decisions.ranking import Ranking
 from extender.decisions.scoring import ScoreBreakdown
@@ -20,6 +21,7 @@ from extender.service.drift import UnplacedWorkload
 from extender.state.dra.devices import Device, DeviceKey
 from extender.state.inventory import PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
+from extender.state.reservations import QuotaKey
 from extender.state.snapshot import ClusterSnapshot
 
 
@@ -92,6 +94,29 @@ def verdict_json(
     return out
 
 
+def charges_json(charges: Mapping[QuotaKey, Fraction]) -> list[dict[str, Any]]:
+    return [
+        {"clusterQueue": cq, "flavor": flavor, "resource": resource, "amount": _quantity(amount)}
+        for (cq, flavor, resource), amount in sorted(charges.items())
+    ]
+
+
+def gang_decision_json(gang: GangQuota) -> dict[str, Any]:
+    """The group-level verdict of a gang member (decisions/gang/quota.py): what the group needs and holds."""
+    need = gang.need
+    return {
+        "podGroup": need.group_key,
+        "minCount": need.min_count,
+        "placed": need.placed,
+        "reservedInAttempt": need.in_attempt,
+        "othersNeeded": need.others,
+        "own": charges_json(gang.own),
+        "groupHold": charges_json(gang.group_hold),
+        "groupClaims": charges_json(gang.claims),
+        "refused": gang.refused,
+    }
+
+
 def decision_json(ranking: Ranking, record: DecisionRecord | None = None) -> dict[str, Any]:
     decision = ranking.decision
     ranked = ranking.ranked()
@@ -114,6 +139,8 @@ def decision_json(ranking: Ranking, record: DecisionRecord | None = None) -> dic
         },
         "nodes": [verdict_json(name, v, ranking.score(name), ranking.decision) for name, v in ranked],
     }
+    if decision.gang is not None:
+        out["gang"] = gang_decision_json(decision.gang)
     if record is not None:
         out["verb"] = record.verb
         out["at"] = record.at
@@ -456,6 +483,16 @@ def render_table(decision: Mapping[str, Any]) -> str:
         lines.append(f"ClusterQueue {quota['clusterQueue']}  flavor {flavor}")
     else:
         lines.append("Not quota-governed (no kueue.x-k8s.io/queue-name label, or Kueue is off)")
+    gang = decision.get("gang")
+    if gang:
+        held = ", ".join(f"{h['amount']} {h['resource']} ({h['flavor']})" for h in gang["groupHold"]) or "nothing"
+        lines.append(
+            f"PodGroup {gang['podGroup']} (gang, minCount {gang['minCount']}): {gang['placed']} placed, "
+            f"{gang['reservedInAttempt']} reserved in this attempt, {gang['othersNeeded']} more besides this pod; "
+            f"held for them: {held}"
+        )
+        if gang["refused"]:
+            lines.append(f"Refused as a group: {gang['refused']}")
     lines.append(f"{decision['passed']} node(s) pass, {decision['failed']} fail")
     lines.append("")
     header = ("RANK", "NODE", "VERDICT", "SCORE", "WHY")

@@ -31,7 +31,8 @@ def authorize_diagnostics() -> Response | None:
     and authorizes for the path; /metrics and the probes stay open, as on kube-rbac-proxy's
     --ignore-paths."""
     authorizer: Authorizer | None = current_app.extensions.get("dra_authorizer")
-    if authorizer is None or request.blueprint != "diagnostics":
+    # by path too: /diagnostics/podgroups is served by the podgroups blueprint (transport/podgroup_routes.py)
+    if authorizer is None or (request.blueprint != "diagnostics" and not request.path.startswith("/diagnostics/")):
         return None
     header = request.headers.get("Authorization", "")
     token = header[7:].strip() if header[:7].lower() == "bearer " else ""

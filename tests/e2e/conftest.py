@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import build
 from tests.e2e.cluster import (
     DEVICE_CLASS,
     KUEUE_CRD_DIR,
     SHARED_DIR,
+    WORKLOAD_AWARE,
+    ClusterFeatures,
     Component,
     ControlPlane,
     free_port,
@@ -92,12 +95,18 @@ class _Started:
     tmp: Path
 
 
-def _start(config: pytest.Config, binaries: dict[str, Path], label: str, shared_crds: bool = True) -> _Started:
+def _start(
+    config: pytest.Config,
+    binaries: dict[str, Path],
+    label: str,
+    shared_crds: bool = True,
+    features: ClusterFeatures | None = None,
+) -> _Started:
     tmp = Path(tempfile.mkdtemp(prefix=f"dra-e2e-{label}-"))
     started = time.monotonic()
     plane: ControlPlane | None = None
     try:
-        plane = start_control_plane(tmp, binaries, start_scheduler=False)
+        plane = start_control_plane(tmp, binaries, start_scheduler=False, features=features)
         if shared_crds:
             plane.apply_crds(KUEUE_CRD_DIR)
     except BaseException:
@@ -172,6 +181,29 @@ def extender_control_plane(
         yield ExtenderControlPlane(started.plane, extender, extender.url)
     finally:
         _finish(pytestconfig, started, "extender")
+
+
+@pytest.fixture(scope="module")
+def workload_control_plane(
+    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]
+) -> Iterator[ExtenderControlPlane]:
+    """A control plane with workload-aware scheduling on (testkit WORKLOAD_AWARE: GenericWorkload and
+    DRAWorkloadResourceClaims on kube-apiserver, kube-controller-manager and kube-scheduler, scheduling.k8s.io/
+    v1beta1 served), Kueue's CRDs, our extender and a kube-scheduler calling it. Module scope: the gang
+    scenarios own it."""
+    started = _start(pytestconfig, e2e_binaries, "workload", features=WORKLOAD_AWARE)
+    try:
+        # the extender mirrors kube-scheduler's gates (features:), as a user running gangs would set it
+        config_file = started.plane.workdir / "extender-workload.yaml"
+        config_file.write_text(yaml.safe_dump({"features": {gate: on for gate, on in WORKLOAD_AWARE.gates.items()}}))
+        extender = start_extender(
+            started.plane.kubeconfig, free_port(), config_file=config_file, log_dir=started.plane.log_dir
+        )
+        started.plane.components["extender"] = extender
+        started.plane.start_scheduler(extender_url=extender.url)
+        yield ExtenderControlPlane(started.plane, extender, extender.url)
+    finally:
+        _finish(pytestconfig, started, "workload")
 
 
 @pytest.fixture(scope="session")

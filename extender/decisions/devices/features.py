@@ -56,7 +56,6 @@ UNIMPLEMENTED_ALPHA_GATES: tuple[str, ...] = (
     "DRADeviceCompatibilityGroups",
     "DRAListTypeAttributes",
     "DRAOptionalNodeOperations",
-    "DRAWorkloadResourceClaims",
 )
 
 # GA gates locked to their default (on) in 1.37: kube-scheduler refuses to start with one turned off.

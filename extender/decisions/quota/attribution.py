@@ -25,6 +25,7 @@ from extender.decisions.devices.feasibility import device_outcomes
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.gang.claims import charges_group_claim
 from extender.decisions.quota.charges import UNMAPPED_IGNORE, counts_devices_only, device_charge, node_charges
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.workload_holds import own_workload
@@ -296,7 +297,10 @@ def _allocated_charges(
             unallocated = True
         if claim is None or cluster_queue is None or node is None or claim.allocation is None:
             continue
-        if not charges_claim(snapshot, claim, pod, generated=generated):
+        charged_by_group = charges_group_claim(snapshot, claim, pod)
+        if charged_by_group is False or (
+            charged_by_group is None and not charges_claim(snapshot, claim, pod, generated=generated)
+        ):
             continue
         extended_claim = claim.name == pod.extended_claim_name
         for result in claim.allocation.results:

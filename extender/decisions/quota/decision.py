@@ -122,6 +122,7 @@ def decide_quota(
     matcher: DeviceMatcher | None = None,
     same_counts: bool = False,
     holders: HolderLookup | None = None,
+    group_extra: Mapping[str, Fraction] | None = None,
 ) -> QuotaDecision:
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
@@ -140,6 +141,8 @@ def decide_quota(
     `holders`: who holds each (ClusterQueue, flavor, resource), for the preemption oracle the flavor walk asks
     when a flavor does not fit as it stands; None when they are not known (a request within nominal quota then
     counts as one preemption could make room for).
+    `group_extra`: quota resource -> what the rest of the pod's gang needs besides it (decisions/gang/quota.py),
+    added to every node's charge, so that the flavor walk and the fit judge the whole group at once.
     """
     if context is None or not context.enabled or not pod_queue_name(pod.labels):
         return NOT_GOVERNED
@@ -150,6 +153,8 @@ def decide_quota(
     extra, problem = extended_charges(extended, context.mappings)
     if problem:
         return reject_pod(problem, CATEGORY_UNMAPPED)
+    if group_extra:
+        extra = {**extra, **{name: extra.get(name, Fraction(0)) + amount for name, amount in group_extra.items()}}
     charged = _nodes_by_charge(
         allocations,
         context,

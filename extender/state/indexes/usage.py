@@ -114,14 +114,20 @@ class UsageIndex:
                     touched.update(self._pods_by_claim.get(claim_key, ()))
                 changed = snapshot.pods.get(change.key)
                 if changed is not None:
+                    # a claim named outright or recorded in its status: a PodGroup's claim is recorded in every
+                    # member's status, and is charged to one member (decisions/gang/claims.py)
                     for ref in changed.claims:
-                        if ref.claim_name:
-                            touched.update(self._pods_by_claim.get(f"{changed.namespace}/{ref.claim_name}", ()))
+                        name = ref.claim_name or changed.claim_statuses.get(ref.name)
+                        if name:
+                            touched.update(self._pods_by_claim.get(f"{changed.namespace}/{name}", ()))
             elif change.kind == "ResourceClaim":
                 touched.update(self._pods_by_claim.get(change.key, ()))
                 claim = snapshot.claims.get(change.key)
                 if claim is not None:
                     touched.update(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for)
+            elif change.kind == "PodGroup":
+                # its claims (spec, status) decide which of its members' claims are the group's
+                touched.update(snapshot.group_members.get(change.key, ()))
             elif change.kind == "Node":
                 touched.update(self._pods_by_node.get(change.key, ()))
             elif change.kind == "Workload":

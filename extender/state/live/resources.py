@@ -136,7 +136,7 @@ def normalise_item(resource: Resource, item: dict[str, Any]) -> dict[str, Any]:
     """List items come without apiVersion and kind; version-dependent parsers need them."""
     if "apiVersion" not in item or "kind" not in item:
         item.setdefault("apiVersion", resource.api_version)
-        item.setdefault("kind", resource.kind)
+        item.setdefault("kind", resource.info.wire_kind)
     return item
 
 

@@ -1,0 +1,125 @@
+"""A gang attempt as kube-scheduler's pod-group cycle drives it: the cost of deciding for the group.
+
+Run: .venv/bin/python -m bench.gang_bench [--nodes 1000] [--gang 64] [--rounds 3] [--clock cpu]
+
+kube-scheduler schedules a PodGroup in one cycle (pkg/scheduler/schedule_one_podgroup.go): filter (and
+prioritize) for each member in turn, every member assumed before the next, nothing bound until the whole group
+is placed. The benchmark replays that over a generated cluster (testkit/clusters.py, 1-GPU pods, a queue that
+fits the gang): N filter + prioritize calls through the service, no watch event in between, then the
+bindings' events. Twice per round, each over a fresh cluster:
+
+- gang: the members of a gang PodGroup (minCount N) with GenericWorkload on: the first call decides for the
+  group (decisions/gang/quota.py: decide_quota a second time with the rest of the gang's charge) and makes the
+  attempt's hold (service/gang_attempts.py); each later member's charge comes out of the hold, which already
+  covers the rest (no second decide_quota), and the hold is resized;
+- singles: the same N pods without a PodGroup (or with the gates off: the same path).
+
+Figures: the median per call and the whole attempt (sum of its calls), medians over rounds, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from bench.loop_bench import CLOCKS, PrefilledSource, bind_events, choose
+from bench.loop_bench import Burst as LoopBurst
+from extender.service import SchedulingService
+from extender.service.config import ExtenderConfig, parse_config
+from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.state.core import parse_pod
+from testkit import builders as b
+from testkit.clusters import build_cluster
+
+GATES_ON = {"features": {"GenericWorkload": True, "DRAWorkloadResourceClaims": True}}
+
+
+def burst(nodes: int, config: ExtenderConfig, gang: int | None) -> LoopBurst:
+    store = build_cluster(nodes, with_quota=True)
+    if gang is not None:
+        store.apply("PodGroup", "ADDED", b.pod_group("train", "bench", min_count=gang))
+    service = SchedulingService(PrefilledSource(), config, store=store)
+    service.start()
+    freeze_loaded_state()
+    snapshot = store.snapshot()
+    free = {
+        name: [
+            int(d.name.rsplit("-", 1)[1])
+            for d in snapshot.node_devices(name).devices
+            if d.key not in snapshot.allocated
+        ]
+        for name in snapshot.nodes
+    }
+    return LoopBurst(service, sorted(snapshot.nodes), free)
+
+
+def attempt(run: LoopBurst, pods: int, grouped: bool, clock: object) -> list[float]:
+    """One cycle: filter + prioritize per member, all before any binding; then the bindings' events."""
+    tick = CLOCKS[str(clock)]
+    service, costs, chosen = run.service, [], []
+    # what kube-scheduler's assumptions take within the cycle (the extender sees no event until the bindings)
+    left = {name: len(devices) for name, devices in run.free.items()}
+    for index in range(pods):
+        raw = b.pod(f"w{index}", "bench", templates={"gpu": "one"}, queue="q", pod_group="train" if grouped else "")
+        run.service.store.apply("Pod", "ADDED", raw)
+        pod = parse_pod(raw)
+        started = tick()
+        decision = service.filter(pod, run.names)
+        passed = decision.passed
+        ranking = service.prioritize(pod, passed) if passed else None
+        costs.append(tick() - started)
+        if not passed or ranking is None:
+            raise SystemExit(f"member {index} found no node: {next(iter(decision.failures.items()), None)}")
+        open_nodes = [name for name in passed if left.get(name, 0) > 0]
+        scores = {name: (score.total if (score := ranking.score(name)) is not None else 0) for name in open_nodes}
+        node = choose(open_nodes, scores)
+        left[node] -= 1
+        chosen.append((raw, node))
+    if grouped:
+        hold = service.reservations.get("podgroup:bench/train")
+        assert hold is None, "the attempt's hold is not used up by its last member"
+    for raw, node in chosen:
+        bind_events(run, raw, node)
+    return costs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gang", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    args = parser.parse_args()
+    tune_for_large_heap()
+    results: dict[str, list[tuple[float, float, float]]] = {"gang": [], "singles": []}
+    for _ in range(args.rounds):
+        for label, grouped in (("gang", True), ("singles", False)):
+            run = burst(args.nodes, parse_config(GATES_ON), args.gang if grouped else None)
+            costs = attempt(run, args.gang, grouped, args.clock)
+            results[label].append((statistics.median(costs), costs[0], sum(costs[1:])))
+    print(f"Gang attempt: {args.gang} 1-GPU members x filter + prioritize over {args.nodes} nodes, no event between")
+    print(f"({args.rounds} rounds, {args.clock} clock; medians over rounds)")
+    print()
+    print(f"{'':>8} {'per call ms':>12} {'first call ms':>14} {'other calls ms':>15}")
+    medians = {}
+    for label, rows in results.items():
+        per_call, first, rest = (statistics.median(row[i] for row in rows) * 1000 for i in range(3))
+        medians[label] = (per_call, rest)
+        print(f"{label:>8} {per_call:12.3f} {first:14.1f} {rest:15.1f}")
+    print()
+    print(
+        f"gang / singles: per call {medians['gang'][0] / medians['singles'][0]:.2f}x, "
+        f"the attempt after its first call {medians['gang'][1] / medians['singles'][1]:.2f}x"
+    )
+    print("first call: the cluster's first decision (the service's memos start empty), the same for both.")
+    print("gang: the first member decides for the group (decide_quota again with the rest of the gang) and makes the")
+    print(
+        "attempt's hold; the others draw from it (their need, the hold resized); singles: the same pods, no PodGroup."
+    )
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    main()
+    print(f"({time.perf_counter() - started:.0f} s)")

@@ -1,0 +1,169 @@
+"""PodGroup and Workload of scheduling.k8s.io/v1beta1 (k8s.io/api@v0.37.2 scheduling/v1beta1/types.go).
+
+A PodGroup is the runtime unit kube-scheduler schedules all at once (pkg/scheduler/schedule_one_podgroup.go): a
+pod joins one through ``spec.schedulingGroup.podGroupName``; its ``spec.schedulingPolicy`` is ``basic`` (pods
+scheduled one by one, no group constraint) or ``gang`` with ``minCount`` (at least minCount pods at once, or
+none). With DRAWorkloadResourceClaims its ``spec.resourceClaims`` are claims of the whole group: a template
+yields ONE claim, recorded in ``status.resourceClaimStatuses`` and reserved for the PodGroup
+(k8s.io/dynamic-resource-allocation@v0.37.2 resourceclaim.BindTo). A Workload holds the templates PodGroups are
+made from; the extender reads it for diagnostics only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.state.core import parse_metadata
+from extender.state.errors import ObjectError
+from extender.state.fields import child_path, get_int, get_map, get_str, map_items
+
+SCHEDULING_GROUP = "scheduling.k8s.io"
+POD_GROUPS_RESOURCE = "podgroups"
+# kube-scheduler's condition after each group attempt (pkg/apis/scheduling PodGroupInitiallyScheduled)
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+POLICY_BASIC = "basic"
+POLICY_GANG = "gang"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupClaim:
+    """One entry of spec.resourceClaims: a claim named outright, or a template the controller instantiates."""
+
+    name: str
+    claim_name: str = ""
+    template_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCondition:
+    status: str  # "True", "False" or "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition: str = ""  # RFC 3339, as the API server wrote it
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    namespace: str
+    name: str
+    uid: str = ""
+    policy: str = POLICY_BASIC
+    min_count: int = 1  # gang.minCount; 1 for a basic group (each pod on its own)
+    claims: tuple[GroupClaim, ...] = ()
+    # status.resourceClaimStatuses: group claim entry name -> generated ResourceClaim name (None: none needed)
+    claim_statuses: Mapping[str, str | None] = field(default_factory=dict)
+    conditions: Mapping[str, GroupCondition] = field(default_factory=dict)
+    workload_name: str = ""  # spec.workloadRef.workloadName
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_gang(self) -> bool:
+        return self.policy == POLICY_GANG
+
+    def claim_names(self) -> frozenset[str]:
+        """The ResourceClaims of the whole group (as resourceclaim.NameFromPodGroup resolves its entries)."""
+        names = {ref.claim_name for ref in self.claims if ref.claim_name}
+        names.update(name for name in self.claim_statuses.values() if name)
+        return frozenset(names)
+
+    def unschedulable_since(self) -> str:
+        """The transition time of PodGroupInitiallyScheduled=False (Unschedulable), "" when not so."""
+        condition = self.conditions.get(INITIALLY_SCHEDULED)
+        if condition is None or condition.status != "False" or condition.reason != REASON_UNSCHEDULABLE:
+            return ""
+        return condition.last_transition or "unknown"
+
+
+def _parse_policy(spec: Mapping[str, Any], path: str) -> tuple[str, int]:
+    policy = get_map(spec, "schedulingPolicy", path)
+    policy_path = child_path(path, "schedulingPolicy")
+    gang = policy.get("gang")
+    if gang is not None:
+        if not isinstance(gang, Mapping):
+            raise ObjectError(child_path(policy_path, "gang"), "must be an object")
+        if gang.get("minCount") is None:
+            raise ObjectError(child_path(policy_path, "gang.minCount"), "is required")
+        min_count = get_int(gang, "minCount", child_path(policy_path, "gang"), minimum=1)
+        return POLICY_GANG, min_count
+    return POLICY_BASIC, 1
+
+
+def parse_pod_group(obj: Mapping[str, Any]) -> PodGroup:
+    meta = parse_metadata(obj, namespaced=True)
+    spec = get_map(obj, "spec", "")
+    status = get_map(obj, "status", "")
+    policy, min_count = _parse_policy(spec, "spec")
+    claims = []
+    for claim_path, raw in map_items(spec, "resourceClaims", "spec"):
+        ref = GroupClaim(
+            name=get_str(raw, "name", claim_path, required=True),
+            claim_name=get_str(raw, "resourceClaimName", claim_path),
+            template_name=get_str(raw, "resourceClaimTemplateName", claim_path),
+        )
+        if bool(ref.claim_name) == bool(ref.template_name):
+            raise ObjectError(claim_path, "exactly one of resourceClaimName and resourceClaimTemplateName is required")
+        claims.append(ref)
+    statuses: dict[str, str | None] = {}
+    for status_path, raw in map_items(status, "resourceClaimStatuses", "status"):
+        generated = raw.get("resourceClaimName")
+        if generated is not None and not isinstance(generated, str):
+            raise ObjectError(child_path(status_path, "resourceClaimName"), "must be a string")
+        statuses[get_str(raw, "name", status_path, required=True)] = generated
+    conditions = {
+        get_str(raw, "type", path, required=True): GroupCondition(
+            get_str(raw, "status", path),
+            get_str(raw, "reason", path),
+            get_str(raw, "message", path),
+            get_str(raw, "lastTransitionTime", path),
+        )
+        for path, raw in map_items(status, "conditions", "status")
+    }
+    return PodGroup(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        policy=policy,
+        min_count=min_count,
+        claims=tuple(claims),
+        claim_statuses=statuses,
+        conditions=conditions,
+        workload_name=get_str(get_map(spec, "workloadRef", "spec"), "workloadName", "spec.workloadRef"),
+        deleting=meta.deleting,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTemplate:
+    name: str
+    policy: str
+    min_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingWorkload:
+    """scheduling.k8s.io Workload (not Kueue's): the PodGroup templates a workload controller instantiates."""
+
+    namespace: str
+    name: str
+    templates: tuple[GroupTemplate, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_scheduling_workload(obj: Mapping[str, Any]) -> SchedulingWorkload:
+    meta = parse_metadata(obj, namespaced=True)
+    spec = get_map(obj, "spec", "")
+    templates = []
+    for path, raw in map_items(spec, "podGroupTemplates", "spec"):
+        policy, min_count = _parse_policy(raw, path)
+        templates.append(GroupTemplate(get_str(raw, "name", path, required=True), policy, min_count))
+    return SchedulingWorkload(meta.namespace, meta.name, tuple(templates))
