@@ -3,7 +3,7 @@
 from extender.service.config import ConfigError, ExtenderConfig, load_config, parse_config
 from extender.service.history import DecisionRecord
 from extender.service.quota_view import QuotaView
-from extender.service.service import Binder, BindError, NotSyncedError, SchedulingService
+from extender.service.service import Binder, BindError, NotLeadingError, NotSyncedError, SchedulingService
 
 __all__ = [
     "BindError",
@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "DecisionRecord",
     "ExtenderConfig",
+    "NotLeadingError",
     "NotSyncedError",
     "QuotaView",
     "SchedulingService",

@@ -20,10 +20,19 @@ SEEN = "seen"  # in the view, not bound: keep, and remember it was seen (its dis
 
 
 def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation) -> str:
-    """KEEP, SEEN, or the reason to release it: "bound", "finished", "deleted"."""
+    """KEEP, SEEN, or the reason to release it: "bound", "bound elsewhere", "finished", "deleted".
+
+    A reservation taken over from the previous process's journal was made for a pod that existed then (kube-
+    scheduler filters pods from its informer): once the view is complete (the first full lists after the
+    restart), a pod absent from it or re-created under another UID is gone, and one bound to another node than
+    the one bind confirmed is placed by someone else, whose charge usage (or the placed pods' provisional charge,
+    decisions/quota/attribution.py provisional_usage) shows. Held until its TTL instead, it would park every pod
+    of its ClusterQueue behind quota nobody will use."""
     pod = snapshot.pods.get(reservation.pod_key)
     if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
-        return "deleted" if reservation.seen else KEEP
+        return "deleted" if reservation.seen or (reservation.restored and snapshot.synced) else KEEP
+    if reservation.restored and reservation.node and pod.node_name and pod.node_name != reservation.node:
+        return "bound elsewhere"
     if (
         (pod.node_name or in_flight_node(snapshot, pod))
         and all(

@@ -39,6 +39,7 @@ from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
+from extender.service.leadership import Leadership
 from extender.service.parking import ParkedPods
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reconciliation import pods_to_reconcile, reservation_state
@@ -72,6 +73,11 @@ class NotSyncedError(RuntimeError):
     determineSchedulingHintForInFlightPod requeues it with backoff (1 s doubling to 10 s), not into the
     unschedulable pool: it is retried promptly once the view is synced.
     """
+
+
+class NotLeadingError(NotSyncedError):
+    """Another kube-scheduler replica leads (service/leadership.py): this extender holds no quota, and refuses
+    pods it would have to reserve for, answered as an unsynced view is (kube-scheduler retries with backoff)."""
 
 
 _QUOTA_KINDS_IN_ORDER = tuple(sorted(QUOTA_KINDS))
@@ -108,6 +114,7 @@ class SchedulingService:
         journal: ReservationJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
         keep_view_current: bool = False,
+        leadership: Leadership | None = None,
     ) -> None:
         self.source = source
         self.config = config
@@ -142,6 +149,8 @@ class SchedulingService:
         self._stopping = threading.Event()
         self.requeues = 0
         self.keep_view_current = keep_view_current
+        # Why this extender must not reserve now ("" when it may): another scheduler replica leads.
+        self.leadership = leadership
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -151,6 +160,8 @@ class SchedulingService:
         log.info("DRA feature gates: %s", ",".join(f"{name}={str(on).lower()}" for name, on in gates.items()))
         tune_for_large_heap()
         self._restore_reservations()
+        if self.leadership is not None:
+            self.leadership.start()
         self.source.start(self.store)
         self.store.snapshot()
         freeze_loaded_state()
@@ -422,6 +433,9 @@ class SchedulingService:
         snapshot = self.snapshot()
         if not needs_our_decision(pod, snapshot):
             return self._decide(snapshot, pod, node_names, view=None)
+        not_leading = self.leadership() if self.leadership is not None else ""
+        if not_leading:
+            raise NotLeadingError(not_leading)
         identity = pod_id(pod)
         with self.reservations.lock:
             view = self._quota_view_locked()

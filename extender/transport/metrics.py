@@ -125,6 +125,16 @@ def _reservation_families(service: SchedulingService, view: QuotaView) -> Iterat
         "Reservations taken over from the previous process's journal at start (reservations.journal).",
         value=service.restored_reservations,
     )
+    yield GaugeMetricFamily(
+        "dra_extender_reservations_restored_held",
+        "Reservations taken over from the previous process's journal still held (not yet bound, gone or expired).",
+        value=service.reservations.restored_held(),
+    )
+    yield CounterMetricFamily(
+        "dra_extender_reservations_restored_expired",
+        "Reservations taken over from the previous process's journal let go at their TTL: never consumed.",
+        value=service.reservations.restored_expired,
+    )
 
 
 def _health_families(health: SourceHealth) -> Iterator[Metric]:
