@@ -188,6 +188,22 @@ def load_figure() -> str:
     return f"load average at the end {one:.1f} / {five:.1f} / {fifteen:.1f} on {os.cpu_count()} CPUs"
 
 
+def merge(folders: Sequence[Path], *, table_too: bool) -> int:
+    """The tallies of soak runs made apart (several processes, several sittings) added up."""
+    merged: dict[str, Tally] = {}
+    for folder in folders:
+        for saved in json.loads((folder / "summary.json").read_text()):
+            into = merged.setdefault(saved["test"], Tally(saved["test"]))
+            for name, value in saved.items():
+                if name != "test":
+                    setattr(into, name, getattr(into, name) + value)
+    ran = [t for t in merged.values() if t.runs]
+    print("\n".join(summary_lines(ran)))
+    if table_too:
+        rewrite_table(ROOT / "tests/e2e/README.md", table(ran, load_figure()))
+    return 1 if any(t.failures for t in ran) else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stress", type=int, default=300, help="over-commit stress runs")
@@ -197,7 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=int(time.time()) % 100_000, help="stress/window seeds")
     parser.add_argument("--results", type=Path, default=ROOT / "soak-results")
     parser.add_argument("--table", action="store_true", help="rewrite the table in tests/e2e/README.md")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[], help="only add up these results folders")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, table_too=args.table)
     results = args.results / time.strftime("%Y%m%dT%H%M%S")
     results.mkdir(parents=True, exist_ok=True)
     tallies = {name: Tally(name) for name in ("stress", "restart-window", "chaos", "chaos-3000")}
