@@ -277,7 +277,7 @@ def test_a_journal_of_another_cluster_or_scheduler_is_ignored_with_a_log_line(tm
 def test_the_journal_header_names_the_cluster_the_scheduler_and_the_config(tmp_path: Path) -> None:
     config = ExtenderConfig()
     identity = cli._journal_identity(config, api_config=None)
-    assert identity.scheduler == "kube-system/kube-scheduler" and len(identity.config) == 16
+    assert identity.scheduler == "kube-system/dra-quota-scheduler" and len(identity.config) == 16
     assert identity.cluster == ""  # no API server to ask
     other = ExtenderConfig(reservations=type(config.reservations)(ttl_seconds=30))
     assert cli._journal_identity(other, api_config=None).config != identity.config
@@ -288,6 +288,6 @@ def test_the_journal_header_names_the_cluster_the_scheduler_and_the_config(tmp_p
     assert header == {
         "version": 3,
         "cluster": "uid-1",
-        "scheduler": "kube-system/kube-scheduler",
+        "scheduler": "kube-system/dra-quota-scheduler",
         "config": identity.config,
     }

@@ -130,9 +130,10 @@ class ReservationsSection:
 
 @dataclass(frozen=True, slots=True)
 class LeaderSection:
-    # The kube-scheduler's leader-election Lease, namespace/name (service/leadership.py): while another replica
-    # holds it, filter refuses pods it would reserve for. "" when kube-scheduler runs without leader election.
-    lease: str = option("lease", "kube-system/kube-scheduler")
+    # The kube-scheduler's leader-election Lease, namespace/name (service/leadership.py; the one
+    # config/kube-scheduler-config.yaml elects on): while another replica holds it, filter refuses pods it would
+    # reserve for. "" when kube-scheduler runs without leader election.
+    lease: str = option("lease", "kube-system/dra-quota-scheduler")
     # The hostname of the kube-scheduler beside this extender, as its holderIdentity starts: "" for this
     # machine's (a sidecar shares its pod's hostname).
     identity: str = option("identity", "")
