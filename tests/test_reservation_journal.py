@@ -291,3 +291,24 @@ def test_the_journal_header_names_the_cluster_the_scheduler_and_the_config(tmp_p
         "scheduler": "kube-system/dra-quota-scheduler",
         "config": identity.config,
     }
+
+
+def test_a_restored_reservation_is_not_let_go_by_a_view_built_before_the_first_lists(tmp_path: Path) -> None:
+    """A /metrics scrape or a diagnostics call builds a quota view while the new process is still listing: a
+    promise seen by the previous process, whose pod the incomplete view does not hold yet, stays held."""
+    path = tmp_path / "journal.json"
+    objects = one_queue_objects(nominal=2)
+    first = gpu_pod("first", template="two")
+    old = service_with(path, [*objects, first])
+    assert old.filter(parse_pod(first), NODES).passed == NODES  # seen: the old view held the pod
+    new = service_with(path, objects)  # the pods are not listed yet
+    new.store.set_synced(False)
+    new._reconciled_version = -1
+    metrics = create_app(new).test_client().get("/metrics").get_data(as_text=True)
+    assert "dra_extender_reservations_restored_held 1.0" in metrics
+    assert new.quota_view().reserved == {KEY: 2}
+    new.store.apply("Pod", "ADDED", first)  # the pod list arrives
+    new.store.set_synced(True)
+    assert new.quota_view().reserved == {KEY: 2}
+    second = new.filter(parse_pod(gpu_pod("second", template="two")), NODES)
+    assert not second.passed

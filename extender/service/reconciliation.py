@@ -24,13 +24,19 @@ def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation) -> st
 
     A reservation taken over from the previous process's journal was made for a pod that existed then (kube-
     scheduler filters pods from its informer): once the view is complete (the first full lists after the
-    restart), a pod absent from it or re-created under another UID is gone, and one bound to another node than
-    the one bind confirmed is placed by someone else, whose charge usage (or the placed pods' provisional charge,
-    decisions/quota/attribution.py provisional_usage) shows. Held until its TTL instead, it would park every pod
-    of its ClusterQueue behind quota nobody will use."""
+    restart; never before, whatever the previous process had seen), a pod absent from it or re-created under
+    another UID is gone, and one bound to another node than the one bind confirmed is placed by someone else,
+    whose charge usage (or the placed pods' provisional charge, decisions/quota/attribution.py
+    provisional_usage) shows. Held until its TTL instead, it would park every pod of its ClusterQueue behind
+    quota nobody will use."""
     pod = snapshot.pods.get(reservation.pod_key)
     if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
-        return "deleted" if reservation.seen or (reservation.restored and snapshot.synced) else KEEP
+        if reservation.restored:
+            # Seen or not by the previous process, this one's view says nothing until its lists are complete: a
+            # /metrics scrape or a diagnostics call builds a quota view before that, and a promise let go then
+            # is quota given twice.
+            return "deleted" if snapshot.synced else KEEP
+        return "deleted" if reservation.seen else KEEP
     if reservation.restored and reservation.node and pod.node_name and pod.node_name != reservation.node:
         return "bound elsewhere"
     if (
