@@ -26,13 +26,20 @@ class Reader:
 
     def __init__(self, reading: LeaseReading | None) -> None:
         self.value = reading
+        self.next_value: LeaseReading | None = None  # what the next read finds
         self.started = False
+        self.reads = 0
 
     def start(self) -> None:
         self.started = True
 
     def reading(self) -> LeaseReading | None:
         return self.value
+
+    def read_once(self) -> None:
+        self.reads += 1
+        if self.next_value is not None:
+            self.value, self.next_value = self.next_value, None
 
 
 def test_the_holder_s_hostname_says_who_leads() -> None:
@@ -88,3 +95,15 @@ def test_the_leader_s_extender_reserves() -> None:
     leader = service_beside("sched-a", Reader(LeaseReading("sched-a_0f8c", True, 100.0)))
     assert leader.filter(parse_pod(gpu_pod("first", template="two")), NODES).passed == NODES
     assert leader.quota_view().reserved
+
+
+def test_a_refusal_reads_the_lease_again_when_the_reading_is_not_fresh() -> None:
+    """The new leader's kube-scheduler calls its extender the moment it holds the Lease: the extender reads the
+    Lease again before refusing on a reading older than a moment, and answers as the leader's."""
+    now = [100.0]
+    reader = Reader(LeaseReading("sched-a_0f8c", True, 100.0))
+    leadership = Leadership(reader, "sched-b", clock=lambda: now[0])
+    assert leadership() and reader.reads == 0  # fresh reading: no read
+    now[0] = 100.5
+    reader.next_value = LeaseReading("sched-b_77aa", True, 100.5)
+    assert leadership() == "" and reader.reads == 1

@@ -53,7 +53,14 @@ class LeaseReader(Protocol):
 
     def start(self) -> None: ...
 
+    def read_once(self) -> None: ...
+
     def reading(self) -> LeaseReading | None: ...
+
+
+# A refusal reads the Lease again first when the reading is older than this: a new leader's kube-scheduler
+# starts scheduling the moment it holds the Lease, before the once-a-second read has seen it.
+REREAD_BEFORE_REFUSING_SECONDS = 0.2
 
 
 class Leadership:
@@ -77,4 +84,11 @@ class Leadership:
         self.reader.start()
 
     def __call__(self) -> str:
-        return not_leading(self.reader.reading(), self.identity, self.reader.lease, self._clock(), self.stale_seconds)
+        reading = self.reader.reading()
+        why = not_leading(reading, self.identity, self.reader.lease, self._clock(), self.stale_seconds)
+        if why and reading is not None and self._clock() - reading.read_at > REREAD_BEFORE_REFUSING_SECONDS:
+            self.reader.read_once()
+            why = not_leading(
+                self.reader.reading(), self.identity, self.reader.lease, self._clock(), self.stale_seconds
+            )
+        return why
