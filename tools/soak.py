@@ -4,8 +4,9 @@ A race that shows once in fifty runs is only found by running it hundreds of tim
 run printed. Each run here is its own pytest process with its own seed (STRESS_SEED, RESTART_WINDOW_SEED,
 CHAOS_SEEDS), so a failure is replayed by its seed alone; every failing run's full output (stdout and stderr,
 with the seed and the command in the first lines) is kept under the results directory, and a summary line
-`test: runs / failures` per test is printed and written to summary.json there. The chaos runs' reports (the
-`chaos: {...}` lines) give the over-commit instants and samples of the reliability table, which `--table`
+`test: runs / failures` per test is printed and written to summary.json there. The e2e runs' reports (the
+`chaos: {...}` and `restart window: {...}` lines) give the over-commit instants and samples of the reliability
+table, which `--table`
 rewrites between the markers of tests/e2e/README.md.
 
     python -m tools.soak --stress 300 --restart-window 20 --chaos-seeds 1,2,3,4,5 --chaos-large-seeds 5
@@ -29,7 +30,8 @@ PYTEST = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", 
 TABLE_BEGIN = "<!-- soak:begin -->"
 TABLE_END = "<!-- soak:end -->"
 WINDOW_TEST = "tests/e2e/test_restart_window.py"
-CHAOS_REPORT = re.compile(r"^chaos: (\{.*\})$", re.MULTILINE)
+# The e2e tests' one-line JSON reports, with their over-commit instants and samples.
+E2E_REPORT = re.compile(r"^(?:chaos|restart window): (\{.*\})$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,7 @@ def record(tally: Tally, run: Run, passed: bool, output: str, seconds: float, re
     tally.runs += 1
     tally.seeds.append(run.seed)
     tally.seconds += seconds
-    for report in CHAOS_REPORT.findall(output):
+    for report in E2E_REPORT.findall(output):
         try:
             parsed = json.loads(report)
         except ValueError:
@@ -168,7 +170,7 @@ def table(tallies: Sequence[Tally], load: str) -> str:
         if not t.runs:
             continue
         seeds = f"{min(t.seeds)}-{max(t.seeds)}" if len(t.seeds) > 3 else ",".join(map(str, t.seeds))
-        instants = f"{t.overcommit_instants} ({t.samples})" if t.test.startswith("chaos") else "-"
+        instants = f"{t.overcommit_instants} ({t.samples})" if t.test != "stress" else "-"
         rows.append(f"| {t.test} | {t.runs} | {seeds} | {t.failures} | {instants} | {t.seconds / 60:.0f} |")
     rows.append("")
     rows.append(f"Taken {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make soak`; {load}.")
