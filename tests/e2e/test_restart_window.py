@@ -202,7 +202,11 @@ def run_round(window: Window, scenario: Scenario, queue: str, index: int) -> dic
     )
     # The next round starts once the extender's own view holds nothing for the queue either: a pod it refuses
     # on a view that still counts this round's pods is parked by kube-scheduler until a cluster event, and the
-    # round would wait for that instead of testing the window.
+    # round would wait for that instead of testing the window. What it still holds then is reported.
+    report["extender reservations when the pods were gone"] = [
+        {key: r[key] for key in ("pod", "node", "expiresIn")}
+        for r in extender_get(window.url, "/diagnostics/queues")["reservations"]
+    ]
     settled = time.monotonic()
     wait_until(
         lambda: extender_holds(window.url, queue) == 0, timeout=90, message="the extender to release the round's quota"
