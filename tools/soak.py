@@ -132,7 +132,9 @@ def _text(value: bytes | str | None) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def record(tally: Tally, run: Run, passed: bool, output: str, seconds: float, results: Path) -> None:
+def record(
+    tally: Tally, run: Run, passed: bool, output: str, seconds: float, results: Path, *, keep: bool = False
+) -> None:
     tally.runs += 1
     tally.seeds.append(run.seed)
     tally.seconds += seconds
@@ -143,12 +145,14 @@ def record(tally: Tally, run: Run, passed: bool, output: str, seconds: float, re
             continue
         tally.overcommit_instants += int(parsed.get("over-commit instants", 0))
         tally.samples += int(parsed.get("samples", 0))
+    if passed and not keep:
+        return
+    path = results / f"{run.test}-seed{run.seed}-{'ok' if passed else 'failed'}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    path.write_text(output)
     if passed:
         return
     tally.failures += 1
     tally.failed_seeds.append(run.seed)
-    path = results / f"{run.test}-seed{run.seed}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    path.write_text(output)
     tally.outputs.append(str(path))
 
 
@@ -215,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-seed", type=int, default=int(time.time()) % 100_000, help="stress/window seeds")
     parser.add_argument("--results", type=Path, default=ROOT / "soak-results")
     parser.add_argument("--table", action="store_true", help="rewrite the table in tests/e2e/README.md")
+    parser.add_argument("--keep-all", action="store_true", help="keep the output of passing runs too")
     parser.add_argument("--merge", type=Path, nargs="*", default=[], help="only add up these results folders")
     args = parser.parse_args(argv)
     if args.merge:
@@ -224,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tallies = {name: Tally(name) for name in ("stress", "restart-window", "chaos", "chaos-3000")}
     for run in planned_runs(args):
         passed, output, seconds = run_one(run, results)
-        record(tallies[run.test], run, passed, output, seconds, results)
+        record(tallies[run.test], run, passed, output, seconds, results, keep=args.keep_all)
         print(f"{run.test} seed {run.seed}: {'ok' if passed else 'FAILED'} ({seconds:.1f}s)", flush=True)
         (results / "summary.json").write_text(json.dumps([asdict(t) for t in tallies.values()], indent=1))
     ran = [t for t in tallies.values() if t.runs]
