@@ -312,3 +312,19 @@ def test_a_restored_reservation_is_not_let_go_by_a_view_built_before_the_first_l
     assert new.quota_view().reserved == {KEY: 2}
     second = new.filter(parse_pod(gpu_pod("second", template="two")), NODES)
     assert not second.passed
+
+
+def test_a_filter_for_a_pod_the_view_has_seen_deleted_holds_nothing_after_the_next_reconcile(tmp_path: Path) -> None:
+    """kube-scheduler's informer behind ours: it asks about `b` after our view showed `b` deleted. Absent from
+    the view, `b` looked like a pod our watch had not shown yet and its reservation stayed for the TTL (the
+    restart-window e2e's rounds that waited 60 s for the extender to let go of the round's quota)."""
+    objects = one_queue_objects(nominal=2)
+    b_pod = gpu_pod("b", template="two")
+    service = service_with(tmp_path / "journal.json", [*objects, b_pod])
+    assert service.quota_view().reserved == {}
+    service.store.apply("Pod", "DELETED", b_pod)
+    service.quota_view()
+    assert service.filter(parse_pod(b_pod), NODES).passed == NODES  # asked about after its deletion
+    assert service.quota_view().reserved == {}
+    assert service.released_reservations == {"deleted": 1}
+    assert service.filter(parse_pod(gpu_pod("c", template="two")), NODES).passed == NODES

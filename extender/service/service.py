@@ -42,7 +42,7 @@ from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.leadership import Leadership
 from extender.service.parking import ParkedPods
 from extender.service.quota_view import QuotaView, add_amounts
-from extender.service.reconciliation import pods_to_reconcile, reservation_state
+from extender.service.reconciliation import GonePods, pods_to_reconcile, reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
@@ -133,6 +133,8 @@ class SchedulingService:
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
+        self._reconciled_snapshot: ClusterSnapshot | None = None
+        self.gone_pods = GonePods()  # pods the view showed deleted: a reservation for one is let go
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
@@ -322,10 +324,12 @@ class SchedulingService:
         reconciled = self._reconciled_version
         changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
         touched = pods_to_reconcile(snapshot, changes)
+        self.gone_pods.record(self._reconciled_snapshot, snapshot, changes)
         self._reconciled_version = snapshot.version
+        self._reconciled_snapshot = snapshot
         pod_keys, pod_uids = touched if touched is not None else (None, ())
         released = self.reservations.reconcile(
-            partial(reservation_state, snapshot), pod_keys=pod_keys, pod_uids=pod_uids
+            partial(reservation_state, snapshot, gone=self.gone_pods), pod_keys=pod_keys, pod_uids=pod_uids
         )
         for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
