@@ -53,3 +53,4 @@ def test_the_table_is_rewritten_between_its_markers_from_merged_results(tmp_path
     text = readme.read_text()
     assert "old" not in text and text.startswith("before\n") and text.endswith("after\n")
     assert "| stress | 300 | 0-199 | 1 | - | 300 |" in text
+    assert soak.seed_ranges([3, 1, 2, 7, 8, 10]) == "1-3, 7-8, 10"

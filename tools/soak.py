@@ -173,12 +173,23 @@ def table(tallies: Sequence[Tally], load: str) -> str:
     for t in tallies:
         if not t.runs:
             continue
-        seeds = f"{min(t.seeds)}-{max(t.seeds)}" if len(t.seeds) > 3 else ",".join(map(str, t.seeds))
+        seeds = seed_ranges(t.seeds)
         instants = f"{t.overcommit_instants} ({t.samples})" if t.test != "stress" else "-"
         rows.append(f"| {t.test} | {t.runs} | {seeds} | {t.failures} | {instants} | {t.seconds / 60:.0f} |")
     rows.append("")
     rows.append(f"Taken {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make soak`; {load}.")
     return "\n".join(rows)
+
+
+def seed_ranges(seeds: Sequence[int]) -> str:
+    """1,2,3,7,8 -> "1-3, 7-8"."""
+    ranges: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if ranges and seed == ranges[-1][1] + 1:
+            ranges[-1][1] = seed
+        else:
+            ranges.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def rewrite_table(readme: Path, text: str) -> None:
@@ -198,6 +209,9 @@ def merge(folders: Sequence[Path], *, table_too: bool) -> int:
     """The tallies of soak runs made apart (several processes, several sittings) added up."""
     merged: dict[str, Tally] = {}
     for folder in folders:
+        if not (folder / "summary.json").exists():
+            print(f"{folder}: no finished run yet", file=sys.stderr)
+            continue
         for saved in json.loads((folder / "summary.json").read_text()):
             into = merged.setdefault(saved["test"], Tally(saved["test"]))
             for name, value in saved.items():
