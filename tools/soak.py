@@ -164,7 +164,7 @@ def summary_lines(tallies: Sequence[Tally]) -> list[str]:
     ]
 
 
-def table(tallies: Sequence[Tally], load: str) -> str:
+def table(tallies: Sequence[Tally], load: str, how: str = "`make soak`") -> str:
     """The reliability table of tests/e2e/README.md."""
     rows = [
         "| test | runs | seeds | failures | over-commit instants (samples) | minutes |",
@@ -177,7 +177,7 @@ def table(tallies: Sequence[Tally], load: str) -> str:
         instants = f"{t.overcommit_instants} ({t.samples})" if t.test != "stress" else "-"
         rows.append(f"| {t.test} | {t.runs} | {seeds} | {t.failures} | {instants} | {t.seconds / 60:.0f} |")
     rows.append("")
-    rows.append(f"Taken {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `make soak`; {load}.")
+    rows.append(f"Taken {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by {how}; {load}.")
     return "\n".join(rows)
 
 
@@ -220,7 +220,8 @@ def merge(folders: Sequence[Path], *, table_too: bool) -> int:
     ran = [t for t in merged.values() if t.runs]
     print("\n".join(summary_lines(ran)))
     if table_too:
-        rewrite_table(ROOT / "tests/e2e/README.md", table(ran, load_figure()))
+        how = f"`python -m tools.soak --merge` over {len(folders)} soak runs"
+        rewrite_table(ROOT / "tests/e2e/README.md", table(ran, load_figure(), how))
     return 1 if any(t.failures for t in ran) else 0
 
 
