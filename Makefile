@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test unit lint fmt bench bench-e2e bench-placement differential clean image tools
+.PHONY: install deps run test unit lint fmt bench bench-e2e bench-placement differential clean image tools soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,20 @@ bench-placement: $(STAMP)
 	$(BIN)/python -m bench.placement_bench $(PLACEMENT_ARGS)
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
+# Repetition (not in `make test`): the over-commit stress test, the restart-window and chaos e2e N times each
+# with distinct seeds (tools/soak.py); failures' full output under SOAK_RESULTS, `runs / failures` per test, and
+# the reliability table of tests/e2e/README.md rewritten. Hours on a quiet machine with the defaults.
+SOAK_STRESS ?= 300
+SOAK_RESTART_WINDOW ?= 20
+SOAK_CHAOS_SEEDS ?= 1,2,3,4
+SOAK_CHAOS_LARGE_SEEDS ?= 5
+SOAK_RESULTS ?= soak-results
+soak: $(STAMP)
+	$(BIN)/python -m tests.e2e.build
+	nice -n 10 $(BIN)/python -m tools.soak --stress $(SOAK_STRESS) --restart-window $(SOAK_RESTART_WINDOW) \
+		--chaos-seeds "$(SOAK_CHAOS_SEEDS)" --chaos-large-seeds "$(SOAK_CHAOS_LARGE_SEEDS)" \
+		--results $(SOAK_RESULTS) --table
+
 differential: $(STAMP)
 	DIFF_SCENARIOS=20000 $(BIN)/pytest -q -m oracle tests/differential
 
@@ -73,7 +87,7 @@ differential: $(STAMP)
 image:
 	image/build.sh
 
-# helm and kustomize from Go modules (tools/go.mod) into tools/.build/ (gitignored); the chart tests build them too.
+# helm, kustomize and promtool from Go modules (tools/go.mod, tools/promtool/go.mod) into tools/.build/ (gitignored).
 tools: $(STAMP)
 	$(BIN)/python -m tools.build
 

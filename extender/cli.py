@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import sys
@@ -16,9 +17,10 @@ import orjson
 
 from extender.service import ConfigError, ExtenderConfig, SchedulingService, load_config
 from extender.service.config import JOURNAL_AUTO
+from extender.service.leadership import Leadership
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
-from extender.state.reservation_journal import ReservationJournal, default_journal_path
+from extender.state.reservation_journal import JournalIdentity, ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
 from extender.transport.strict_objects import ManifestError, StrictDecodingError, first_pod
@@ -125,7 +127,7 @@ def _is_live(args: argparse.Namespace) -> bool:
 
 
 def _journal(
-    args: argparse.Namespace, config: ExtenderConfig, binder: object, cluster: str = ""
+    args: argparse.Namespace, config: ExtenderConfig, binder: object, cluster: str = "", api_config: Any = None
 ) -> ReservationJournal | None:
     """`serve` with a live source keeps its reservations on disk (reservations.journal), so a restart next to
     the same kube-scheduler keeps the quota the previous process promised; other commands reserve nothing.
@@ -133,9 +135,31 @@ def _journal(
     setting = config.reservations.journal
     if not setting or binder is None or getattr(args, "command", "") != "serve":
         return None
+    identity = _journal_identity(config, api_config)
     if setting == JOURNAL_AUTO:
-        return ReservationJournal(default_journal_path(getattr(args, "listen", None) or config.listen, cluster))
-    return ReservationJournal(setting)
+        path = default_journal_path(getattr(args, "listen", None) or config.listen, cluster)
+        return ReservationJournal(path, identity=identity)
+    return ReservationJournal(setting, identity=identity)
+
+
+def _journal_identity(config: ExtenderConfig, api_config: Any) -> JournalIdentity:
+    """Whose promises the journal holds: the cluster (its kube-system Namespace's UID), the kube-scheduler (its
+    Lease) and a hash of this configuration."""
+    from extender.kube.cluster_identity import cluster_uid
+
+    cluster = cluster_uid(api_config) if api_config is not None else ""
+    digest = hashlib.sha256(repr(config).encode()).hexdigest()[:16]
+    return JournalIdentity(cluster=cluster, scheduler=config.leader.lease, config=digest)
+
+
+def _leadership(config: ExtenderConfig, api_config: Any, serving_live: bool) -> Leadership | None:
+    """`serve` of a live cluster reads the kube-scheduler's Lease (leader.lease) to know whether it may reserve."""
+    if not serving_live or not config.leader.lease or api_config is None:
+        return None
+    from extender.kube.scheduler_lease import SchedulerLease
+
+    reader = SchedulerLease(api_config, config.leader.lease)
+    return Leadership(reader, config.leader.identity, stale_seconds=config.leader.stale_seconds)
 
 
 def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: bool = True) -> SchedulingService:
@@ -152,7 +176,8 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
             min_interval_seconds=config.requeue.min_interval_seconds,
         )
     cluster = str(getattr(getattr(source, "config", None), "host", "") or "")  # a live source's API server
-    journal = _journal(args, config, binder, cluster)
+    api_config = getattr(source, "config", None)  # a live source's API client configuration
+    journal = _journal(args, config, binder, cluster, api_config)
     service = SchedulingService(
         source,
         config,
@@ -160,6 +185,7 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
         requeue=requeue,
         journal=journal,
         keep_view_current=serving_live,
+        leadership=_leadership(config, api_config, serving_live),
     )
     if start:
         service.start()

@@ -613,9 +613,9 @@ def test_a_reconcile_looks_only_at_the_reservations_whose_pods_changed(monkeypat
     asked: list[str] = []
     real_state = service_module.reservation_state
 
-    def counting(snapshot, reservation):
+    def counting(snapshot, reservation, **options):
         asked.append(reservation.pod_key.split("/")[1])
-        return real_state(snapshot, reservation)
+        return real_state(snapshot, reservation, **options)
 
     monkeypatch.setattr(service_module, "reservation_state", counting)
     clock = Clock()

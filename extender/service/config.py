@@ -133,6 +133,19 @@ class ReservationsSection:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderSection:
+    # The kube-scheduler's leader-election Lease, namespace/name (service/leadership.py; the one
+    # config/kube-scheduler-config.yaml elects on): while another replica holds it, filter refuses pods it would
+    # reserve for. "" when kube-scheduler runs without leader election.
+    lease: str = option("lease", "kube-system/dra-quota-scheduler")
+    # The hostname of the kube-scheduler beside this extender, as its holderIdentity starts: "" for this
+    # machine's (a sidecar shares its pod's hostname).
+    identity: str = option("identity", "")
+    # A Lease reading older than this (reads failing) tells nothing: reserve as a single scheduler's extender.
+    stale_seconds: float = option("staleSeconds", 10.0, minimum=1)
+
+
+@dataclass(frozen=True, slots=True)
 class BindSection:
     enabled: bool = option("enabled", False)
 
@@ -280,6 +293,7 @@ class ExtenderConfig:
     scoring: ScoringSection = option("scoring", ScoringSection())
     quota: QuotaSection = option("quota", QuotaSection())
     reservations: ReservationsSection = option("reservations", ReservationsSection())
+    leader: LeaderSection = option("leader", LeaderSection())
     bind: BindSection = option("bind", BindSection())
     requeue: RequeueSection = option("requeue", RequeueSection())
     limits: LimitsSection = option("limits", LimitsSection())

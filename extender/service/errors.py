@@ -17,3 +17,8 @@ class NotSyncedError(RuntimeError):
     determineSchedulingHintForInFlightPod requeues it with backoff (1 s doubling to 10 s), not into the
     unschedulable pool: it is retried promptly once the view is synced.
     """
+
+
+class NotLeadingError(NotSyncedError):
+    """Another kube-scheduler replica leads (service/leadership.py): this extender holds no quota, and refuses
+    pods it would have to reserve for, answered as an unsynced view is (kube-scheduler retries with backoff)."""

@@ -19,11 +19,63 @@ KEEP = "pending"  # not seen in the view yet
 SEEN = "seen"  # in the view, not bound: keep, and remember it was seen (its disappearance means deletion)
 
 
-def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation) -> str:
-    """KEEP, SEEN, or the reason to release it: "bound", "finished", "deleted"."""
+class GonePods:
+    """The UIDs of the pods the view has shown deleted (or re-created under another UID), the newest `limit`.
+
+    kube-scheduler's informer can be behind ours: it may still schedule, and ask filter about, a pod our view
+    has already seen deleted. Absent from the view, such a pod looks like one our watch has not shown yet, and a
+    reservation for it would be kept (not seen, so its absence means nothing) until its TTL, refusing the next
+    pods of its ClusterQueue for a minute (tests/e2e/test_restart_window.py caught it: a round's second pod,
+    retried on its first pod's deletion, asked about once its own deletion was in our view). Its UID here says
+    it is gone."""
+
+    def __init__(self, limit: int = 8192) -> None:
+        self.limit = limit
+        self._uids: dict[str, None] = {}
+
+    def record(self, before: ClusterSnapshot | None, after: ClusterSnapshot, changes: Sequence[Change] | None) -> None:
+        """The pods `changes` (from `before` to `after`) deleted or replaced."""
+        if before is None or changes is None:
+            return
+        for change in changes:
+            if change.kind != "Pod":
+                continue
+            old = before.pods.get(change.key)
+            if old is None or not old.uid:
+                continue
+            new = after.pods.get(change.key)
+            if new is None or new.uid != old.uid:
+                self._uids[old.uid] = None
+        while len(self._uids) > self.limit:
+            del self._uids[next(iter(self._uids))]
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+
+NO_GONE_PODS = GonePods(0)
+
+
+def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation, gone: GonePods = NO_GONE_PODS) -> str:
+    """KEEP, SEEN, or the reason to release it: "bound", "bound elsewhere", "finished", "deleted".
+
+    A reservation taken over from the previous process's journal was made for a pod that existed then (kube-
+    scheduler filters pods from its informer): once the view is complete (the first full lists after the
+    restart; never before, whatever the previous process had seen), a pod absent from it or re-created under
+    another UID is gone, and one bound to another node than the one bind confirmed is placed by someone else,
+    whose charge usage (or the placed pods' provisional charge, decisions/quota/attribution.py
+    provisional_usage) shows. Held until its TTL instead, it would park every pod of its ClusterQueue behind
+    quota nobody will use."""
     pod = snapshot.pods.get(reservation.pod_key)
     if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
-        return "deleted" if reservation.seen else KEEP
+        if reservation.restored:
+            # Seen or not by the previous process, this one's view says nothing until its lists are complete: a
+            # /metrics scrape or a diagnostics call builds a quota view before that, and a promise let go then
+            # is quota given twice.
+            return "deleted" if snapshot.synced else KEEP
+        return "deleted" if reservation.seen or reservation.pod_uid in gone else KEEP
+    if reservation.restored and reservation.node and pod.node_name and pod.node_name != reservation.node:
+        return "bound elsewhere"
     if (
         (pod.node_name or in_flight_node(snapshot, pod))
         and all(

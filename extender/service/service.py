@@ -36,14 +36,15 @@ from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
-from extender.service.errors import BindError, NotSyncedError
+from extender.service.errors import BindError, NotLeadingError, NotSyncedError
 from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
+from extender.service.leadership import Leadership
 from extender.service.parking import ParkedPods
 from extender.service.pod_facts import needs_our_decision, own_workload_key, pod_id
 from extender.service.quota_view import QuotaView, add_amounts
-from extender.service.reconciliation import pods_to_reconcile, reservation_state
+from extender.service.reconciliation import GonePods, pods_to_reconcile, reservation_state
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
@@ -79,6 +80,7 @@ class SchedulingService:
         journal: ReservationJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
         keep_view_current: bool = False,
+        leadership: Leadership | None = None,
     ) -> None:
         self.source = source
         self.config = config
@@ -100,12 +102,13 @@ class SchedulingService:
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
         self.gangs = GangAttempts(config.reservations.gang_window_seconds)  # service/gang_attempts.py
+        self._reconciled_snapshot: ClusterSnapshot | None = None
+        self.gone_pods = GonePods()  # pods the view showed deleted: a reservation for one is let go
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
         # Of those, the pods whose reservation has not been let go yet, and how the others were let go: one
         # "expired" is quota held for a pod that never came (an alert in docs/monitoring.md).
-        self._restored_pods: set[str] = set()
         self.restored_released: dict[str, int] = {}
         self._context_lock = threading.Lock()
         # What the quota context was built from: the quota kinds' dicts of its snapshot (see quota_context) and
@@ -120,6 +123,8 @@ class SchedulingService:
         self._stopping = threading.Event()
         self.requeues = 0
         self.keep_view_current = keep_view_current
+        # Why this extender must not reserve now ("" when it may): another scheduler replica leads.
+        self.leadership = leadership
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -129,6 +134,8 @@ class SchedulingService:
         log.info("DRA feature gates: %s", ",".join(f"{name}={str(on).lower()}" for name, on in gates.items()))
         tune_for_large_heap()
         self._restore_reservations()
+        if self.leadership is not None:
+            self.leadership.start()
         self.source.start(self.store)
         self.store.snapshot()
         freeze_loaded_state()
@@ -155,7 +162,6 @@ class SchedulingService:
                 workload=item.workload,
             )
         self.restored_reservations = len(restored)
-        self._restored_pods = {item.pod_uid for item in restored}
         if restored:
             log.info("restored %d reservations of the previous process from %s", len(restored), self.journal.path)
 
@@ -290,17 +296,18 @@ class SchedulingService:
         reconciled = self._reconciled_version
         changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
         touched = pods_to_reconcile(snapshot, changes)
+        self.gone_pods.record(self._reconciled_snapshot, snapshot, changes)
         self._reconciled_version = snapshot.version
+        self._reconciled_snapshot = snapshot
         pod_keys, pod_uids = touched if touched is not None else (None, ())
         released = self.reservations.reconcile(
-            partial(reservation_state, snapshot), pod_keys=pod_keys, pod_uids=pod_uids
+            partial(reservation_state, snapshot, gone=self.gone_pods), pod_keys=pod_keys, pod_uids=pod_uids
         )
         if self.options.workload.gangs:
             released += self.gangs.settle(snapshot, self.reservations)
         for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
-            if reservation.pod_uid in self._restored_pods:
-                self._restored_pods.discard(reservation.pod_uid)
+            if reservation.restored:
                 self.restored_released[why] = self.restored_released.get(why, 0) + 1
             expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
@@ -414,6 +421,9 @@ class SchedulingService:
         snapshot = self.snapshot()
         if not needs_our_decision(pod, snapshot):
             return self._decide(snapshot, pod, node_names, view=None)
+        not_leading = self.leadership() if self.leadership is not None else ""
+        if not_leading:
+            raise NotLeadingError(not_leading)
         identity = pod_id(pod)
         with self.reservations.lock:
             view = self._quota_view_locked()

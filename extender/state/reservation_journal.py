@@ -9,13 +9,16 @@ restarted next to the same kube-scheduler (the sidecar restarting in its pod) wo
 API server, find none of it, and give the same quota again. The journal closes that window: every change of
 the ledger is appended as one JSON line (a reservation held or replaced, or let go) with one write() on an
 O_APPEND descriptor before the verb answers, and a process starting on the same listen address replays it and
-takes over what is still within its TTL. Appending keeps a change O(1) whatever the ledger holds, where
-rewriting the whole ledger would cost O(reservations) per filter; the file is compacted (the live
-reservations written to a temporary file renamed over it) at start and whenever it holds more than twice the
-live records plus COMPACT_SLACK lines. A SIGKILL cannot lose a completed write (the page cache outlives the
-process); a torn last line is skipped on replay. A machine crash can lose writes, but takes kube-scheduler's
-memory with it. Expiry instants are stored as wall-clock time: the ledger's monotonic clock does not survive a
-restart.
+takes over what is still within its TTL. The file's first line names whose promises they are (JournalIdentity:
+the cluster, by its kube-system Namespace's UID, which survives an API server's address being reused and is
+new in a re-created cluster; the kube-scheduler served, by its leader-election Lease; the extender's config
+hash): a journal of another cluster or scheduler is ignored, with a log line. Appending keeps a change O(1)
+whatever the ledger holds, where rewriting the whole ledger would cost O(reservations) per filter; the file is
+compacted (the live reservations written to a temporary file renamed over it) at start and whenever it holds
+more than twice the live records plus COMPACT_SLACK lines. A SIGKILL cannot lose a completed write (the page
+cache outlives the process); a torn last line is skipped on replay. A machine crash can lose writes, but takes
+kube-scheduler's memory with it. Expiry instants are stored as wall-clock time: the ledger's monotonic clock
+does not survive a restart.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from extender.state.reservations import QuotaKey, Reservation
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: the header names the cluster, the scheduler and the config (JournalIdentity)
 COMPACT_SLACK = 512  # appended lines beyond twice the live records before the file is rewritten
 
 
@@ -52,6 +55,31 @@ def default_journal_path(listen: str, cluster: str = "") -> Path:
     if cluster:
         safe += "-" + (re.sub(r"[^A-Za-z0-9_.-]", "_", cluster.removeprefix("https://").removeprefix("http://")))
     return Path(tempfile.gettempdir()) / f"dra-extender-reservations-{safe}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class JournalIdentity:
+    """Whose promises a journal holds. `cluster`: the kube-system Namespace's UID (the API server's identity:
+    the name a `kubectl get ns kube-system` shows is the same everywhere, the UID is not); `scheduler`: the
+    kube-scheduler's leader-election Lease (namespace/name), which names the scheduler deployment whose pods the
+    reservations were promised to; `config`: a hash of the extender's configuration, recorded so a log line says
+    when the promises were made under another one (they are restored all the same: they are what kube-scheduler
+    may still be binding). Empty fields are unknown and match anything."""
+
+    cluster: str = ""
+    scheduler: str = ""
+    config: str = ""
+
+    def header(self) -> dict[str, Any]:
+        return {"version": FORMAT_VERSION, "cluster": self.cluster, "scheduler": self.scheduler, "config": self.config}
+
+    def foreign(self, header: dict[str, Any]) -> str:
+        """Why a journal with `header` is not ours ("" when it is)."""
+        for field_name, ours in (("cluster", self.cluster), ("scheduler", self.scheduler)):
+            theirs = str(header.get(field_name, ""))
+            if ours and theirs != ours:
+                return f"it belongs to {field_name} {theirs or '(unrecorded)'}, this extender serves {ours}"
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +99,15 @@ class JournaledReservation:
 class ReservationJournal:
     """Implements state/reservations.py's ReservationSink. Writes happen under the ledger's lock (in order)."""
 
-    def __init__(self, path: Path | str, *, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        identity: JournalIdentity | None = None,
+    ) -> None:
         self.path = Path(path)
+        self.identity = identity if identity is not None else JournalIdentity()
         self._wall_clock = wall_clock
         self._failing = False
         self._fd: int | None = None
@@ -100,9 +135,19 @@ class ReservationJournal:
         except ValueError as error:
             log.warning("ignoring the reservation journal %s: %s", self.path, error)
             return []
+        foreign = self.identity.foreign(header)
+        if foreign:
+            log.warning("ignoring the reservation journal %s: %s", self.path, foreign)
+            return []
+        if self.identity.config and header.get("config") != self.identity.config:
+            log.info("the reservation journal %s was written under another extender configuration", self.path)
+        return self._replay(lines[1:])
+
+    def _replay(self, lines: list[bytes]) -> list[JournaledReservation]:
+        """The records still held at the end of the file, and not expired."""
         records: dict[str, dict[str, Any]] = {}
         skipped = 0
-        for line in lines[1:]:
+        for line in lines:
             if not line:
                 continue
             try:
@@ -179,7 +224,7 @@ class ReservationJournal:
         body = b"".join(orjson.dumps(record) + b"\n" for record in self._live.values())
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            temporary.write_bytes(orjson.dumps({"version": FORMAT_VERSION}) + b"\n" + body)
+            temporary.write_bytes(orjson.dumps(self.identity.header()) + b"\n" + body)
             os.replace(temporary, self.path)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except OSError as error:

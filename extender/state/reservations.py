@@ -31,6 +31,9 @@ class Reservation:
     node: str = ""  # set when bind confirmed the node actually chosen
     seen: bool = False  # the pod has been seen in the cluster view (so its disappearance means deletion)
     workload: str = ""  # the admitted Workload whose quota hold this charge replaces ("" for none)
+    # Taken over from a previous process's journal: its pod existed when that process answered, so a complete
+    # view without it (or with another pod under its name, or with it bound elsewhere) means it is gone.
+    restored: bool = False
 
     def quota_keys(self) -> Iterable[tuple[QuotaKey, Fraction]]:
         return self.charges.items()
@@ -74,10 +77,15 @@ class ReservationLedger:
         # pod key -> the uids holding reservations under it
         self._uids_by_key: immutables.Map[str, frozenset[str]] = immutables.Map()
         self._unchecked: set[str] = set()  # held or replaced since the last reconcile
+        # Restored reservations not yet found in a view: asked about at every reconcile until their pod's state
+        # is known (the first views may be incomplete), not only when their pod changes.
+        self._restored_unchecked: set[str] = set()
         self._next_expiry = float("inf")  # no reservation expires before this (it may be an earlier one's)
         self._totals: dict[QuotaKey, Fraction] = {}
         self._by_workload: dict[str, dict[QuotaKey, Fraction]] = {}  # what the pods of each Workload hold
         self.lock = threading.RLock()  # callers hold it across check-then-reserve
+        # Restored reservations let go at their TTL: promises of the previous process nobody turned into usage
+        # (a pod gone unseen, a binding that never came), for metrics.
         self._sink = sink
 
     def _put(self, reservation: Reservation) -> None:
@@ -112,8 +120,10 @@ class ReservationLedger:
                 node=node,
                 seen=seen,
                 workload=workload,
+                restored=True,
             )
             self._hold(reservation)
+            self._restored_unchecked.add(pod_uid)
             self._put(reservation)
             return reservation
 
@@ -191,6 +201,7 @@ class ReservationLedger:
                     self._uids_by_key.set(key, remaining) if remaining else self._uids_by_key.delete(key)
                 )
             self._unchecked.discard(pod_uid)
+            self._restored_unchecked.discard(pod_uid)
             if self._sink is not None and not replaced:
                 self._sink.delete(pod_uid)
             add_signed(self._totals, reservation.charges.items(), -1)
@@ -235,6 +246,7 @@ class ReservationLedger:
                 due = list(self._by_pod.values())
             else:
                 uids = set(self._unchecked)
+                uids.update(self._restored_unchecked)
                 uids.update(pod_uids)
                 for key in pod_keys:
                     uids.update(self._uids_by_key.get(key, ()))
@@ -242,6 +254,8 @@ class ReservationLedger:
             self._unchecked.clear()
             for reservation in due:
                 state = pod_states(reservation)
+                if state != "pending":
+                    self._restored_unchecked.discard(reservation.pod_uid)
                 if state == "seen" and not reservation.seen:
                     marked = replace(reservation, seen=True)
                     self._by_pod = self._by_pod.set(reservation.pod_uid, marked)
@@ -250,6 +264,10 @@ class ReservationLedger:
                     self._drop(reservation.pod_uid)
                     released.append((reservation, state))
         return released
+
+    def restored_held(self) -> int:
+        """Reservations taken over from the previous process still held (O(reservations): for metrics)."""
+        return sum(1 for reservation in self._by_pod.values() if reservation.restored)
 
     def get(self, pod_uid: str) -> Reservation | None:
         return self._by_pod.get(pod_uid)

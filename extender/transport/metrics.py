@@ -133,6 +133,11 @@ def _reservation_families(service: SchedulingService, view: QuotaView) -> Iterat
         ),
         service.restored_released,
     )
+    yield GaugeMetricFamily(
+        "dra_extender_reservations_restored_held",
+        "Reservations taken over from the previous process's journal still held (not yet bound, gone or expired).",
+        value=service.reservations.restored_held(),
+    )
 
 
 def _health_families(health: SourceHealth) -> Iterator[Metric]:

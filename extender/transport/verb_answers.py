@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from extender.decisions.pod_decision import PodDecision
 from extender.decisions.ranking import Ranking
-from extender.service import NotSyncedError, SchedulingService
+from extender.service import NotLeadingError, NotSyncedError, SchedulingService
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.wire import (
     filter_error,
@@ -69,6 +69,9 @@ def answer_filter(
     args = parse_extender_args(body, max_nodes=service.config.limits.max_nodes_per_request, stored=service.stored_pod)
     try:
         decision = service.filter(args.pod, args.node_names)
+    except NotLeadingError as error:
+        metrics.child(metrics.filter_outcomes, "not-leading").inc()
+        return filter_error(str(error))
     except NotSyncedError as error:
         metrics.child(metrics.filter_outcomes, "not-synced").inc()
         return filter_error(str(error))
