@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testkit.go import build_env, locate_go
 from tests.e2e import build
@@ -150,8 +151,12 @@ def test_the_kustomize_service_monitor_passes_server_side_dry_run(
 def test_the_crd_schema_refuses_a_threshold_that_is_no_duration(
     plane: ControlPlane, tools: dict[str, Path], tmp_path: Path
 ) -> None:
-    """The dry-run validates: a `for` outside the CRD's duration pattern is refused."""
-    manifest = helm_template(tools, "monitoring.prometheusRule.enabled=true", "monitoring.alerts.notReadyFor=five")
+    """The dry-run validates: a `for` outside the CRD's duration pattern is refused (a rule written by hand: the
+    chart's values schema refuses such a threshold before anything renders, tests/test_monitoring_chart.py)."""
+    documents = [d for d in yaml.safe_load_all(helm_template(tools, "monitoring.prometheusRule.enabled=true")) if d]
+    (rule,) = [d for d in documents if d["kind"] == "PrometheusRule"]
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "five"
+    manifest = yaml.safe_dump(rule)
     result = dry_run(plane, manifest, tmp_path)
     assert result.returncode != 0
     assert "PrometheusRule" in result.stderr and "for" in result.stderr

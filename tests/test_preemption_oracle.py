@@ -578,7 +578,8 @@ def test_max_priority_threshold_as_kueue_applies_it(held: int, asked: int, possi
 
 def test_a_node_whose_own_charge_can_never_fit_stays_unresolvable_beside_the_pods_reason():
     """allocationMode All charges each node what it holds: on the 8-GPU node more than the queue could ever
-    have. Every other node shares the pod's "no flavor fits now" reason; that node keeps its own."""
+    have. Every other node shares the pod's reason (with one flavor, that flavor's own: quota exhausted, how much
+    more is needed, nothing to preempt); that node keeps its own."""
     objects = [
         kueue_config({RESOURCE: b.GPU_CLASS}),
         b.device_class(),
@@ -597,5 +598,8 @@ def test_a_node_whose_own_charge_can_never_fit_stays_unresolvable_beside_the_pod
     decision = decide(objects, pod)
     small, big = decision.verdicts["small"], decision.verdicts["big"]
     assert decision.passed == []
-    assert not small.unresolvable and small.reason.startswith("no flavor of ClusterQueue team-a fits")
+    assert not small.unresolvable and small.reason == (
+        "ClusterQueue team-a quota exhausted for example.com/gpu in flavor one: requested 2, available 0, "
+        "2 more needed, nothing Kueue may preempt for it"
+    )
     assert big.unresolvable and "can never provide 8" in big.reason

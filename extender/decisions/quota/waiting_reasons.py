@@ -35,9 +35,26 @@ def group_refusal(cluster_queue: str, choice: GroupChoice, names: str) -> QuotaR
         chosen = next(attempt for attempt in choice.attempts if attempt.flavor == choice.flavor)
         return QuotaRejection(_preemption_text(cluster_queue, chosen, names), False, CATEGORY_QUOTA)
     never = all(_unresolvable(attempt) for attempt in choice.attempts)
+    category = CATEGORY_QUOTA_NEVER if never else CATEGORY_QUOTA
+    if len(choice.attempts) == 1 and (single := _single_flavor_text(choice.attempts[0])):
+        return QuotaRejection(single, never, category)
     parts = "; ".join(f"{attempt.flavor}: {_shortfall(attempt)}" for attempt in choice.attempts)
     summary = f"no flavor of ClusterQueue {cluster_queue} fits this pod's {names} now ({parts})"
-    return QuotaRejection(summary, never, CATEGORY_QUOTA_NEVER if never else CATEGORY_QUOTA)
+    return QuotaRejection(summary, never, category)
+
+
+def _single_flavor_text(attempt: FlavorAttempt) -> str:
+    """With one flavor to choose from, its own verdict in Kueue's words (fitsResourceQuota's), with how much more
+    is needed and what preemption could do: there is no list of flavors to give."""
+    worst = worst_fit(attempt.fits)
+    if worst is None:
+        return ""
+    own = fit_rejection(worst).summary
+    if worst.outcome is not FitOutcome.NEEDS_PREEMPTION:
+        return own
+    needed = _needed(worst)
+    tail = _shortfall(attempt)
+    return own + f", {format_quantity(worst.shortfall)} more needed" + tail[len(needed) :]
 
 
 def _unresolvable(attempt: FlavorAttempt) -> bool:
