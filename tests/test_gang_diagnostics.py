@@ -41,6 +41,8 @@ def test_a_refused_gang_member_shows_the_group_verdict() -> None:
     assert report["attempt"]["outcome"].startswith("lost")
     assert [m["pod"] for m in report["members"]] == [f"team-a/w{i}" for i in range(4)]
     assert report["members"][0]["refusal"].startswith("PodGroup team-a/train")
+    page = client.get("/ui/pods/team-a/w0").get_data(as_text=True)  # the pod's page links to its group's
+    assert 'href="/ui/podgroups/team-a/train"' in page and "refused as a group" in page
     table = render_table(pod)  # what `kubectl dra-quota explain` and `dra-extender explain` print
     assert "PodGroup team-a/train (gang, minCount 4): 0 placed" in table and "Refused as a group" in table
 
