@@ -12,10 +12,14 @@ Streams run one after the other, each in a fresh namespace, and leave nothing al
 A stream, tick by tick: the pods whose lifetime ended leave (pod and claim deleted, force, as there is no
 kubelet; the tick goes on once the claim is gone, i.e. deallocated by the resourceclaim controller, then
 `settle` seconds more so that kube-scheduler's and the extender's informers have seen it); then the tick's pod
-arrives: its ResourceClaim (the shape's request, from testkit/placement.py) and the pod naming it, for the
-profile under test. The pod is placed when it is bound (spec.nodeName); refused when kube-scheduler reports it
-unschedulable (condition PodScheduled=False, reason Unschedulable: no node passed the in-tree filters, or the
-extender's filter refused every one). Drop mode: a refused pod and its claim are deleted at once.
+arrives: its ResourceClaim (the shape's request, from testkit/placement.py) and, `settle` seconds later, the
+pod naming it, for the profile under test. Without that pause the extender's watch can deliver the claim after
+kube-scheduler has already sent it the pod, and its filter refuses the nodes the in-tree plugins passed with
+"ResourceClaim ... does not exist" (once in 500 pods on a first run): kube-scheduler would retry such a pod,
+drop mode would count it as refused; the bench prints any refusal of that kind. The pod is placed when it is
+bound (spec.nodeName); refused when kube-scheduler reports it unschedulable (condition PodScheduled=False,
+reason Unschedulable: no node passed the in-tree filters, or the extender's filter refused every one that did).
+Drop mode: a refused pod and its claim are deleted at once.
 
 What is measured is what kube-scheduler and the DRA allocator did, with their own score plugins and tie
 breaking; the extender only ranks (and filters) through its HTTP verbs. Partitionable GPUs are published as
@@ -37,6 +41,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from bench.e2e_bench import extender_metrics
 from bench.placement_bench import (
     HEADER,
     SHAPES,
@@ -149,6 +154,7 @@ class RealCluster:
         claim = b.claim(f"{name}-gpu", namespace, [request])
         del claim["metadata"]["uid"]
         self.plane.resource.create_namespaced_resource_claim(namespace, claim)
+        time.sleep(self.settle)  # the extender's watch may see the claim later than kube-scheduler sees the pod
         manifest = pod_manifest(namespace, name, claims={"gpu": f"{name}-gpu"}, scheduler_name=PROFILES[mode])
         started = time.monotonic()
         self.plane.create_pod(manifest)
@@ -236,6 +242,8 @@ def run_stream(
             if outcome.first_refusal_gi is None:
                 outcome.first_refusal_gi, outcome.first_refusal_pods = live_gi, len(live)
                 print(f"    ({mode}) first refusal at pod {arrival.index} ({kind.name}): {placed.message}", flush=True)
+            if "does not exist" in placed.message:
+                print(f"    ({mode}) pod {arrival.index} refused before its claim was seen: {placed.message}")
             cluster.leave(namespace, [name])
         else:
             live.append((arrival.index + arrival.lifetime, name, kind.memory_gi))
@@ -273,6 +281,12 @@ def main_control_plane(args: argparse.Namespace) -> None:
                 for row in report_stream(shape, seed, False, outcomes, limit, modes=tuple(PROFILES)):
                     print(row, flush=True)
                 summary.append((shape.name, seed, limit, outcomes["a"], outcomes["c"]))
+            calls = extender_metrics(cluster.plane.components["extender"].url)
+            print(
+                f"  {shape.name}: the extender answered "
+                + ", ".join(f"{int(count)} {verb}" for verb, (_, count) in sorted(calls.items())),
+                flush=True,
+            )
         finally:
             cluster.stop()
     print(f"\nreal control plane, drop mode ({time.monotonic() - started:.0f} s); (b) not run in this mode")
