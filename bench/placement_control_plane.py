@@ -99,6 +99,8 @@ def api_slices(slice_obj: dict[str, Any]) -> list[dict[str, Any]]:
     if counters:
         bodies.append(("counters", {"sharedCounters": counters}))
     pool = {**spec["pool"], "resourceSliceCount": len(bodies)}
+    for device in spec["devices"]:
+        _with_default_request(device)
     return [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -108,6 +110,16 @@ def api_slices(slice_obj: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for suffix, body in bodies
     ]
+
+
+def _with_default_request(device: dict[str, Any]) -> None:
+    """The API server requires a requestPolicy's `default` beside a `validRange` (resource/v1 validation: "required
+    when validRange is defined"); testkit's shared GPUs give none, so the range's minimum is the default. Every
+    claim of the bench asks for its capacity explicitly, so the default is never what a pod gets."""
+    for capacity in (device.get("capacity") or {}).values():
+        policy = capacity.get("requestPolicy")
+        if policy and "validRange" in policy and "default" not in policy:
+            policy["default"] = policy["validRange"]["min"]
 
 
 class RealCluster:
