@@ -30,6 +30,7 @@ two slices.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 import time
@@ -139,7 +140,7 @@ class RealCluster:
                 extender_url=extender.url, name="kube-scheduler-extender", scheduler_name=PROFILES["c"]
             )
         except BaseException:
-            self.plane.stop()
+            self.stop()
             raise
 
     def _populate(self, objects: list[dict[str, Any]]) -> None:
@@ -153,7 +154,9 @@ class RealCluster:
                     self.plane.resource.create_resource_slice(body)
 
     def stop(self) -> None:
+        """Stop every component and remove the work directory (etcd's data, the logs)."""
         self.plane.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def new_namespace(self, label: str) -> str:
         self.streams += 1
