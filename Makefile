@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test unit lint fmt bench bench-e2e bench-placement differential clean image tools soak
+.PHONY: install deps run test unit lint fmt bench bench-e2e bench-placement bench-placement-real differential clean image tools soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ bench-e2e: $(STAMP)
 # A subset: make bench-placement PLACEMENT_ARGS="--seeds 1 2 --shapes partitioned --pods 200"
 bench-placement: $(STAMP)
 	$(BIN)/python -m bench.placement_bench $(PLACEMENT_ARGS)
+
+# The same streams placed by the real kube-scheduler (test kit control plane), without and with our extender:
+# partitioned shape, seeds 1 2, 120 pods, drop mode unless PLACEMENT_ARGS says otherwise (builds tests/e2e/.build
+# when missing).
+bench-placement-real: $(STAMP)
+	$(BIN)/python -m tests.e2e.build
+	$(BIN)/python -m bench.placement_bench --control-plane $(PLACEMENT_ARGS)
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
 # Repetition (not in `make test`): the over-commit stress test, the restart-window and chaos e2e N times each

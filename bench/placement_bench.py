@@ -2,7 +2,7 @@
 exact offline bound.
 
 Run: make bench-placement, or .venv/bin/python -m bench.placement_bench [--seeds 1 2 3 4 5]
-     [--shapes partitioned mixed shared nodes] [--pods 300] [--modes drop wait]
+     [--shapes partitioned mixed shared nodes] [--pods 300] [--modes drop wait] [--control-plane]
 
 A stream: pods arrive one per tick, each asking for one shape (a MIG-like profile, a memory share, a number of
 GPUs) drawn from the shape's mix, and leave a seeded lifetime after they were placed. `drop`: a pod no node
@@ -25,7 +25,8 @@ that arrived and has not left, as if all were placed) cannot be packed at all, G
 Per stream: GPU memory (as requested) and pods live at the first refusal, pods placed, utilisation (live GPU
 memory over capacity, averaged over the arrivals) and, in wait mode, mean wait in ticks; each as a ratio to (a)
 and, at the first refusal, to (d). This runs the extender's decisions in-process, not the real control plane:
-see docs/placement.md for what that leaves out.
+see docs/placement.md for what that leaves out. `--control-plane` (make bench-placement-real) places (a) and (c)
+on the real one instead, drop mode only (bench/placement_control_plane.py).
 """
 
 from __future__ import annotations
@@ -426,10 +427,17 @@ def _ratio(value: float | None, against: float | None) -> str:
     return f"{value / against:.3f}"
 
 
-def report_stream(shape: Shape, seed: int, waiting: bool, outcomes: dict[str, Outcome], limit: Outcome) -> list[str]:
+def report_stream(
+    shape: Shape,
+    seed: int,
+    waiting: bool,
+    outcomes: dict[str, Outcome],
+    limit: Outcome,
+    modes: tuple[str, ...] = MODES,
+) -> list[str]:
     rows = []
     a = outcomes["a"]
-    for mode in MODES:
+    for mode in modes:
         o = outcomes[mode]
         util = statistics.fmean(o.utilisation) if o.utilisation else 0.0
         util_a = statistics.fmean(a.utilisation) if a.utilisation else 0.0
@@ -453,13 +461,46 @@ HEADER = (
 )
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES))
-    parser.add_argument("--pods", type=int, default=300)
-    parser.add_argument("--modes", nargs="+", choices=["drop", "wait"], default=["drop", "wait"])
+    parser.add_argument("--seeds", type=int, nargs="+", help="default 1 2 3 4 5; with --control-plane 1 2")
+    parser.add_argument(
+        "--shapes", nargs="+", choices=sorted(SHAPES), help="default all; with --control-plane partitioned"
+    )
+    parser.add_argument("--pods", type=int, help="default 300; with --control-plane 120")
+    parser.add_argument(
+        "--modes", nargs="+", choices=["drop", "wait"], help="default drop wait; --control-plane: drop only"
+    )
+    parser.add_argument(
+        "--control-plane",
+        action="store_true",
+        help="place (a) and (c) on a real control plane from the test kit (kube-scheduler v1.37.2 allocating, "
+        "our extender served over HTTP) instead of in-process; (b) is not run there",
+    )
+    parser.add_argument(
+        "--settle", type=float, default=0.3, help="--control-plane: seconds after departures before the next pod"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="--control-plane: seconds a pod may take to be decided"
+    )
     args = parser.parse_args()
+    real = args.control_plane
+    args.seeds = args.seeds or ([1, 2] if real else [1, 2, 3, 4, 5])
+    args.shapes = args.shapes or (["partitioned"] if real else list(SHAPES))
+    args.pods = args.pods or (120 if real else 300)
+    args.modes = args.modes or (["drop"] if real else ["drop", "wait"])
+    if real and args.modes != ["drop"]:
+        parser.error("--control-plane runs drop mode only")
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    if args.control_plane:
+        from bench.placement_control_plane import main_control_plane
+
+        main_control_plane(args)
+        return
     print(HEADER)
     summary: dict[str, list[tuple[float, float, float]]] = {}
     started = time.perf_counter()
