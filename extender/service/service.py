@@ -42,7 +42,7 @@ from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.leadership import Leadership
 from extender.service.parking import ParkedPods
-from extender.service.pod_facts import needs_our_decision, own_workload_key, pod_id
+from extender.service.pod_facts import await_named_claims, needs_our_decision, own_workload_key, pod_id
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reconciliation import GonePods, pods_to_reconcile, reservation_state
 from extender.state.core import Pod
@@ -424,6 +424,8 @@ class SchedulingService:
         not_leading = self.leadership() if self.leadership is not None else ""
         if not_leading:
             raise NotLeadingError(not_leading)
+        if getattr(self.source, "follows_changes", False):
+            await_named_claims(self.store, snapshot, pod)
         identity = pod_id(pod)
         with self.reservations.lock:
             view = self._quota_view_locked()

@@ -54,3 +54,15 @@ def resolve_pod_claims(snapshot: ClusterSnapshot, pod: Pod) -> PodClaims:
             PendingClaim(f"claim {ref.name} (from template {ref.template_name})", ref.name, "", template.spec)
         )
     return PodClaims(tuple(pending), tuple(allocated), tuple(problems))
+
+
+def named_claims_not_in_view(snapshot: ClusterSnapshot, pod: Pod) -> list[str]:
+    """The ResourceClaims the pod names (`resourceClaimName`) that the view does not hold. kube-scheduler asks an
+    extender about a pod only after its DynamicResources PreFilter found every one of them in its own informer
+    (pkg/scheduler/framework/plugins/dynamicresources: a missing claim is UnschedulableAndUnresolvable before any
+    extender is called), so when filter meets one, the extender's own watch is behind, not the pod wrong."""
+    return [
+        f"{pod.namespace}/{ref.claim_name}"
+        for ref in pod.claims
+        if ref.claim_name and f"{pod.namespace}/{ref.claim_name}" not in snapshot.claims
+    ]

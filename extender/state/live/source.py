@@ -40,6 +40,8 @@ STOP_JOIN_SECONDS = 5.0
 class LiveSource:
     """List+watch of every kind the extender reads; implements extender.state.sources.ClusterSource."""
 
+    follows_changes = True  # the store changes under the verbs (service._await_named_claims waits for it)
+
     def __init__(
         self,
         api_client_config: Configuration,
