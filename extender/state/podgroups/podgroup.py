@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.state.core import parse_metadata
+from extender.state.core import PodClaimRef, parse_metadata
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_int, get_map, get_str, map_items
 
@@ -28,13 +28,9 @@ POLICY_BASIC = "basic"
 POLICY_GANG = "gang"
 
 
-@dataclass(frozen=True, slots=True)
-class GroupClaim:
-    """One entry of spec.resourceClaims: a claim named outright, or a template the controller instantiates."""
-
-    name: str
-    claim_name: str = ""
-    template_name: str = ""
+# One entry of PodGroup spec.resourceClaims: the same shape as a pod's (a claim named outright, or a template the
+# controller instantiates), so the same type.
+GroupClaim = PodClaimRef
 
 
 @dataclass(frozen=True, slots=True)
