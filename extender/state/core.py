@@ -321,10 +321,9 @@ def pod_identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
     return identity  # type: ignore[return-value]  # four non-empty strings, checked above
 
 
-def parse_pod(obj: Mapping[str, Any]) -> Pod:
-    meta = parse_metadata(obj, namespaced=True)
-    spec = get_map(obj, "spec", "")
-    status = get_map(obj, "status", "")
+def parse_claim_refs(spec: Mapping[str, Any]) -> list[PodClaimRef]:
+    """``spec.resourceClaims`` of a pod or a PodGroup: the same three fields in both APIs
+    (k8s.io/api@v0.37.2 core/v1 PodResourceClaim, scheduling/v1beta1 PodGroupResourceClaim)."""
     claims = []
     for claim_path, raw in map_items(spec, "resourceClaims", "spec"):
         ref = PodClaimRef(
@@ -335,13 +334,27 @@ def parse_pod(obj: Mapping[str, Any]) -> Pod:
         if bool(ref.claim_name) == bool(ref.template_name):
             raise ObjectError(claim_path, "exactly one of resourceClaimName and resourceClaimTemplateName is required")
         claims.append(ref)
+    return claims
+
+
+def parse_claim_statuses(status: Mapping[str, Any]) -> dict[str, str | None]:
+    """``status.resourceClaimStatuses``: entry name -> the claim made from its template (None: none needed)."""
     statuses: dict[str, str | None] = {}
-    extended_status = get_map(status, "extendedResourceClaimStatus", "status")
     for status_path, raw in map_items(status, "resourceClaimStatuses", "status"):
         generated = raw.get("resourceClaimName")
         if generated is not None and not isinstance(generated, str):
             raise ObjectError(child_path(status_path, "resourceClaimName"), "must be a string")
         statuses[get_str(raw, "name", status_path, required=True)] = generated
+    return statuses
+
+
+def parse_pod(obj: Mapping[str, Any]) -> Pod:
+    meta = parse_metadata(obj, namespaced=True)
+    spec = get_map(obj, "spec", "")
+    status = get_map(obj, "status", "")
+    claims = parse_claim_refs(spec)
+    statuses = parse_claim_statuses(status)
+    extended_status = get_map(status, "extendedResourceClaimStatus", "status")
     phase = get_str(status, "phase", "status")
     return Pod(
         namespace=meta.namespace,

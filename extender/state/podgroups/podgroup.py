@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.state.core import PodClaimRef, parse_metadata
+from extender.state.core import PodClaimRef, parse_claim_refs, parse_claim_statuses, parse_metadata
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_int, get_map, get_str, map_items
 
@@ -96,22 +96,8 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroup:
     spec = get_map(obj, "spec", "")
     status = get_map(obj, "status", "")
     policy, min_count = _parse_policy(spec, "spec")
-    claims = []
-    for claim_path, raw in map_items(spec, "resourceClaims", "spec"):
-        ref = GroupClaim(
-            name=get_str(raw, "name", claim_path, required=True),
-            claim_name=get_str(raw, "resourceClaimName", claim_path),
-            template_name=get_str(raw, "resourceClaimTemplateName", claim_path),
-        )
-        if bool(ref.claim_name) == bool(ref.template_name):
-            raise ObjectError(claim_path, "exactly one of resourceClaimName and resourceClaimTemplateName is required")
-        claims.append(ref)
-    statuses: dict[str, str | None] = {}
-    for status_path, raw in map_items(status, "resourceClaimStatuses", "status"):
-        generated = raw.get("resourceClaimName")
-        if generated is not None and not isinstance(generated, str):
-            raise ObjectError(child_path(status_path, "resourceClaimName"), "must be a string")
-        statuses[get_str(raw, "name", status_path, required=True)] = generated
+    claims = parse_claim_refs(spec)
+    statuses = parse_claim_statuses(status)
     conditions = {
         get_str(raw, "type", path, required=True): GroupCondition(
             get_str(raw, "status", path),
