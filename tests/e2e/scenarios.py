@@ -424,7 +424,10 @@ class QuotaWatch:
             if predicate(bound):
                 return bound
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {message} (bound: {len(bound)})")
+                names = ", ".join(sorted(bound)[:20]) + (" ..." if len(bound) > 20 else "")
+                raise TimeoutError(
+                    f"timed out after {timeout:.0f}s waiting for {message} (bound {len(bound)}: {names})"
+                )
             time.sleep(0.1)
 
     def hold(self, seconds: float) -> dict[str, str]:
