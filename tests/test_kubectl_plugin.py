@@ -34,6 +34,7 @@ from extender.kubectl_plugin.kubeconfig import context_namespace
 from extender.kubectl_plugin.remote import _from_extender, parse_service
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
 from tests.e2e.cluster import free_port
+from tests.support.demo_server import demo_listeners
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "extender" / "demo" / "cluster.yaml"
@@ -151,39 +152,11 @@ SCHEDULING_URL: dict[str, str] = {}  # the demo extender's diagnostics URL -> it
 
 @pytest.fixture(scope="module")
 def demo_extender(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`dra-extender serve` on the demo; yields its diagnostics URL."""
-    log = (tmp_path_factory.mktemp("demo") / "serve.log").open("w")
-    port, diagnostics = free_port(), free_port()
-    process = subprocess.Popen(
-        [
-            str(BIN / "dra-extender"),
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--diagnostics-listen",
-            f"127.0.0.1:{diagnostics}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{diagnostics}"
-    SCHEDULING_URL[url] = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "the demo extender did not start"
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        log.close()
+    """`dra-extender serve` on the demo, diagnostics on their own listener; yields the diagnostics URL."""
+    log_path = tmp_path_factory.mktemp("demo") / "serve.log"
+    with demo_listeners(log_path, separate_diagnostics=True) as server:
+        SCHEDULING_URL[server.diagnostics_url] = server.url
+        yield server.diagnostics_url
 
 
 class ScriptedApiServer(http.server.ThreadingHTTPServer):

@@ -14,8 +14,7 @@ from extender.state.core import parse_pod
 from extender.state.reservation_journal import ReservationJournal
 from extender.state.sources import SnapshotSource
 from extender.transport.app import create_app
-from testkit import builders as b
-from tests.support.quota import one_queue_objects
+from tests.support.quota import bind_two_gpus, one_queue_objects
 from tests.support.scenarios import gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1"]
@@ -63,20 +62,7 @@ def test_restored_reservations_are_counted_by_how_they_end(tmp_path: Path) -> No
     assert new.filter(parse_pod(own), NODES).passed == NODES  # the new process's own reservation
 
     # bound-later's binding shows (with its allocation): its restored reservation is let go as "bound"
-    uid = bound_later["metadata"]["uid"]
-    claim = b.claim(
-        "bound-later-gpu",
-        "team-a",
-        [b.exact_request("gpu", 2)],
-        owner_uid=uid,
-        allocated=[("gpu", NODES[0], "gpu-0"), ("gpu", NODES[0], "gpu-1")],
-        allocated_node=NODES[0],
-        reserved_for=[("bound-later", uid)],
-    )
-    new.store.apply("ResourceClaim", "ADDED", claim)
-    bound = gpu_pod("bound-later", template="two", claim_statuses={"gpu": "bound-later-gpu"}, node_name=NODES[0])
-    bound["metadata"]["uid"] = uid
-    new.store.apply("Pod", "MODIFIED", bound)
+    bind_two_gpus(new.store, bound_later, NODES[0])
     new.quota_view()
     assert restored_released(new) == {"bound": 1.0}
 

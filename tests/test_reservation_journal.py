@@ -21,7 +21,7 @@ from extender.state.sources import SnapshotSource
 from extender.transport.app import create_app
 from testkit import builders as b
 from tests.support.quota import ONE_QUEUE_KEY as KEY
-from tests.support.quota import one_queue_objects
+from tests.support.quota import bind_two_gpus, one_queue_objects
 from tests.support.scenarios import gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1"]
@@ -87,20 +87,7 @@ def test_a_restarted_service_holds_what_the_previous_one_promised(tmp_path: Path
     assert not second.passed and {v.category for v in second.verdicts.values()} == {"quota-exhausted"}
 
     # PreBind writes the allocation, then the binding shows: usage takes over, the restored reservation goes.
-    uid = first["metadata"]["uid"]
-    claim = b.claim(
-        "first-gpu",
-        "team-a",
-        [b.exact_request("gpu", 2)],
-        owner_uid=uid,
-        allocated=[("gpu", NODES[0], "gpu-0"), ("gpu", NODES[0], "gpu-1")],
-        allocated_node=NODES[0],
-        reserved_for=[("first", uid)],
-    )
-    new.store.apply("ResourceClaim", "ADDED", claim)
-    bound = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"}, node_name=NODES[0])
-    bound["metadata"]["uid"] = uid
-    new.store.apply("Pod", "MODIFIED", bound)
+    bind_two_gpus(new.store, first, NODES[0])
     view = new.quota_view()
     assert view.usage == {KEY: 2} and view.reserved == {}
     assert ReservationJournal(path).load() == []

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.e2e.cluster import free_port
@@ -17,14 +18,30 @@ from tests.e2e.cluster import free_port
 DRA_EXTENDER = Path(sys.executable).parent / "dra-extender"
 
 
+@dataclass(frozen=True)
+class DemoServer:
+    """Where the started server listens: `url` serves the verbs (and everything else when `diagnostics_url` is
+    the same); `diagnostics_url` serves diagnostics, /readyz and the web view."""
+
+    url: str
+    diagnostics_url: str
+
+
 @contextmanager
-def demo_server(log_path: Path, *extra_args: str) -> Iterator[str]:
-    """Start the demo server, wait for /readyz, yield its base URL (http://127.0.0.1:PORT); stop it after."""
+def demo_listeners(log_path: Path, *extra_args: str, separate_diagnostics: bool = False) -> Iterator[DemoServer]:
+    """Start the demo server (with `separate_diagnostics`, diagnostics on a second port, as a deployment runs
+    it), wait for /readyz, yield where it listens; stop it after."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    args = ["--listen", f"127.0.0.1:{port}"]
+    diagnostics_url = url
+    if separate_diagnostics:
+        diagnostics = free_port()
+        args += ["--diagnostics-listen", f"127.0.0.1:{diagnostics}"]
+        diagnostics_url = f"http://127.0.0.1:{diagnostics}"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            [str(DRA_EXTENDER), "serve", "--listen", f"127.0.0.1:{port}", *extra_args],
+            [str(DRA_EXTENDER), "serve", *args, *extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -32,7 +49,7 @@ def demo_server(log_path: Path, *extra_args: str) -> Iterator[str]:
             deadline = time.monotonic() + 60
             while True:
                 try:
-                    with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
+                    with urllib.request.urlopen(f"{diagnostics_url}/readyz", timeout=2) as response:
                         if response.status == 200:
                             break
                 except (urllib.error.URLError, OSError):
@@ -40,7 +57,14 @@ def demo_server(log_path: Path, *extra_args: str) -> Iterator[str]:
                 assert process.poll() is None, f"the demo server exited:\n{log_path.read_text()}"
                 assert time.monotonic() < deadline, f"the demo server did not become ready:\n{log_path.read_text()}"
                 time.sleep(0.2)
-            yield url
+            yield DemoServer(url, diagnostics_url)
         finally:
             process.terminate()
             process.wait(10)
+
+
+@contextmanager
+def demo_server(log_path: Path, *extra_args: str) -> Iterator[str]:
+    """The demo server on one listener, as `make run` starts it; yields its base URL (http://127.0.0.1:PORT)."""
+    with demo_listeners(log_path, *extra_args) as server:
+        yield server.url

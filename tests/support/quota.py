@@ -10,10 +10,12 @@ from extender.decisions.quota.tree import FlavorResource, QuotaTree
 from extender.state.core import parse_pod
 from extender.state.kueue.quotas import ResourceQuota
 from extender.state.reservations import QuotaKey
+from extender.state.store import ClusterStore
 from testkit import builders as b
 from tests.support.scenarios import (
     cluster_queue,
     flavor,
+    gpu_pod,
     kueue_config,
     local_queue,
     nodes_in_flavor,
@@ -61,6 +63,16 @@ def allocated_claim(pod_name: str, gpus: int, node: str = "on-demand-0", namespa
         reserved_for=[(pod_name, extra.pop("uid", f"uid-{namespace}-{pod_name}"))],
         **extra,
     )
+
+
+def bind_two_gpus(store: ClusterStore, pod_obj: dict, node: str) -> None:
+    """Deliver what PreBind and the binding show of a pod of template "two": its claim `<pod>-gpu` allocated on
+    `node` (gpu-0, gpu-1) and reserved for it, then the pod bound there."""
+    name, uid = pod_obj["metadata"]["name"], pod_obj["metadata"]["uid"]
+    store.apply("ResourceClaim", "ADDED", allocated_claim(name, 2, node, uid=uid, owner_uid=uid, allocated_node=node))
+    bound = gpu_pod(name, template="two", claim_statuses={"gpu": f"{name}-gpu"}, node_name=node)
+    bound["metadata"]["uid"] = uid
+    store.apply("Pod", "MODIFIED", bound)
 
 
 # One ClusterQueue team-a with one flavor of two 4-GPU nodes (the service tests' setup), for the issue 15 tests.
