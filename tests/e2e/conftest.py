@@ -13,10 +13,11 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -70,23 +71,33 @@ def _say(config: pytest.Config, message: str) -> None:
         print(f"\ne2e: {message}", file=sys.stderr, flush=True)
 
 
+Built = TypeVar("Built")
+
+
+def _built(config: pytest.Config, present: bool, ensure: Callable[[], Built], what: str) -> Built:
+    """What `ensure` builds (or finds built): without Go and nothing built, unavailable (a failure in CI, a skip
+    elsewhere); a build that fails fails the tests that need it."""
+    if not present:
+        try:
+            build.find_go()
+        except build.BuildError as exc:
+            _unavailable(str(exc))
+    with _to_terminal(config):
+        try:
+            return ensure()
+        except build.BuildError as exc:
+            failure = f"building {what} failed: {exc}"
+    pytest.fail(failure, pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def e2e_binaries(pytestconfig: pytest.Config) -> dict[str, Path]:
     """Paths of etcd, kube-apiserver, kube-controller-manager, kube-scheduler (built on first use)."""
     if not SHARED_DIR.is_dir() or not KUEUE_CRD_DIR.is_dir():
         _unavailable(f"{KUEUE_CRD_DIR} is missing (the shared folder beside the repository)")
     paths = build.binaries()
-    if not all(os.access(p, os.X_OK) for p in paths.values()):
-        try:
-            build.find_go()
-        except build.BuildError as exc:
-            _unavailable(str(exc))
-    with _to_terminal(pytestconfig):
-        try:
-            return build.ensure_binaries()
-        except build.BuildError as exc:
-            failure = f"building the control plane failed: {exc}"
-    pytest.fail(failure, pytrace=False)
+    built = all(os.access(p, os.X_OK) for p in paths.values())
+    return _built(pytestconfig, built, build.ensure_binaries, "the control plane")
 
 
 @dataclass
@@ -210,17 +221,7 @@ def workload_control_plane(
 def kueue_build(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> Path:
     """The folder with Kueue's controller manager (`kueue`) and its manifests (`config/`), built on first use
     from tests/e2e/kueue (`build.ensure_kueue`). After e2e_binaries, so the two builds never share the cores."""
-    if not os.access(build.kueue_binary(), os.X_OK):
-        try:
-            build.find_go()
-        except build.BuildError as exc:
-            _unavailable(str(exc))
-    with _to_terminal(pytestconfig):
-        try:
-            return build.ensure_kueue()
-        except build.BuildError as exc:
-            failure = f"building Kueue failed: {exc}"
-    pytest.fail(failure, pytrace=False)
+    return _built(pytestconfig, os.access(build.kueue_binary(), os.X_OK), build.ensure_kueue, "Kueue")
 
 
 @dataclass

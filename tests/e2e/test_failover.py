@@ -48,6 +48,48 @@ PODS = 40
 SAMPLE_PERIOD = 0.1  # 10 Hz
 
 
+class Burst:
+    """PODS one-GPU pods created on a thread while the devices allocated are sampled every SAMPLE_PERIOD."""
+
+    def __init__(self, scenario: Scenario, queue: str) -> None:
+        self.scenario = scenario
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+        self.started = time.monotonic()
+        self._creator = threading.Thread(
+            target=scenario.create_pods, args=([f"p{i}" for i in range(PODS)], "one-gpu", queue), daemon=True
+        )
+        self._creator.start()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(allocated(self.scenario))
+            self._stop.wait(SAMPLE_PERIOD)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def leader(self, replicas: list[tuple[Component, Component]]) -> int:
+        """The replica whose extender gets filter calls: its kube-scheduler holds the Lease."""
+        (leader,) = wait_until(
+            lambda: next(((i,) for i, (e, _) in enumerate(replicas) if filter_calls(str(e.url)) >= 6), None),
+            timeout=60,
+            interval=0.02,
+            message="a leader to start filtering",
+        )
+        return leader
+
+    def created(self) -> None:
+        self._creator.join(60)
+
+    def stop_sampling(self) -> list[int]:
+        self._stop.set()
+        self._sampler.join(5)
+        return self.samples
+
+
 def filter_calls(url: str) -> float:
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
         text = response.read().decode()
@@ -164,48 +206,27 @@ def test_new_leader_does_not_over_commit_after_the_leader_pair_is_killed_mid_bur
             scenario.url = str(extender.url)
             scenario.wait_extender_sees("one-gpu", queue, name)
 
-        samples: list[int] = []
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                samples.append(allocated(scenario))
-                stop.wait(SAMPLE_PERIOD)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        started = time.monotonic()
-        creator = threading.Thread(
-            target=scenario.create_pods, args=([f"p{i}" for i in range(PODS)], "one-gpu", queue), daemon=True
-        )
-        creator.start()
-        # The leader is the replica whose extender gets filter calls; kill its pair mid-burst.
-        (leader,) = wait_until(
-            lambda: next(((i,) for i, (e, _) in enumerate(replicas) if filter_calls(str(e.url)) >= 6), None),
-            timeout=60,
-            interval=0.02,
-            message="a leader to start filtering",
-        )
+        burst = Burst(scenario, queue)
+        leader = burst.leader(replicas)  # kill its pair mid-burst
         extender, scheduler = replicas[leader]
         scheduler.kill()
         extender.kill()
-        killed_at = time.monotonic() - started
+        killed_at = burst.elapsed()
         bound_at_kill = len(scenario.bound())
-        creator.join(60)
+        burst.created()
         survivor = replicas[1 - leader][0]
         wait_until(lambda: len(scenario.bound()) >= NOMINAL, timeout=90, message="the new leader to fill the quota")
         time.sleep(3)  # let any over-admission show
-        stop.set()
-        sampler.join(5)
+        samples = burst.stop_sampling()
         final_bound = len(scenario.bound())
         final_allocated = allocated(scenario)
         print(
             f"\nfailover: leader {leader} killed at {killed_at:.1f}s with {bound_at_kill} bound; "
-            f"{len(samples)} samples ({len(samples) / (time.monotonic() - started):.1f} Hz), max allocated "
+            f"{len(samples)} samples ({len(samples) / burst.elapsed():.1f} Hz), max allocated "
             f"{max(samples)} of {NOMINAL}; final bound {final_bound}, allocated {final_allocated}; "
             f"survivor filter calls {filter_calls(str(survivor.url)):.0f}"
         )
-        assert len(samples) / (time.monotonic() - started) >= 5
+        assert len(samples) / burst.elapsed() >= 5
         over = [value for value in samples if value > NOMINAL]
         assert not over, f"{len(over)} over-commit instants, max {max(over)} of {NOMINAL}"
         assert final_bound == NOMINAL and final_allocated == NOMINAL
@@ -249,32 +270,13 @@ def test_only_the_leading_scheduler_s_extender_reserves_after_the_leader_s_sched
             scenario.wait_extender_sees("one-gpu", queue, name)
             scenario.wait_extender_sees("one-gpu", spare, f"{name}-spare")
 
-        samples: list[int] = []
-        stop = threading.Event()
-
-        def sample() -> None:
-            while not stop.is_set():
-                samples.append(allocated(scenario))
-                stop.wait(SAMPLE_PERIOD)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        started = time.monotonic()
-        creator = threading.Thread(
-            target=scenario.create_pods, args=([f"p{i}" for i in range(PODS)], "one-gpu", queue), daemon=True
-        )
-        creator.start()
-        (leader,) = wait_until(
-            lambda: next(((i,) for i, (e, _) in enumerate(replicas) if filter_calls(str(e.url)) >= 6), None),
-            timeout=60,
-            interval=0.02,
-            message="a leader to start filtering",
-        )
+        burst = Burst(scenario, queue)
+        leader = burst.leader(replicas)
         old_extender, old_scheduler = replicas[leader]
         new_extender = replicas[1 - leader][0]
         old_url = str(old_extender.url)
         old_scheduler.kill()  # its extender lives on
-        killed_at = time.monotonic() - started
+        killed_at = burst.elapsed()
 
         def refuses() -> str | None:
             error = probe_filter(old_url, scenario, spare).get("Error") or ""
@@ -283,19 +285,18 @@ def test_only_the_leading_scheduler_s_extender_reserves_after_the_leader_s_sched
         refusal = wait_until(
             refuses, timeout=30, interval=0.2, message="the old leader's extender to see the Lease move"
         )
-        told_at = time.monotonic() - started
+        told_at = burst.elapsed()
         # What it held for probes it answered while its scheduler still led (passes, rightly): nothing more after.
         held_then = reserved(old_url, f"{name}-spare")
         old_ledger = [reserved(old_url, name)]
         for _ in range(5):  # an old scheduler's last cycles: refused, nothing held for them
             assert refuses(), "the old leader's extender let a pod through after the Lease moved"
             old_ledger.append(reserved(old_url, name))
-        creator.join(60)
+        burst.created()
         wait_until(lambda: len(scenario.bound()) >= NOMINAL, timeout=90, message="the new leader to fill the quota")
         time.sleep(3)  # let any over-admission show
         old_ledger.append(reserved(old_url, name))
-        stop.set()
-        sampler.join(5)
+        samples = burst.stop_sampling()
         final_bound = len(scenario.bound())
         final_allocated = allocated(scenario)
         print(
