@@ -17,7 +17,7 @@ that time. Each round index runs every scheduler once, in the order of a balance
 rounds each goes first as often as the others and follows each other one equally often); the namespace is
 deleted, and its pods and claims are gone (devices deallocated) before the next round. One small warm-up round
 per scheduler goes first. Figures are medians over rounds; the ratio is median time with the extender / median
-time without (<= 1.10 is the goal of issue 14), and each round pair's ratio is printed too. kube-scheduler's
+time without (<= 1.10 is the goal), and each round pair's ratio is printed too. kube-scheduler's
 own scheduling_algorithm_duration_seconds per pod, without and with the extender, says what the extender adds
 to the serial cycle (at 1000 nodes that part is nearly all of each pod's time; at 200 nodes on two cores the
 machine's CPU is the limit too, and every millisecond of CPU per pod counts). Its split (kube-scheduler's

@@ -3,7 +3,7 @@ the cluster holds besides (it should not).
 
 Run: .venv/bin/python -m bench.scaling_bench [--rounds 3] [--pods 200] [--clock cpu] [--cold]
 
-Issue 14 asks for a per-call cost linear in candidate nodes and flat in the number of pods and claims in the
+The goal is a per-call cost linear in candidate nodes and flat in the number of pods and claims in the
 cluster. Both are measured with bench/loop_bench.py's loop (filter, prioritize's answer made ahead, prioritize,
 then the binding's watch events, then the next pod), over the clusters of testkit/clusters.py (8 GPUs per node,
 half of them held by running pods' claims, two flavors under one ClusterQueue):

@@ -15,7 +15,7 @@ snapshot, the usage indexes and the reservations brought to it; the keeper waits
 that changes nothing the models parse makes none). Timed with the thread's CPU clock, warm and with the CPU
 caches evicted before each frame (bench/loop_bench.py --cold says why); medians over frames, then over replays.
 
-Issue 14 asks that one watch event cost the same whatever the cluster's size: compare the rows.
+One watch event should cost the same whatever the cluster's size: compare the rows.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Server-side render time of the web view's pages on generated clusters (Flask test client, no network).
 
 Run: .venv/bin/python -m bench.web_bench [--nodes 1000 5000] [--repeat 5]
-Each page is fetched once to warm up, then `repeat` times; the median and the worst are printed. The target
-(issue 18): every page under one second at 5000 nodes. The grid classifies every device of every node (exact
+Each page is fetched once to warm up, then `repeat` times; the median and the worst are printed. The target:
+every page under one second at 5000 nodes. The grid classifies every device of every node (exact
 per-flavor totals) and draws one page of 100 nodes.
 """
 

@@ -1,4 +1,4 @@
-"""Admitted Workloads hold their quota until their pods hold it on nodes (issue 17 item 4).
+"""Admitted Workloads hold their quota until their pods hold it on nodes.
 
 Kueue charges a Workload at admission and keeps it charged until it finishes; the extender charges what is
 allocated on nodes. These tests drive the service with watch events in both orders of arrival and check the one

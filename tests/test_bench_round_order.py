@@ -1,5 +1,5 @@
 """bench/e2e_bench.py's order of the schedulers within a round index: a balanced (Williams) design, so that what
-one round leaves behind for the next falls on every mode alike (issue 14's burst ratio hangs on a few percent)."""
+one round leaves behind for the next falls on every mode alike (the burst ratio's goal hangs on a few percent)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_every_mode_follows_every_other_exactly_once(count: int) -> None:
 
 def test_the_benchs_own_modes() -> None:
     """Two modes alternate, and which goes first alternates; the four modes of --floor start plain first (after
-    the warm-ups) and no longer keep one cyclic order (ours used to run right after plain in every round)."""
+    the warm-ups) and keep no one cyclic order (one would put ours right after plain in every round)."""
     assert [round_order(MODES, index) for index in range(3)] == [MODES, MODES[::-1], MODES]
     modes = (*MODES, *FLOOR_MODES)
     rows = [round_order(modes, index) for index in range(4)]

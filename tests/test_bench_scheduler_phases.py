@@ -1,6 +1,6 @@
 """bench/e2e_bench.py's split of kube-scheduler's scheduling algorithm into its in-tree phases and the rest (where
-an extender's calls are), read from kube-scheduler's own /metrics text (issue 14: is a slower cycle the calls, or
-kube-scheduler's plugins working more?)."""
+an extender's calls are), read from kube-scheduler's own /metrics text: it tells whether a slower cycle is the
+calls or kube-scheduler's plugins working more."""
 
 from __future__ import annotations
 

@@ -273,7 +273,7 @@ def test_filter_over_http_answers_capacity_verdicts_per_node_and_never_fails():
 
 
 def test_a_capacity_shortfall_names_the_device_what_is_left_and_who_holds_it():
-    """Issue 12 item 7: the node's detail (shown by /diagnostics and explain) says which device is used up, how
+    """The node's detail (shown by /diagnostics and explain) says which device is used up, how
     much of what the request asks is left, and which claims (and pods) hold it; the reason kube-scheduler
     aggregates stays the same text on every node."""
     held = holder("first", "gpu-0", share="aaaa", memory="70Gi")
@@ -290,7 +290,7 @@ def test_a_capacity_shortfall_names_the_device_what_is_left_and_who_holds_it():
     assert "example.com/n1/gpu-1: memory 5Gi of 80Gi left, held by claim other/second" in too_much.detail
 
 
-# --- a malformed requestPolicy (issue 12: bad input is a per-node reason, never a refused slice or a 500) ------
+# --- a malformed requestPolicy (bad input is a per-node reason, never a refused slice or a 500) ----------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The server's direct path for kube-scheduler's verbs (transport/direct_http.py, issue 14): which requests it
+"""The server's direct path for kube-scheduler's verbs (transport/direct_http.py): which requests it
 takes, and that every request gets the same answer whichever path serves it."""
 
 from __future__ import annotations

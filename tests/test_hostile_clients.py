@@ -1,7 +1,7 @@
-"""Hostile, slow and idle clients against a real `dra-extender serve` (issue 15, point 5).
+"""Hostile, slow and idle clients against a real `dra-extender serve`.
 
-Before: eight one-byte-at-a-time clients or fifty idle keep-alive connections blocked /filter for 12-45 s while
-/livez... did not exist and /healthz stayed 200; 800 idle connections to the diagnostics port made 812 threads.
+Guards against: eight one-byte-at-a-time clients or fifty idle keep-alive connections blocking /filter for
+12-45 s while /healthz stays 200, and 800 idle connections to the diagnostics port making 812 threads.
 Here, for HOSTILE_LOAD_SECONDS (10 in the suite; HOSTILE_LOAD_SECONDS=60 for the long run) on 127.0.0.1:
 8 well-behaved filter clients and 1 explain client, 4 clients trickling a request one byte at a time (2 per
 listener), 2 slow-body clients, and 2 idle floods (150 connections each, reopened when closed) = 17 clients.

@@ -1,4 +1,4 @@
-"""In-flight state rebuilt from the API (issue 15, point 2): a restarted extender counts what is being bound.
+"""In-flight state rebuilt from the API: a restarted extender counts what is being bound.
 
 Reservations are memory only. Between our filter and the claims showing an allocation, kube-scheduler (1.35+,
 NominatedNodeNameForExpectation) writes status.nominatedNodeName on pods entering a binding cycle with PreBind
@@ -114,9 +114,9 @@ def test_claims_reserved_for_an_unbound_pod_are_counted_after_a_restart() -> Non
 
 def test_a_nominated_pod_seen_bound_before_its_allocation_still_counts() -> None:
     """Pods and claims arrive on separate watches (and reconnect separately after a reset): the binding can show
-    before the allocation PreBind wrote earlier. The pod must stay charged until the allocation shows; on the
-    issue 15 branch the reservation was let go at the nomination and the pod then counted as nothing (the chaos
-    test over-committed here, 7 of 6)."""
+    before the allocation PreBind wrote earlier. The pod must stay charged until the allocation shows: were the
+    reservation let go at the nomination, the pod would count as nothing and the chaos test would over-commit
+    here (7 devices against 6)."""
     service = engine_for(quota_objects(nominal=2))
     pod, claim = nominated("first", NODES[0])
     plain = gpu_pod("first", template="two", claim_statuses={"gpu": "first-gpu"})

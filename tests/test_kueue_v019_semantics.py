@@ -1,4 +1,4 @@
-"""Kueue v0.19.2 quota semantics the extender follows per node (issue 13).
+"""Kueue v0.19.2 quota semantics the extender follows per node.
 
 Cases are our own, derived from upstream behaviour and tests:
 - kube-scheduler 1.37 pkg/scheduler/framework/plugins/dynamicresources (extendeddynamicresources.go and its
@@ -121,8 +121,8 @@ def run(engine, pod_obj, nodes=None):
 
 
 def test_extended_resource_pods_stop_at_the_quota_explicit_name():
-    """Three pods asking for 1 example.com/gpu each against a quota of 2: the third is refused (it used to pass:
-    no claim, so the fast path)."""
+    """Three pods asking for 1 example.com/gpu each against a quota of 2: the third is refused, although without a
+    claim it goes by the fast path."""
     engine = engine_for(
         base(
             extended_class(),
@@ -788,7 +788,7 @@ def test_a_class_feeding_two_counter_mappings_is_charged_in_both():
     }
 
 
-# --- a share of a multi-allocatable device, count source (issue 12) ---------------------------------------------
+# --- a share of a multi-allocatable device, count source --------------------------------------------------------
 
 
 def test_a_share_of_a_multi_allocatable_device_is_charged_its_request_count_as_kueue_does():

@@ -253,7 +253,7 @@ def test_kueue_absent_then_installed(tmp_path: Path, caplog: pytest.LogCaptureFi
             assert health.ready and KUEUE_ABSENT_MESSAGE in health.message
             assert_converges(store, server)
             # Kueue gets installed while the extender runs; until its lists are in, the view is not ready (the
-            # verbs answer an Error), never ready with quota off (issue 15: quota skipped while not listed yet).
+            # verbs answer an Error), never ready with quota off (that would let pods past the quota).
             server.put_all(*kueue_objects())
             server.hold_lists("clusterqueues")
             server.serve_group(KUEUE, "v1beta2", KUEUE_PLURALS)

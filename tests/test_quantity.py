@@ -25,7 +25,7 @@ from extender.state.quantity import QuantityError, format_quantity, parse_quanti
         (8, Fraction(8)),
         (" 2Ki\t", Fraction(2048)),  # object fields trim white space, as Quantity.UnmarshalJSON does
         (1e-10, Fraction(1, 10**9)),
-        # Where the state parser used to differ from apimachinery's ParseQuantity, upstream's rules now hold:
+        # Corner cases of apimachinery's ParseQuantity, whose rules hold here too:
         ("Gi", Fraction(0)),  # an empty number is 0 on the int64 fast path
         ("+", Fraction(0)),
         ("0.1n", Fraction(1, 10**9)),  # finer than nano-units: rounded away from zero

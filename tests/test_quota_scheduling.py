@@ -554,9 +554,9 @@ def test_verdicts_read_as_a_mapping_in_the_order_asked():
 def test_a_shared_claim_stays_charged_while_any_consumer_runs():
     """A shared claim is charged once, to its first consumer still running. When that consumer finishes or is
     deleted, the resourceclaim controller drops it from reservedFor only afterwards, and the device stays with
-    the others: the charge must pass on at once (it used to lapse until the claim's event, and a filter in
-    between handed the same quota out again: the no-overcommit stress test caught it once). Pods arriving in
-    any order against reservedFor's order charge the claim once, and the index agrees with a recount."""
+    the others: the charge must pass on at once (were it to lapse until the claim's event, a filter in between
+    would hand the same quota out again). Pods arriving in any order against reservedFor's order charge the
+    claim once, and the index agrees with a recount."""
     from extender.decisions.quota.attribution import pod_usage
     from extender.state.indexes.usage import UsageIndex
 

@@ -1,4 +1,4 @@
-"""Bounds on what one request may cost, liveness of the request path, and redacted 500s (issue 15)."""
+"""Bounds on what one request may cost, liveness of the request path, and redacted 500s."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Requeue of pods the extender parked (issue 15, point 3; service/parking.py): when quota or devices free up
+"""Requeue of pods the extender parked (service/parking.py): when quota or devices free up
 through what kube-scheduler does not watch, or through an event it saw before our view did, the service asks
 for a requeue once (kube/requeue.py bumps a DeviceClass)."""
 

@@ -1,4 +1,4 @@
-"""Sync-gated verbs: no verdict from an incomplete view (issue 15, point 1).
+"""Sync-gated verbs: no verdict from an incomplete view.
 
 Before every watched collection has been listed (or while watches are broken past the stale grace) filter
 answers with an Error (a failed attempt kube-scheduler retries with backoff), prioritize with 503, bind refuses;

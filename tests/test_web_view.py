@@ -274,7 +274,7 @@ def test_pages_that_need_no_quota_view_render_while_a_verb_holds_the_lock(varied
 @pytest.mark.slow
 def test_five_thousand_nodes_render_a_page_of_the_grid_not_the_cluster():
     """At 5000 nodes every page renders, and the grid draws one page of nodes, not the cluster: its cost follows
-    the page size. The time itself (issue 18's target: under a second server-side) is a benchmark's to measure,
+    the page size. The time itself (the target: under a second server-side) is a benchmark's to measure,
     not a test's: bench/web_bench.py prints it for 1000 and 5000 nodes."""
     service = varied_service(5000)
     client = create_app(service, serve_scheduling=False).test_client()

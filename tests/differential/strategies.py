@@ -532,7 +532,7 @@ def generate_case(c: Chooser, name: str = "") -> dict[str, Any]:
     racks = {node: c.pick(("a", "b")) for node in node_names}
     nodes = [_node(node, racks[node]) for node in node_names]
     by_node = [{"nodeName": node} for node in node_names]
-    # The issue 12 profiles: shared GPUs by capacity (DRAConsumableCapacity) and binding conditions.
+    # Two optional profiles: shared GPUs by capacity (DRAConsumableCapacity) and binding conditions.
     profile = frozenset(name for name, chance in (("consumable", 0.3), ("binding", 0.15)) if c.chance(chance))
 
     slices: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""Loopback proxies the issue 15 e2e tests put between components: a TCP proxy that can drop every connection
+"""Loopback proxies the chaos and restart e2e tests put between components: a TCP proxy that can drop every connection
 (a watch reset) or hold every byte for a while (an API server that answers one client late), and an HTTP proxy
 between kube-scheduler and the extender that lets a test act on the moment a filter verdict goes back."""
 

@@ -1,4 +1,4 @@
-"""Chaos (issue 15, point 7): a stream of quota-governed pods while the extender is SIGKILLed and respawned, the
+"""Chaos: a stream of quota-governed pods while the extender is SIGKILLed and respawned, the
 API server restarts, and the extender's watches are reset by a TCP proxy between it and the API server; a
 namespace of unrelated pods makes the initial lists take real time. Seeded, bounded in count and time, loopback
 only.
@@ -11,14 +11,14 @@ In `make test`: one seed, 30 s, 300 unrelated pods (~90 s with its control plane
 large cluster: CHAOS_SEEDS=1,2,3,4,5 CHAOS_SECONDS=40 CHAOS_BACKGROUND_PODS=3000. On an over-commit the report
 carries what the API held and what the extender believed ("over-commit detail").
 
-What it found on the issue 15 branch (6 of 22 seeds, 7-8 devices against 6, each after an extender kill, the
-extender counting the same 7 with nothing reserved): a reservation was let go when kube-scheduler nominated the
-pod (usage then charges the pod's unallocated claims on its node), but only while the pod was unbound. Pods
-and claims arrive on separate watches, which deliver, and after a reset or a relist resume, independently: when
-the binding showed before the allocation PreBind had written ahead of it, the pod counted as nothing and its
-quota was given again. Now the reservation stays until the allocation shows (as on main), and a placed pod's
-claims that usage does not show yet are a provisional charge for pods without a reservation (a restarted
-extender's case; decisions/quota/attribution.py provisional_usage). The window the kill opens with kube-scheduler still
+Guards against an over-commit after an extender kill (7-8 devices against 6, the extender counting the same 7
+with nothing reserved). Pods and claims arrive on separate watches, which deliver, and after a reset or a relist
+resume, independently: the binding can show before the allocation PreBind wrote ahead of it. Were a reservation
+let go when kube-scheduler nominates the pod (usage then charges the pod's unallocated claims on its node), but
+only while the pod is unbound, such a pod would count as nothing and its quota would be given again. So the
+reservation stays until the allocation shows, and a placed pod's claims that usage does not show yet are a
+provisional charge for pods without a reservation (a restarted extender's case; decisions/quota/attribution.py
+provisional_usage). The window the kill opens with kube-scheduler still
 binding what the killed process let through is tests/e2e/test_restart_window.py's.
 """
 

@@ -1,5 +1,6 @@
-"""Issue 12 on the real kube-scheduler: GPUs shared by capacity (DRAConsumableCapacity) and devices with
-binding conditions (DRADeviceBindingConditions), both beta and on by default in Kubernetes 1.37.
+"""Consumable capacity and binding conditions on the real kube-scheduler: GPUs shared by capacity
+(DRAConsumableCapacity) and devices with binding conditions (DRADeviceBindingConditions), both beta and on by
+default in Kubernetes 1.37.
 
 Same control plane and fixtures as test_extender_scenarios.py (kube-scheduler v1.37.2 with its in-tree
 DynamicResources plugin calls the extender; no Kueue controller runs, the extender reads Kueue's objects). The

@@ -1,5 +1,5 @@
 """diagnostics.auth.mode kubernetes against the real kube-apiserver: TokenReview + SubjectAccessReview with
-ServiceAccount tokens, one granted `get` on the non-resource URLs /diagnostics/*, one not (issue 15, point 6)."""
+ServiceAccount tokens, one granted `get` on the non-resource URLs /diagnostics/*, one not."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failover (issue 15, point 4): two kube-scheduler replicas with leader election, each with its own extender,
+"""Failover: two kube-scheduler replicas with leader election, each with its own extender,
 as manifests/ deploys them. The leader's pair is SIGKILLed in the middle of a burst; the new leader's extender
 has none of the old one's reservations and must not over-commit: it counts what the API shows in flight
 (claims allocated and reserved for pods not bound yet, pods nominated for a node).

@@ -1,4 +1,4 @@
-"""Kueue v0.19.2 quota semantics on the real kube-scheduler (issue 13): DRA-backed extended resources, a
+"""Kueue v0.19.2 quota semantics on the real kube-scheduler: DRA-backed extended resources, a
 counter-sourced deviceClassMapping on MIG-shaped devices, and a tainted ResourceFlavor.
 
 Same control plane and fixtures as test_extender_scenarios.py (no Kueue controller runs; the extender reads

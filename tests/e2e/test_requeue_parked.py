@@ -1,4 +1,4 @@
-"""Pods parked by the extender for quota, woken when quota frees up through Kueue's objects (issue 15, point 3).
+"""Pods parked by the extender for quota, woken when quota frees up through Kueue's objects.
 
 Against the real kube-scheduler v1.37.2: a pod refused with "quota exhausted" sits in the unschedulable pool
 with the fake plugin "Extender". Raising the ClusterQueue's nominal quota is no event kube-scheduler watches, so

@@ -1,4 +1,4 @@
-"""The restart window (issue 15, point 2): the extender SIGKILLed between its filter verdict and the claim's
+"""The restart window: the extender SIGKILLed between its filter verdict and the claim's
 allocation, many times, against the real kube-scheduler; no over-commit.
 
 What the API server shows while kube-scheduler binds a DRA pod (pkg/scheduler/schedule_one.go bindingCycle,

@@ -75,7 +75,7 @@ def bind_two_gpus(store: ClusterStore, pod_obj: dict, node: str) -> None:
     store.apply("Pod", "MODIFIED", bound)
 
 
-# One ClusterQueue team-a with one flavor of two 4-GPU nodes (the service tests' setup), for the issue 15 tests.
+# One ClusterQueue team-a with one flavor of two 4-GPU nodes (the service tests' setup), shared by the quota tests.
 ONE_QUEUE_KEY = ("team-a", "on-demand", "example.com/gpu")
 
 
