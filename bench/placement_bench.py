@@ -112,20 +112,30 @@ def _partition_configs(memory_gi: int, wanted: list[int]) -> tuple[tuple[int, ..
     return _configs(limits, fits)
 
 
+def _eight_nodes_of_two_40gi(
+    name: str,
+    node_objects: Callable[[str, list[int]], list[dict[str, Any]]],
+    kinds: tuple[Kind, ...],
+    configs: tuple[tuple[int, ...], ...],
+) -> Shape:
+    """A shape of 8 nodes with two 40Gi GPUs each, built by `node_objects` (a testkit/placement.py node), every
+    GPU one bin with `configs`; pods live 30 to 90 ticks."""
+    return Shape(
+        name,
+        lambda: [obj for i in range(8) for obj in node_objects(f"node-{i}", [40, 40])],
+        kinds,
+        8 * 2 * 40,
+        (configs,) * 16,
+        (30, 90),
+    )
+
+
 def partitioned() -> Shape:
     kinds = tuple(
         Kind(profile, p.profile_request(profile), gi, weight)
         for profile, gi, weight in (("1g", 5, 0.45), ("2g", 10, 0.25), ("3g", 20, 0.15), ("whole", 40, 0.15))
     )
-    configs = _partition_configs(40, [5, 10, 20, 40])
-    return Shape(
-        "partitioned",
-        lambda: [obj for i in range(8) for obj in p.partitioned_node(f"node-{i}", [40, 40])],
-        kinds,
-        640,
-        (configs,) * 16,
-        (30, 90),
-    )
+    return _eight_nodes_of_two_40gi("partitioned", p.partitioned_node, kinds, _partition_configs(40, [5, 10, 20, 40]))
 
 
 def mixed() -> Shape:
@@ -149,14 +159,7 @@ def shared() -> Shape:
     mix = ((5, 0.45), (10, 0.25), (20, 0.15), (40, 0.15))
     kinds = tuple(Kind(f"{gi}Gi", p.share_request(gi), gi, weight) for gi, weight in mix)
     configs = _configs([8, 4, 2, 1], lambda c: 5 * c[0] + 10 * c[1] + 20 * c[2] + 40 * c[3] <= 40)
-    return Shape(
-        "shared",
-        lambda: [obj for i in range(8) for obj in p.shared_node(f"node-{i}", [40, 40])],
-        kinds,
-        640,
-        (configs,) * 16,
-        (30, 90),
-    )
+    return _eight_nodes_of_two_40gi("shared", p.shared_node, kinds, configs)
 
 
 def nodes_2_and_8() -> Shape:

@@ -22,9 +22,9 @@ reason Unschedulable: no node passed the in-tree filters, or the extender's filt
 Drop mode: a refused pod and its claim are deleted at once.
 
 What is measured is what kube-scheduler and the DRA allocator did, with their own score plugins and tie
-breaking; the extender only ranks (and filters) through its HTTP verbs. Partitionable GPUs are published as
-upstream requires since 1.36: a ResourceSlice holds devices or sharedCounters, not both, so each node's pool is
-two slices.
+breaking; the extender only ranks (and filters) through its HTTP verbs. The shape's objects are published as
+testkit/placement.py builds them, which the API server accepts as they are (a partitionable node's pool is a
+slice of counter sets and a slice of devices; a shared GPU's requestPolicy has a default).
 """
 
 from __future__ import annotations
@@ -89,40 +89,6 @@ def find_binaries() -> dict[str, Path]:
     raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m tests.e2e.build")
 
 
-def api_slices(slice_obj: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ResourceSlices the API server accepts for one of testkit's slices: one with devices and, when it has
-    sharedCounters, a second one with them alone, in the same pool (resourceSliceCount 2)."""
-    spec = slice_obj["spec"]
-    counters = spec.get("sharedCounters")
-    name = slice_obj["metadata"]["name"]
-    common = {key: value for key, value in spec.items() if key not in ("devices", "sharedCounters")}
-    bodies = [("devices", {"devices": spec["devices"]})]
-    if counters:
-        bodies.append(("counters", {"sharedCounters": counters}))
-    pool = {**spec["pool"], "resourceSliceCount": len(bodies)}
-    for device in spec["devices"]:
-        _with_default_request(device)
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{name}-{suffix}" if counters else name},
-            "spec": {**common, "pool": pool, **body},
-        }
-        for suffix, body in bodies
-    ]
-
-
-def _with_default_request(device: dict[str, Any]) -> None:
-    """The API server requires a requestPolicy's `default` beside a `validRange` (resource/v1 validation: "required
-    when validRange is defined"); testkit's shared GPUs give none, so the range's minimum is the default. Every
-    claim of the bench asks for its capacity explicitly, so the default is never what a pod gets."""
-    for capacity in (device.get("capacity") or {}).values():
-        policy = capacity.get("requestPolicy")
-        if policy and "validRange" in policy and "default" not in policy:
-            policy["default"] = policy["validRange"]["min"]
-
-
 class RealCluster:
     """The control plane for one shape, with our extender and the two kube-scheduler profiles running."""
 
@@ -150,8 +116,7 @@ class RealCluster:
             if obj["kind"] == "Node":
                 self.plane.create_node(obj["metadata"]["name"])
             elif obj["kind"] == "ResourceSlice":
-                for body in api_slices(obj):
-                    self.plane.resource.create_resource_slice(body)
+                self.plane.resource.create_resource_slice(obj)
 
     def stop(self) -> None:
         """Stop every component and remove the work directory (etcd's data, the logs)."""

@@ -7,6 +7,10 @@ consumesCounters): one counter set per GPU with `slices` (7) and `memory` counte
 1g drawing 7 / 3 / 2 / 1 slices and 1 / 1/2 / 1/4 / 1/8 of the memory, as the MIG profiles of a 40Gi or 80Gi
 GPU do. Devices are listed GPU by GPU, small profiles first, so the allocator's first fit takes the smallest
 device that a selector admits on the first GPU that still has room.
+
+Every object is one kube-apiserver v1.37 accepts (pkg/apis/resource/validation): a node's partitionable GPUs are
+a pool of two ResourceSlices, one with the devices and one with the counter sets (`node_pool`), and a shared
+GPU's requestPolicy gives the `default` its `validRange` requires (`shared_node`).
 """
 
 from __future__ import annotations
@@ -38,32 +42,68 @@ def partitioned_gpu(node: str, gpu: int, memory_gi: int) -> tuple[list[dict[str,
     return devices, counters
 
 
+def node_pool(
+    node: str, devices: list[dict[str, Any]], counter_sets: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The ResourceSlices of one node's pool (named after the node), as the API server accepts them.
+
+    A slice holds devices or sharedCounters, not both (validateResourceSliceSpec: "only one of `sharedCounters`
+    or `devices` is allowed"), so a pool with counter sets is two slices: `<node>-<driver>-counters` with the
+    counter sets alone and `<node>-<driver>-devices` with the devices, both naming the node (every slice needs
+    exactly one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection) and carrying the same pool name,
+    generation and resourceSliceCount 2. That is how dynamic-resource-allocation's resourceslice controller
+    publishes a node's pool (every slice gets the owner node's nodeName and a ResourcePool whose
+    ResourceSliceCount is the number of slices). The allocator finds a device's counter set in any slice of the
+    pool's generation (structured GatherPools / buildPool; extender/state/inventory.py build_pool), and the
+    counter slice contributes no devices, so the device order is that of the devices slice. Without counter
+    sets the pool is one slice, `<node>-<driver>`."""
+    if not counter_sets:
+        return [b.gpu_slice(node, devices=devices)]
+    base = f"{node}-{b.DRIVER}"
+    counters = b.gpu_slice(node, devices=[], slice_count=2, name=f"{base}-counters", shared_counters=counter_sets)
+    del counters["spec"]["devices"]  # present, even empty, it would count as set beside sharedCounters
+    return [counters, b.gpu_slice(node, devices=devices, slice_count=2, name=f"{base}-devices")]
+
+
 def partitioned_node(node: str, memories_gi: list[int]) -> list[dict[str, Any]]:
-    """A node and its one slice of partitionable GPUs (one per entry of `memories_gi`)."""
+    """A node and its pool of partitionable GPUs (one per entry of `memories_gi`): a slice of counter sets and
+    one of devices (`node_pool`)."""
     devices: list[dict[str, Any]] = []
     counter_sets = []
     for gpu, memory_gi in enumerate(memories_gi):
         gpu_devices, counters = partitioned_gpu(node, gpu, memory_gi)
         devices.extend(gpu_devices)
         counter_sets.append(counters)
-    return [b.node(node), b.gpu_slice(node, devices=devices, shared_counters=counter_sets)]
+    return [b.node(node), *node_pool(node, devices, counter_sets)]
+
+
+SHARE_STEP = "5Gi"
 
 
 def shared_node(node: str, memories_gi: list[int]) -> list[dict[str, Any]]:
-    """A node whose GPUs allow multiple allocations, shared by memory in steps of 5Gi."""
+    """A node whose GPUs allow multiple allocations, shared by memory in steps of 5Gi.
+
+    The requestPolicy's `default` (what a request naming no memory consumes) is the range's minimum: resource/v1
+    validation requires a default beside a validRange ("required when validRange is defined") and a valid one
+    (validateRequestPolicyRange: at least min, at most max and the capacity, a whole number of steps from min).
+    Every request of these shapes names its memory, so no pod consumes the default."""
     devices = []
     for gpu, memory_gi in enumerate(memories_gi):
         device = b.gpu_device(gpu, node_name=node, memory=f"{memory_gi}Gi")
         del device["capacity"]["compute"]
         device["allowMultipleAllocations"] = True
-        device["capacity"]["memory"]["requestPolicy"] = {"validRange": {"min": "5Gi", "step": "5Gi"}}
+        device["capacity"]["memory"]["requestPolicy"] = {
+            "default": SHARE_STEP,
+            "validRange": {"min": SHARE_STEP, "step": SHARE_STEP},
+        }
         devices.append(device)
-    return [b.node(node), b.gpu_slice(node, devices=devices)]
+    return [b.node(node), *node_pool(node, devices)]
 
 
 def plain_node(node: str, gpus: int, memory_gi: int = 80) -> list[dict[str, Any]]:
+    """A node with `gpus` whole GPUs of `memory_gi` each, one allocation apiece."""
     devices = [b.gpu_device(i, node_name=node, memory=f"{memory_gi}Gi") for i in range(gpus)]
-    return [b.node(node), b.gpu_slice(node, devices=devices)]
+    return [b.node(node), *node_pool(node, devices)]
 
 
 def profile_request(profile: str) -> dict[str, Any]:
