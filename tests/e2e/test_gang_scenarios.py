@@ -226,3 +226,31 @@ def test_an_extender_restart_in_the_middle_of_an_attempt(gangs: GangScenario, ga
     wait_until(lambda: queue_usage(gangs.url, gangs.name) == {f"{gangs.name}-gpus": 8}, timeout=SYNC_TIMEOUT)
     wait_until(lambda: not queue_reserved(gangs.url, gangs.name), timeout=SYNC_TIMEOUT)
     assert within(watch, pods=4, gpus=8)
+
+
+def test_a_gang_waiting_for_quota_binds_once_a_running_pod_leaves(gangs: GangScenario) -> None:
+    """3 singles hold 6 of 8 GPUs; a gang of 2 x 2 GPUs is refused as a group until one single is deleted, then
+    binds whole without any other change to the cluster (kube-scheduler retries the group; nothing of the
+    refused attempts stays held)."""
+    queue = setup_queue(gangs, nodes=6, gpus=2, quota=8)
+    singles = [f"s{i}" for i in range(3)]
+    gangs.create_pods(singles, "two-gpus", queue)
+    for single in singles:
+        gangs.wait_bound(single)
+    gangs.add_pod_group("train", 2)
+    members = gangs.create_gang("train", 2, "two-gpus", queue)
+    wait_until(
+        lambda: (c := gangs.condition("train")) is not None and c["status"] == "False",
+        timeout=SCHEDULE_TIMEOUT,
+        message="kube-scheduler to find the gang unschedulable",
+    )
+    time.sleep(2)
+    assert not any(gangs.bound().get(m) for m in members), "part of the gang bound beyond the quota"
+    assert not queue_reserved(gangs.url, gangs.name), "a refused gang attempt left quota held"
+    deleted = time.monotonic()
+    gangs.plane.core.delete_namespaced_pod("s0", gangs.namespace, grace_period_seconds=0)
+    watch = QuotaWatch(gangs)
+    watch.until(lambda bound: set(members) <= set(bound), SCHEDULE_TIMEOUT, "the gang to bind after s0 left")
+    print(f"\ngang bound {time.monotonic() - deleted:.1f}s after s0 was deleted")
+    wait_until(lambda: queue_usage(gangs.url, gangs.name) == {f"{gangs.name}-gpus": 8}, timeout=SYNC_TIMEOUT)
+    assert within(watch, pods=4, gpus=8), watch.report(gangs.name)
