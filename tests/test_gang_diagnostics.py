@@ -55,11 +55,13 @@ def test_a_gang_in_progress_shows_what_it_holds() -> None:
         {"clusterQueue": "team-a", "flavor": "on-demand", "resource": "example.com/gpu", "amount": 6}
     ]
     assert report["attempt"]["outcome"] == "in progress" and report["attempt"]["members"] == ["team-a/w0"]
+    assert report["clusterQueues"] == ["team-a"]  # the members' LocalQueue's
     assert report["members"][0]["reserved"][0]["amount"] == 2
     page = client.get("/ui/podgroups/team-a/train")
     assert page.status_code == 200
     text = page.get_data(as_text=True)
     assert "PodGroup team-a/train" in text and "minCount 4" in text and "in progress" in text
+    assert "<dt>ClusterQueue</dt><dd>team-a</dd>" in text
     assert page.headers["Content-Security-Policy"]
     explained = client.post(
         "/diagnostics/explain",

@@ -11,6 +11,7 @@ would (k8s.io/cli-runtime genericclioptions: the context's namespace, else ``def
     kubectl dra-quota explain -f pod.yaml     # ... for a pod that is not created yet
     kubectl dra-quota queues                  # ClusterQueues: nominal, usage, reserved, available per flavor
     kubectl dra-quota node NODE               # a node's devices, free or held by whom
+    kubectl dra-quota podgroup [-n NS] NAME   # a PodGroup's group verdict: need, hold, refusal, each member
     ... [-o table|json|yaml] [--context CTX] [--kubeconfig FILE]
 
 Where the answer comes from, in this order:
@@ -43,7 +44,7 @@ this package only adds kubectl's conventions, the API reads and the service prox
 * ``cluster``: raw requests to the API server of a kubeconfig context;
 * ``source``, ``remote``, ``local``, ``fallback``: where the answer comes from (an extender over HTTP, a
   service computed in-process, the first with the second as fallback);
-* ``rendering``: kubectl-style tables, JSON and YAML;
+* ``rendering``, ``podgroup_rendering``: kubectl-style tables, JSON and YAML;
 * ``command``: the entry point tying them together; ``plugin_errors``: what ends the command, and how.
 """
 

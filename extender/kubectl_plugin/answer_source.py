@@ -1,4 +1,4 @@
-"""What every source of an answer offers: the extender's three diagnostics."""
+"""What every source of an answer offers: the extender's four diagnostics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 
 class Extender:
-    """Asks one source for the three diagnostics: explain(pod), queues(), node(name)."""
+    """Asks one source for the four diagnostics: explain(pod), queues(), node(name), podgroup(namespace, name)."""
 
     def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
@@ -15,6 +15,10 @@ class Extender:
         raise NotImplementedError
 
     def node(self, name: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def podgroup(self, namespace: str, name: str) -> dict[str, Any]:
+        """A PodGroup's report, as GET /diagnostics/podgroups/NS/NAME answers it."""
         raise NotImplementedError
 
     def close(self) -> None:

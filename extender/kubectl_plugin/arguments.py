@@ -20,7 +20,7 @@ def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
 
     parser.add_argument("--kubeconfig", metavar="FILE", default=default(None), help="kubeconfig (default $KUBECONFIG)")
     parser.add_argument("--context", default=default(None), help="the kubeconfig context to use")
-    parser.add_argument("-n", "--namespace", default=default(None), help="the pod's namespace (explain)")
+    parser.add_argument("-n", "--namespace", default=default(None), help="the namespace of the pod or PodGroup")
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default=default("table"))
     parser.add_argument(
         "--server", metavar="URL", default=default(None), help="ask this extender diagnostics URL instead"
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 done, 1 failed, 2 usage, 3 bad input, 4 unreachable, 5 refused (docs/cli.md).",
     )
     _add_common(parser, suppress=False)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{explain,queues,node}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{explain,queues,node,podgroup}")
     explain = sub.add_parser("explain", help="rank every node for a pod and say why")
     _add_common(explain, suppress=True)
     explain.add_argument("pod", nargs="?", metavar="POD", help="a pod of the cluster (in -n NAMESPACE)")
@@ -65,4 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     node = sub.add_parser("node", help="a node's devices, free or held by whom")
     _add_common(node, suppress=True)
     node.add_argument("node", metavar="NODE")
+    podgroup = sub.add_parser("podgroup", help="a PodGroup's group verdict: what it needs and holds, each member")
+    _add_common(podgroup, suppress=True)
+    podgroup.add_argument("podgroup", metavar="NAME", help="a PodGroup (in -n NAMESPACE)")
     return parser

@@ -16,6 +16,7 @@ from extender.kubectl_plugin.fallback import FallbackExtender
 from extender.kubectl_plugin.kubeconfig import context_namespace, kubeconfig_path
 from extender.kubectl_plugin.local import LocalExtender, source_args
 from extender.kubectl_plugin.plugin_errors import InputError, UsageError
+from extender.kubectl_plugin.podgroup_rendering import render_podgroup
 from extender.kubectl_plugin.remote import HttpExtender, service_sender, url_sender
 from extender.kubectl_plugin.rendering import emit, render_explanation, render_node, render_queues
 
@@ -46,14 +47,16 @@ def _connect(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
     """The API server of the kubeconfig context and the namespace, when the source or the pod is read there. A
     named pod is read from the API server only when the answer comes from it too, or from ``--server`` with a
     kubeconfig at hand: with ``--snapshot`` it is the snapshot's pod, with ``--server`` alone the extender's own
-    last decision for it."""
+    last decision for it. A PodGroup is never read from the API server (the extender's view of it is the
+    answer), but its namespace is resolved as a named pod's."""
     offline = bool(args.server or args.snapshot)
     kubeconfig = kubeconfig_path(args.kubeconfig)
     named_pod = args.command == "explain" and not getattr(args, "filename", None)
     wants_cluster_pod = named_pod and (not offline or (args.server and kubeconfig is not None))
     if offline and not wants_cluster_pod:
         namespace = args.namespace
-        if namespace is None and named_pod:  # the context's namespace when a kubeconfig says one, as kubectl
+        # the context's namespace when a kubeconfig says one, as kubectl
+        if namespace is None and (named_pod or args.command == "podgroup"):
             namespace = context_namespace(kubeconfig, args.context) if kubeconfig is not None else "default"
         return None, namespace
     if kubeconfig is None:
@@ -112,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             emit(_explain(args, cluster, namespace, source), args.output, render_explanation)
         elif args.command == "queues":
             emit(source().queues(), args.output, render_queues)
+        elif args.command == "podgroup":
+            emit(source().podgroup(namespace or "default", args.podgroup), args.output, render_podgroup)
         else:
             emit(source().node(args.node), args.output, render_node)
         sys.stdout.flush()  # a closed pipe shows here, inside the command's error handling

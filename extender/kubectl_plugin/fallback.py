@@ -42,6 +42,9 @@ class FallbackExtender(Extender):
     def node(self, name: str) -> dict[str, Any]:
         return self._call(lambda e: e.node(name))
 
+    def podgroup(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(lambda e: e.podgroup(namespace, name))
+
     def close(self) -> None:
         if self._local is not None:
             self._local.close()

@@ -7,7 +7,7 @@ from typing import Any
 
 from extender import cli
 from extender.kubectl_plugin.answer_source import Extender
-from extender.kubectl_plugin.plugin_errors import InputError, RefusedError
+from extender.kubectl_plugin.plugin_errors import InputError, RefusedError, podgroup_unknown
 from extender.service import load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
@@ -58,6 +58,16 @@ class LocalExtender(Extender):
         if report is None:
             raise RefusedError(f'node "{name}" is not known')
         return report
+
+    def podgroup(self, namespace: str, name: str) -> dict[str, Any]:
+        """The service's view of the group, as the extender's endpoint renders it. A service of our own has made
+        no decision and holds nothing: members show no last decision, the group no hold or attempt."""
+        from extender.transport.podgroup_routes import podgroup_json
+
+        status = self._service.gang_status(namespace, name)
+        if status is None:
+            raise RefusedError(podgroup_unknown(namespace, name))
+        return podgroup_json(status)
 
     def close(self) -> None:
         self._service.stop()

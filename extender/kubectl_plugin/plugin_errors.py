@@ -1,5 +1,5 @@
 """The plugin's errors, printed as one line ``error: ...`` with the exit codes of ``dra-extender``
-(extender/cli.py, docs/cli.md), and the message of an error answer."""
+(extender/cli.py, docs/cli.md), the message of an error answer, and the words for an unknown PodGroup."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ __all__ = [
     "RefusedError",
     "UnreachableError",
     "UsageError",
+    "podgroup_unknown",
     "status_message",
 ]
 
@@ -23,3 +24,9 @@ class NoExtenderBehindServiceError(UnreachableError):
 def status_message(data: bytes) -> str:
     """The message of a metav1.Status (or of the extender's error JSON), else the raw text."""
     return answer_message(data)
+
+
+def podgroup_unknown(namespace: str, name: str) -> str:
+    """The refusal (exit code 5) for a PodGroup the source does not know, no PodGroup object and no pod naming
+    it: the same words whether the extender answered 404 or a local computation found nothing."""
+    return f'podgroup "{name}" is not known in namespace "{namespace}": no PodGroup object and no pod naming it'

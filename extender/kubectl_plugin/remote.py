@@ -18,6 +18,7 @@ from extender.kubectl_plugin.plugin_errors import (
     RefusedError,
     UnreachableError,
     UsageError,
+    podgroup_unknown,
     status_message,
 )
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
@@ -64,6 +65,13 @@ class HttpExtender(Extender):
 
     def node(self, name: str) -> dict[str, Any]:
         return self._json("GET", f"/diagnostics/nodes/{quote_segment(name)}", missing=f'node "{name}" is not known')
+
+    def podgroup(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._json(
+            "GET",
+            f"/diagnostics/podgroups/{quote_segment(namespace)}/{quote_segment(name)}",
+            missing=podgroup_unknown(namespace, name),
+        )
 
 
 def url_sender(base: str, timeout: float) -> Sender:

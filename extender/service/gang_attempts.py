@@ -27,6 +27,7 @@ from fractions import Fraction
 from extender.decisions.gang.claims import group_claims_demand, pending_group_claims
 from extender.decisions.gang.quota import GangNeed
 from extender.decisions.pod_decision import PodDecision
+from extender.decisions.quota.attribution import cluster_queue_of
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.service.history import DecisionRecord
@@ -348,6 +349,9 @@ class GangStatus:
     placed: int
     hold: Mapping[QuotaKey, Fraction]
     attempt: AttemptView | None
+    # the ClusterQueues the members' LocalQueues point to, sorted: the queue the group's quota is decided against
+    # (one, normally); empty when Kueue is off or no member names a known LocalQueue
+    cluster_queues: tuple[str, ...]
 
 
 def _member_status(
@@ -391,6 +395,7 @@ def gang_status(
     attempts: GangAttempts,
     reservations: ReservationLedger,
     last: Callable[[str], DecisionRecord | None],
+    context: QuotaContext,
 ) -> GangStatus | None:
     group = snapshot.pod_groups.get(group_key)
     members = snapshot.members_of(group_key)
@@ -404,4 +409,12 @@ def gang_status(
         sum(1 for pod in members if placed(pod)),
         dict(hold.charges) if hold is not None else {},
         attempts.view(group_key, reservations.now()),
+        _cluster_queues(members, context),
     )
+
+
+def _cluster_queues(members: list[Pod], context: QuotaContext) -> tuple[str, ...]:
+    """The ClusterQueues the members' LocalQueues name (what the group's quota is decided against)."""
+    if not context.enabled:
+        return ()
+    return tuple(sorted({queue for pod in members if (queue := cluster_queue_of(pod, context))}))

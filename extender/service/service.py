@@ -411,7 +411,9 @@ class SchedulingService:
         """A PodGroup as the extender sees it (service/gang_attempts.py gang_status), or None when unknown."""
         with self.reservations.lock:
             view = self._quota_view_locked()
-            return gang_status(view.snapshot, f"{namespace}/{name}", self.gangs, self.reservations, self.history.get)
+            return gang_status(
+                view.snapshot, f"{namespace}/{name}", self.gangs, self.reservations, self.history.get, view.context
+            )
 
     # --- verbs --------------------------------------------------------------------------------------------------
 

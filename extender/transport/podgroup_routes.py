@@ -29,6 +29,7 @@ def podgroup_json(status: GangStatus) -> dict[str, Any]:
         "known": group is not None,
         "policy": group.policy if group is not None else "",
         "minCount": group.min_count if group is not None else None,
+        "clusterQueues": list(status.cluster_queues),
         "claims": sorted(group.claim_names()) if group is not None else [],
         "condition": None
         if condition is None
