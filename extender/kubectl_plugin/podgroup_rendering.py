@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from extender.kubectl_plugin.rendering import _columns, _text
+from extender.kubectl_plugin.rendering import cell_text, padded_columns
 
 MEMBERS_HEADER = ("POD", "NODE", "RESERVED", "VERDICT")
 
@@ -76,7 +76,7 @@ def _node(member: Mapping[str, Any]) -> str:
     """Where the member is: its node and whether bound or nominated; ``-`` while pending."""
     if member["state"] == "pending":
         return "-"
-    return f"{_text(member['node'])} ({member['state']})"
+    return f"{cell_text(member['node'])} ({member['state']})"
 
 
 def _verdict(member: Mapping[str, Any]) -> str:
@@ -94,8 +94,8 @@ def render_podgroup(report: Mapping[str, Any]) -> str:
     width = max(len(label) for label, _ in facts)
     lines = [f"PodGroup {report['podGroup']}", *(f"{label.ljust(width)}   {value}" for label, value in facts), ""]
     rows = [
-        (member["pod"], _node(member), _text(_charges(member["reserved"], queue=False)), _verdict(member))
+        (member["pod"], _node(member), cell_text(_charges(member["reserved"], queue=False)), _verdict(member))
         for member in report["members"]
     ]
-    lines.extend(_columns(MEMBERS_HEADER, rows) if rows else ["No member pods found."])
+    lines.extend(padded_columns(MEMBERS_HEADER, rows) if rows else ["No member pods found."])
     return "\n".join(lines)

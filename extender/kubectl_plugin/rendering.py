@@ -28,7 +28,7 @@ RESERVATIONS_HEADER = ("RESERVED FOR POD", "CLUSTERQUEUE", "NODE", "CHARGES", "E
 UNPLACED_HEADER = ("ADMITTED, NOT PLACED", "CLUSTERQUEUE", "FLAVORS", "PENDING PODS", "WHY")
 
 
-def _columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
+def padded_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     """kubectl's table layout: upper-case headers, columns padded to the widest cell, three spaces apart."""
     widths = [
         max(len(header[i]), *(len(row[i]) for row in rows)) if rows else len(header[i]) for i in range(len(header))
@@ -39,7 +39,7 @@ def _columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[s
     return lines
 
 
-def _text(value: Any) -> str:
+def cell_text(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
@@ -51,18 +51,18 @@ def _queue_rows(queues: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...]]:
             rows.append(
                 (
                     queue["name"],
-                    _text(queue.get("cohort")),
-                    _text(row.get("flavor")),
-                    _text(row.get("resource")),
-                    _text(row.get("nominal")),
-                    _text(row.get("usage")),
-                    _text(row.get("reserved")),
-                    _text(row.get("admittedPending")),
-                    _text(row.get("available")),
-                    _text(row.get("borrowingLimit")),
-                    _text(row.get("kueueReservation")),
-                    _text(row.get("drift")),
-                    _text(queue.get("problem") or (queue["stopPolicy"] if queue["stopPolicy"] != "None" else "")),
+                    cell_text(queue.get("cohort")),
+                    cell_text(row.get("flavor")),
+                    cell_text(row.get("resource")),
+                    cell_text(row.get("nominal")),
+                    cell_text(row.get("usage")),
+                    cell_text(row.get("reserved")),
+                    cell_text(row.get("admittedPending")),
+                    cell_text(row.get("available")),
+                    cell_text(row.get("borrowingLimit")),
+                    cell_text(row.get("kueueReservation")),
+                    cell_text(row.get("drift")),
+                    cell_text(queue.get("problem") or (queue["stopPolicy"] if queue["stopPolicy"] != "None" else "")),
                 )
             )
     return rows
@@ -74,7 +74,7 @@ def _reservation_rows(reservations: Sequence[Mapping[str, Any]]) -> list[tuple[s
         (
             r["pod"],
             r["clusterQueue"],
-            _text(r.get("node")),
+            cell_text(r.get("node")),
             ", ".join(f"{c['amount']} {c['resource']} in {c['flavor']}" for c in r["charges"]),
             f"{r['expiresIn']}s",
         )
@@ -90,7 +90,7 @@ def _unplaced_rows(unplaced: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...
             u["clusterQueue"],
             ", ".join(f"{resource}: {flavor}" for resource, flavor in u["flavors"].items()) or "-",
             str(len(u["pendingPods"])),
-            _text(u.get("reason")),
+            cell_text(u.get("reason")),
         )
         for u in unplaced
     ]
@@ -98,17 +98,17 @@ def _unplaced_rows(unplaced: Sequence[Mapping[str, Any]]) -> list[tuple[str, ...
 
 def render_queues(report: Mapping[str, Any]) -> str:
     rows = _queue_rows(report["clusterQueues"])
-    lines = _columns(QUEUES_HEADER, rows) if rows else ["No ClusterQueues found."]
+    lines = padded_columns(QUEUES_HEADER, rows) if rows else ["No ClusterQueues found."]
     if not report.get("kueueEnabled", True):
         lines.insert(0, "Kueue's CRDs are not installed: no pod is quota-governed.")
     reservations = report.get("reservations") or []
     if reservations:
         lines.append("")
-        lines.extend(_columns(RESERVATIONS_HEADER, _reservation_rows(reservations)))
+        lines.extend(padded_columns(RESERVATIONS_HEADER, _reservation_rows(reservations)))
     unplaced = report.get("admittedNotPlaced") or []
     if unplaced:
         lines.append("")
-        lines.extend(_columns(UNPLACED_HEADER, _unplaced_rows(unplaced)))
+        lines.extend(padded_columns(UNPLACED_HEADER, _unplaced_rows(unplaced)))
     return "\n".join(lines)
 
 
@@ -123,7 +123,7 @@ def render_node(report: Mapping[str, Any]) -> str:
         )
         for d in report["devices"]
     ]
-    lines.extend(_columns(("DEVICE", "FREE", "HELD BY", "TAINTS"), rows) if rows else ["No devices published."])
+    lines.extend(padded_columns(("DEVICE", "FREE", "HELD BY", "TAINTS"), rows) if rows else ["No devices published."])
     problems = [p for p in report.get("pools", []) if p.get("incomplete") or p.get("invalid")]
     for pool in problems:
         state = pool["invalid"] or "incomplete (not every ResourceSlice of this generation is published yet)"
