@@ -253,3 +253,31 @@ def test_a_group_claim_gang_binds_into_usage_of_the_claim_once() -> None:
     view = engine.quota_view()
     assert dict(view.usage) == {OD: 2} and engine.reservations.totals() == {}
     assert not filter_(engine, gpu_pod("single")).passed  # the queue is full: 2 of 2
+
+
+def test_members_charging_nothing_count_toward_min_count_for_free() -> None:
+    """A launcher without devices beside two 2-GPU workers, minCount 3, in a queue of 4: the group needs 4, not
+    three workers' worth (6); a member is never judged as a copy of the one asked about when it charges
+    nothing of its own."""
+    engine = gang(4, min_count=3)
+    launcher = b.pod("launcher", "team-a", queue="q", pod_group="train")
+    engine.store.apply("Pod", "ADDED", launcher)
+    engine.store.apply("Pod", "ADDED", member("w1"))
+    first = filter_(engine, member("w0"))
+    assert first.passed and first.reservation == {OD: 2}
+    assert engine.reservations.get(hold_id("team-a/train")).charges == {OD: 2}  # w1's share only
+    assert engine.reservations.totals() == {OD: 4}
+    assert filter_(engine, member("w1")).passed
+    assert engine.reservations.totals() == {OD: 4}
+    assert filter_(engine, launcher).passed
+
+
+def test_a_gang_of_workers_beside_a_launcher_that_cannot_fit_is_still_refused() -> None:
+    engine = gang(4, min_count=4)  # launcher + 3 workers x 2 GPUs = 6 > 4
+    engine.store.apply("Pod", "ADDED", b.pod("launcher", "team-a", queue="q", pod_group="train"))
+    for name in ("w1", "w2"):
+        engine.store.apply("Pod", "ADDED", member(name))
+    decision = filter_(engine, member("w0"))
+    assert decision.passed == [] and engine.reservations.totals() == {}
+    reason = decision.failures[sorted(engine.snapshot().nodes)[0]].reason
+    assert "this pod and 2 more of 2 example.com/gpu" in reason

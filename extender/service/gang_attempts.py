@@ -55,6 +55,16 @@ def placed(pod: Pod) -> bool:
     return not pod.is_terminal and bool(pod.node_name or pod.nominated_node_name)
 
 
+def charges_nothing(member: Pod, group: PodGroup | None) -> bool:
+    """A pending member with no quota charge of its own: no claim entries but its PodGroup's own claims (charged
+    once for the group) and no extended resources (which DRA may back). Members with claims of devices quota
+    does not govern still count as charging: the group is over-, never under-estimated."""
+    if member.is_terminal or placed(member) or member.extended_requests:
+        return False
+    group_claims = group.claims if group is not None else ()
+    return all(ref in group_claims for ref in member.claims)
+
+
 def gang_group(view: QuotaView, pod: Pod, admitted_workload: str) -> PodGroup | None:
     """The pod's PodGroup when the extender decides for the group: a gang, the pod governed by a queue, and no
     Workload Kueue admitted for it (Kueue's admission was the group's decision: its hold already covers the
@@ -135,7 +145,17 @@ class GangAttempts:
             group_claims_demand(pending_group_claims(snapshot, pod), context.resource_for_class) if group_claims else {}
         )
         held_rest = attempt.hold if attempt is not None and reservations.get(hold_id(group.key)) is not None else {}
-        return GangNeed(group.key, group.min_count, placed_count, in_attempt, claims_held, demand, dict(held_rest))
+        free_others = sum(1 for member in members if member.uid != pod.uid and charges_nothing(member, group))
+        return GangNeed(
+            group.key,
+            group.min_count,
+            placed_count,
+            in_attempt,
+            claims_held,
+            demand,
+            dict(held_rest),
+            free_others=free_others,
+        )
 
     def need_and_ledger(
         self,
@@ -231,18 +251,22 @@ class GangAttempts:
                 self._end(attempt, reservations, released)
             elif group is None or (changed and condition is not None and condition.status == "False"):
                 released += self._lose(attempt, reservations, snapshot, "kube-scheduler gave the attempt up")
-            elif now - attempt.last_call > self._window(attempt, members, reservations):
+            elif now - attempt.last_call > self._window(attempt, members, group, reservations):
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
         return released
 
-    def _window(self, attempt: Attempt, members: list[Pod], reservations: ReservationLedger) -> float:
+    def _window(
+        self, attempt: Attempt, members: list[Pod], group: PodGroup | None, reservations: ReservationLedger
+    ) -> float:
         """How long the attempt may go without a call. Once minCount members passed our filter and hold their
-        reservations, kube-scheduler has likely placed the group and is binding it (Permit, PreBind): those
-        pods show as nominated or bound soon, and letting their quota go before would open a window for
-        another pod to take it. Such an attempt gets WON_PATIENCE windows; one still short of minCount, one."""
+        reservations (or need none), kube-scheduler has likely placed the group and is binding it (Permit,
+        PreBind): those pods show as nominated or bound soon, and letting their quota go before would open a
+        window for another pod to take it. Such an attempt gets WON_PATIENCE windows; one still short of
+        minCount, one."""
         reserved = sum(1 for member in members if not placed(member) and reservations.get(member.uid) is not None)
         placed_count = sum(1 for member in members if placed(member))
-        complete = reserved + placed_count >= attempt.min_count
+        free = sum(1 for member in members if charges_nothing(member, group))
+        complete = reserved + placed_count + free >= attempt.min_count
         return self.window_seconds * (WON_PATIENCE if complete else 1)
 
     def _end(self, attempt: Attempt, reservations: ReservationLedger, released: list[tuple[Reservation, str]]) -> None:

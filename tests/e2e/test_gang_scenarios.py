@@ -254,3 +254,19 @@ def test_a_gang_waiting_for_quota_binds_once_a_running_pod_leaves(gangs: GangSce
     print(f"\ngang bound {time.monotonic() - deleted:.1f}s after s0 was deleted")
     wait_until(lambda: queue_usage(gangs.url, gangs.name) == {f"{gangs.name}-gpus": 8}, timeout=SYNC_TIMEOUT)
     assert within(watch, pods=4, gpus=8), watch.report(gangs.name)
+
+
+def test_a_launcher_without_devices_and_its_workers_bind_whole_in_a_queue_just_big_enough(gangs: GangScenario) -> None:
+    """minCount 3: a launcher that asks for no device and two workers of 2 GPUs each, in a queue of 4 GPUs. The
+    group needs 4 (the launcher counts toward minCount for free), so it binds whole and fills the queue."""
+    queue = setup_queue(gangs, nodes=4, gpus=2, quota=4)
+    gangs.add_pod_group("mpi", 3)
+    launcher = gangs.member("launcher", "two-gpus", queue, "mpi")
+    del launcher["spec"]["resourceClaims"]
+    del launcher["spec"]["containers"][0]["resources"]["claims"]
+    gangs.plane.create_pod(launcher)
+    workers = gangs.create_gang("mpi", 2, "two-gpus", queue)
+    watch = QuotaWatch(gangs)
+    watch.until(lambda bound: {"launcher", *workers} <= set(bound), SCHEDULE_TIMEOUT, "the launcher and workers")
+    wait_until(lambda: queue_usage(gangs.url, gangs.name) == {f"{gangs.name}-gpus": 4}, timeout=SYNC_TIMEOUT)
+    assert within(watch, pods=3, gpus=4), watch.report(gangs.name)

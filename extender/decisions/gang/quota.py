@@ -37,11 +37,16 @@ class GangNeed:
     claims_demand: Mapping[str, Fraction] = field(default_factory=dict)
     # what the attempt holds for the rest of the gang now (credited to this pod's ledger)
     held_rest: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+    # other pending members that charge nothing of their own (no claims but the group's, no extended
+    # resources: a launcher beside its workers); they count towards minCount for free
+    free_others: int = 0
 
     @property
     def others(self) -> int:
-        """Members besides this pod still needed for minCount."""
-        return max(0, self.min_count - self.placed - self.in_attempt - 1)
+        """Members besides this pod that minCount still needs and that charge quota of their own: the cheapest
+        way to minCount takes the members charging nothing first, so the group is never judged bigger than it
+        has to be."""
+        return max(0, self.min_count - self.placed - self.in_attempt - 1 - self.free_others)
 
 
 @dataclass(frozen=True, slots=True)
