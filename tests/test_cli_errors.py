@@ -188,6 +188,7 @@ def test_plugin_explains_a_named_pod_offline(
     assert (code, out) == (EXIT_UNREACHABLE, "") and one_error_line(err).startswith("error: cannot reach http://")
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_is_exit_141_without_a_traceback(tmp_path: Path) -> None:
     """`dra-extender explain ... | head`: the reader closes the pipe; no BrokenPipeError traceback."""
     for command in (
@@ -215,6 +216,7 @@ def test_help_texts_say_what_the_flags_do() -> None:
     assert "--log-format {json,text}" in subcommands["serve"].format_help()
 
 
+@pytest.mark.slow
 def test_an_api_server_that_never_answers_costs_one_timeout(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """A server that accepts connections and never answers: each command gives up after --request-timeout,
     once (no retries multiplying it)."""

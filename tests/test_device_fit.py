@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -166,6 +167,7 @@ def holdable(profiles: list[str], gpus: int) -> list[str]:
 _PROFILES = st.sampled_from(["1g", "2g", "3g", "whole"])
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     held=st.lists(st.lists(_PROFILES, max_size=6), min_size=1, max_size=4),

@@ -100,6 +100,7 @@ def test_verbs_mark_themselves_running_and_always_unmark() -> None:
     assert "dra_extender_background_stepped_aside_for_requests_total 0.0" in metrics
 
 
+@pytest.mark.slow
 def test_watch_events_wait_for_the_running_verb(fake_api: FakeApiServer, tmp_path: Path) -> None:
     """A watch event arriving while a verb runs is applied once it ends; with verbs running past the bound it is
     applied anyway."""

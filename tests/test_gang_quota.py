@@ -9,6 +9,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def test_a_group_claim_is_held_once_for_the_attempt() -> None:
         assert engine.reservations.totals() == {OD: 2}
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     quota=st.integers(min_value=0, max_value=16),

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,6 +54,7 @@ def check(names: list[str], data: st.DataObject) -> None:
     assert orjson.loads(encoded) == relative(names, scores)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(names=node_names, data=st.data())
 def test_node_names_answer_equals_the_dict_answer(names: list[str], data: st.DataObject) -> None:
@@ -76,6 +78,7 @@ def kube_scheduler_totals(answer: list[dict[str, Any]], in_tree: dict[str, int],
     return totals
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     scores=st.dictionaries(st.from_regex(r"node-[0-9]{1,3}", fullmatch=True), st.integers(0, MAX_SCORE), min_size=1),

@@ -297,6 +297,7 @@ def test_old_kueue_without_cohorts_runs_quota_without_them(tmp_path: Path) -> No
         server.close()
 
 
+@pytest.mark.slow
 def test_resync_relists_periodically(fake_api: FakeApiServer, tmp_path: Path) -> None:
     fake_api.put_all(*small_cluster())
     with running(fake_api, tmp_path, resync_seconds=1.0) as (source, store):

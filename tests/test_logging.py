@@ -113,6 +113,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=20)
 
 
+@pytest.mark.slow
 def test_everything_serve_prints_is_json_with_request_ids(tmp_path: Path) -> None:
     settings = tmp_path / "gunicorn.conf.py"
     settings.write_text('accesslog = "-"\nloglevel = "info"\n', encoding="utf-8")
@@ -133,6 +134,7 @@ def test_everything_serve_prints_is_json_with_request_ids(tmp_path: Path) -> Non
     assert access["/livez"]["requestId"] and access["/livez"]["requestId"] != "trace-42"
 
 
+@pytest.mark.slow
 def test_log_format_text_is_for_people(tmp_path: Path) -> None:
     process, _, log_path = serve(tmp_path, "--log-format", "text")
     stop(process)
@@ -142,6 +144,7 @@ def test_log_format_text_is_for_people(tmp_path: Path) -> None:
         json.loads(serving)
 
 
+@pytest.mark.slow
 def test_an_address_in_use_is_one_error_and_exit_1() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -111,6 +111,7 @@ def test_the_demo_curl_recipe_runs_as_written(server: str, path_without_pyyaml: 
     assert json.loads(node)["node"] == "gpu-od-1"
 
 
+@pytest.mark.slow
 def test_the_explain_examples_run_and_print_the_table_shown(server: str, path_without_pyyaml: str) -> None:
     text = readme()
     shown = block_with(text, "RANK  NODE", language="").strip()

@@ -34,6 +34,7 @@ def test_livez_fails_when_a_scheduling_verb_is_stuck() -> None:
     assert client.get("/livez").status_code == 200
 
 
+@pytest.mark.slow
 def test_livez_fails_when_the_scheduling_listener_does_not_answer() -> None:
     import socket
 

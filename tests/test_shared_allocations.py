@@ -9,6 +9,8 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from extender.decisions.devices.results import Allocation
 from extender.state.core import parse_pod
 from extender.transport.diagnostics import decision_json
@@ -206,6 +208,7 @@ def test_a_full_node_refuses_each_pod_by_its_own_claim():
     assert "node-b" in service.filter(parse_pod(pairs[0][1]), list(NODES)).passed
 
 
+@pytest.mark.slow
 def test_remembered_answers_follow_every_kind_of_change_a_node_sees():
     """settle_remembered keeps the commonest pod's answers per shape across pods and drops the nodes that the
     snapshot's change list names (state/snapshot.py NODE_CHANGE_KINDS). Against a fresh engine built from the same
