@@ -252,6 +252,18 @@ class Scenario:
 
     # pods -----------------------------------------------------------------------------------------------
 
+    def add_one_gpu_queue(self, nodes: int, gpus: int, nominal: int, *, wait: bool = True) -> tuple[str, str]:
+        """`nodes` nodes of `gpus` GPUs in one flavor, a ClusterQueue named after the scenario with `nominal` GPUs
+        there, the template "one-gpu"; waits until the extender sees them (unless `wait` is False: a caller with
+        several extenders waits for each). Returns (flavor, queue)."""
+        self.add_nodes("n", nodes, gpus=gpus)
+        flavor = self.add_flavor(f"{self.name}-gpus")
+        queue = self.add_queue(self.name, [FlavorQuota(flavor, nominal)])
+        self.add_template("one-gpu", [exactly(1)])
+        if wait:
+            self.wait_extender_sees("one-gpu", queue, self.name)
+        return flavor, queue
+
     def manifest(self, name: str, template: str, queue: str) -> dict[str, Any]:
         manifest = pod_manifest(
             self.namespace,

@@ -58,9 +58,7 @@ from tests.e2e.proxies import TcpProxy
 from tests.e2e.scenarios import (
     GPU,
     KUEUE_NAMESPACE,
-    FlavorQuota,
     Scenario,
-    exactly,
     kueue_configmap,
 )
 
@@ -190,11 +188,7 @@ def run_seed(chaos: ChaosPlane, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     name = f"chaos-{seed}-{uuid.uuid4().hex[:4]}"
     scenario = Scenario(chaos.plane, chaos.url, name, seed_namespace(chaos.plane, name))
-    scenario.add_nodes("n", 3, gpus=4)
-    flavor = scenario.add_flavor(f"{name}-gpus")
-    queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
-    scenario.add_template("one-gpu", [exactly(1)])
-    scenario.wait_extender_sees("one-gpu", queue, name)
+    _, queue = scenario.add_one_gpu_queue(3, 4, NOMINAL)
 
     samples: list[int] = []
     over_detail: list[dict[str, Any]] = []  # what each over-commit instant held, for the report

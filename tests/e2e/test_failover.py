@@ -34,7 +34,6 @@ from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     FlavorQuota,
     Scenario,
-    exactly,
     extender_get,
     extender_post,
 )
@@ -198,10 +197,7 @@ def test_new_leader_does_not_over_commit_after_the_leader_pair_is_killed_mid_bur
     scenario = Scenario(kueue_plane.plane, str(replicas[0][0].url), name, kueue_plane.plane.create_namespace(name))
     scenario.scheduler_name = PROFILE
     try:
-        scenario.add_nodes("n", 2, gpus=8)
-        flavor = scenario.add_flavor(f"{name}-gpus")
-        queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
-        scenario.add_template("one-gpu", [exactly(1)])
+        _, queue = scenario.add_one_gpu_queue(2, 8, NOMINAL, wait=False)
         for extender, _ in replicas:  # both replicas' extenders see the scenario before pods arrive
             scenario.url = str(extender.url)
             scenario.wait_extender_sees("one-gpu", queue, name)
@@ -260,11 +256,8 @@ def test_only_the_leading_scheduler_s_extender_reserves_after_the_leader_s_sched
     scenario = Scenario(kueue_plane.plane, str(replicas[0][0].url), name, kueue_plane.plane.create_namespace(name))
     scenario.scheduler_name = PROFILE
     try:
-        scenario.add_nodes("n", 2, gpus=8)
-        flavor = scenario.add_flavor(f"{name}-gpus")
-        queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
+        flavor, queue = scenario.add_one_gpu_queue(2, 8, NOMINAL, wait=False)
         spare = scenario.add_queue(f"{name}-spare", [FlavorQuota(flavor, 2)])  # nobody's pods: quota free
-        scenario.add_template("one-gpu", [exactly(1)])
         for extender, _ in replicas:
             scenario.url = str(extender.url)
             scenario.wait_extender_sees("one-gpu", queue, name)

@@ -27,7 +27,6 @@ from tests.e2e.scenarios import (
     Scenario,
     _extender_profile,
     cluster_queue,
-    exactly,
 )
 
 pytestmark = pytest.mark.e2e
@@ -59,11 +58,7 @@ def no_requeue_extender(kueue_plane: ExtenderControlPlane, tmp_path_factory: pyt
 
 def park_a_pod(scenario: Scenario) -> str:
     """Quota 2, two 1-GPU pods bound, a third refused for quota; returns the ClusterQueue's name."""
-    scenario.add_nodes("n", 1, gpus=4)
-    flavor = scenario.add_flavor(f"{scenario.name}-gpus")
-    queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 2)])
-    scenario.add_template("one-gpu", [exactly(1)])
-    scenario.wait_extender_sees("one-gpu", queue, scenario.name)
+    _, queue = scenario.add_one_gpu_queue(1, 4, 2)
     for name in ("a", "b"):
         scenario.create_pod(name, "one-gpu", queue)
         scenario.wait_bound(name)

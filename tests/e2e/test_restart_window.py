@@ -52,7 +52,7 @@ from tests.e2e.cluster import (
 )
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.proxies import FilterTap, TcpProxy
-from tests.e2e.scenarios import FlavorQuota, Scenario, exactly, extender_get
+from tests.e2e.scenarios import Scenario, extender_get
 
 pytestmark = pytest.mark.e2e
 
@@ -237,11 +237,7 @@ def test_killing_the_extender_between_filter_and_allocation_never_over_commits(
     samples: list[int] = []
     stop = threading.Event()
     try:
-        scenario.add_nodes("n", 2, gpus=2)
-        flavor = scenario.add_flavor(f"{name}-gpus")
-        queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
-        scenario.add_template("one-gpu", [exactly(1)])
-        scenario.wait_extender_sees("one-gpu", queue, name)
+        _, queue = scenario.add_one_gpu_queue(2, 2, NOMINAL)
 
         def sample() -> None:
             while not stop.is_set():
@@ -301,11 +297,7 @@ def test_a_pod_deleted_while_the_extender_is_down_holds_no_quota_after_the_resta
     scenario = Scenario(kueue_plane.plane, window.url, name, kueue_plane.plane.create_namespace(name))
     scenario.scheduler_name = PROFILE
     try:
-        scenario.add_nodes("n", 2, gpus=2)
-        flavor = scenario.add_flavor(f"{name}-gpus")
-        queue = scenario.add_queue(name, [FlavorQuota(flavor, NOMINAL)])
-        scenario.add_template("one-gpu", [exactly(1)])
-        scenario.wait_extender_sees("one-gpu", queue, name)
+        _, queue = scenario.add_one_gpu_queue(2, 2, NOMINAL)
         passed: list[str] = []
 
         def on_pass(pod: str) -> None:
