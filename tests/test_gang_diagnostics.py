@@ -31,8 +31,10 @@ def filter_member(client: Any, name: str) -> Any:
 def test_a_refused_gang_member_shows_the_group_verdict() -> None:
     client = gang_client(6)
     answer = filter_member(client, "w0")
-    assert set(answer["FailedNodes"]) == {"on-demand-0", "on-demand-1"}
-    assert "PodGroup team-a/train" in answer["FailedNodes"]["on-demand-0"]
+    # 8 GPUs of a queue that can never provide more than 6: waiting cannot help, kube-scheduler is told so
+    assert answer["FailedNodes"] == {}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"on-demand-0", "on-demand-1"}
+    assert "PodGroup team-a/train" in answer["FailedAndUnresolvableNodes"]["on-demand-0"]
     pod = client.get("/diagnostics/pods/team-a/w0").get_json()
     assert pod["gang"]["podGroup"] == "team-a/train" and pod["gang"]["othersNeeded"] == 3
     assert "does not fit its queue as a whole" in pod["gang"]["refused"]
@@ -44,7 +46,8 @@ def test_a_refused_gang_member_shows_the_group_verdict() -> None:
     page = client.get("/ui/pods/team-a/w0").get_data(as_text=True)  # the pod's page links to its group's
     assert 'href="/ui/podgroups/team-a/train"' in page and "refused as a group" in page
     table = render_table(pod)  # what `kubectl dra-quota explain` and `dra-extender explain` print
-    assert "PodGroup team-a/train (gang, minCount 4): 0 placed" in table and "Refused as a group" in table
+    assert "PodGroup team-a/train (gang, minCount 4): 4 present, 0 placed" in table and "Refused as a group" in table
+    assert "ClusterQueue team-a  flavor (none fits)" in table
 
 
 def test_a_gang_in_progress_shows_what_it_holds() -> None:
@@ -52,7 +55,7 @@ def test_a_gang_in_progress_shows_what_it_holds() -> None:
     filter_member(client, "w0")
     report = client.get("/diagnostics/podgroups/team-a/train").get_json()
     assert report["hold"] == [
-        {"clusterQueue": "team-a", "flavor": "on-demand", "resource": "example.com/gpu", "amount": 6}
+        {"clusterQueue": "team-a", "flavor": "on-demand", "resource": "example.com/gpu", "amount": 8}
     ]
     assert report["attempt"]["outcome"] == "in progress" and report["attempt"]["members"] == ["team-a/w0"]
     assert report["clusterQueues"] == ["team-a"]  # the members' LocalQueue's
@@ -68,7 +71,8 @@ def test_a_gang_in_progress_shows_what_it_holds() -> None:
         data=orjson.dumps(gpu_pod("w1", pod_group="train")),
         content_type="application/json",
     ).get_json()
-    assert explained["gang"]["reservedInAttempt"] == 1 and explained["gang"]["othersNeeded"] == 2
+    assert explained["gang"]["othersNeeded"] == 3 and explained["gang"]["counted"]["alike"] == 3
+    assert explained["passed"] == 4  # the attempt's hold is the group's own: the group is judged without it
 
 
 def test_unknown_podgroup_is_a_404() -> None:

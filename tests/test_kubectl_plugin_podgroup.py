@@ -139,7 +139,7 @@ def test_a_gang_in_progress_shows_what_it_holds() -> None:
     client = gang_client(8)
     filter_member(client, "w0")
     table = render_podgroup(client.get("/diagnostics/podgroups/team-a/train").get_json())
-    assert "Held for group   6 example.com/gpu in team-a/on-demand" in table
+    assert "Held for group   8 example.com/gpu in team-a/on-demand" in table  # the whole group, w0 too
     assert "Last attempt     in progress (started 0s ago; reserved in it: team-a/w0)" in table  # a frozen clock
     assert "team-a/w0   -      2 example.com/gpu (on-demand)   filter: 2 node(s) pass, first on-demand-0" in table
 

@@ -10,9 +10,8 @@ Kueue's quota (pkg/scheduler/flavorassigner) only on the nodes the devices allow
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 
 from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.extended_resources import ExtendedRequests, resolve_extended
@@ -22,7 +21,8 @@ from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.results import NotAllocatable
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.gang.features import WORKLOAD_FEATURES_OFF, WorkloadFeatures
-from extender.decisions.gang.quota import GangNeed, decide_gang_quota
+from extender.decisions.gang.members import member_estimator, member_shape_in
+from extender.decisions.gang.quota import GangNeed, GangQuota, decide_gang_quota
 from extender.decisions.pod_decision import (
     NO_FAILURES,
     NodeFailures,
@@ -34,7 +34,7 @@ from extender.decisions.pod_decision import (
 )
 from extender.decisions.quota.charges import UNMAPPED_IGNORE
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.decision import decide_quota
+from extender.decisions.quota.decision import GroupCharge, decide_quota
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import HolderLookup
 from extender.decisions.quota.verdicts import QuotaDecision
@@ -104,7 +104,7 @@ def decide_pod(
     else:
         devices = _device_outcomes_per_variant(snapshot, pod_claims, extended, names, matcher, options, deadline)
 
-    def quota_for(rest_of_gang: Mapping[str, Fraction] | None = None) -> QuotaDecision:
+    def quota_for(rest_of_gang: GroupCharge | None = None) -> QuotaDecision:
         """Quota on the device-feasible nodes; with `rest_of_gang`, for the pod and the rest of its gang at once."""
         return decide_quota(
             snapshot,
@@ -117,11 +117,13 @@ def decide_pod(
             matcher=matcher,
             same_counts=devices.settled is not None,
             holders=holders,
-            group_extra=rest_of_gang,
+            group=rest_of_gang,
         )
 
     quota = quota_for()
-    gang_quota = decide_gang_quota(quota, gang, quota_for) if gang is not None else None
+    gang_quota = None
+    if gang is not None and quota_context is not None:
+        gang_quota = _decide_for_group(snapshot, pod, names, quota, gang, quota_for, quota_context, matcher, options)
     if gang_quota is not None:
         quota = gang_quota.quota
     verdicts = NodeVerdicts(order, devices.allocations, quota.per_node, _failures(devices, quota), asked)
@@ -137,6 +139,41 @@ def decide_pod(
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
         settled=devices.settled,
         gang=gang_quota,
+    )
+
+
+def _decide_for_group(
+    snapshot: ClusterSnapshot,
+    pod: Pod,
+    names: list[str],
+    quota: QuotaDecision,
+    gang: GangNeed,
+    quota_for: Callable[[GroupCharge | None], QuotaDecision],
+    context: QuotaContext,
+    matcher: DeviceMatcher,
+    options: DecisionOptions,
+) -> GangQuota:
+    """The pod's quota decided for its gang (decisions/gang/quota.py), the other members charged by their own
+    shapes (decisions/gang/members.py) on the nodes asked about."""
+    estimate = member_estimator(
+        snapshot,
+        names,
+        context,
+        matcher,
+        gang.group_claims,
+        unmapped=options.unmapped_classes,
+        budget=options.search_budget,
+        features=options.features,
+    )
+    group_entries = {ref.name for ref in pod.claims if ref in gang.group_claims}
+    return decide_gang_quota(
+        quota,
+        gang,
+        quota_for,
+        own_shape=member_shape_in(snapshot, pod, gang.group_claims),
+        shape=lambda member: member_shape_in(snapshot, member, gang.group_claims),
+        estimate=estimate,
+        carries_group_claims=bool(group_entries) and bool(gang.claims_demand),
     )
 
 

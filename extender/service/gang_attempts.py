@@ -1,37 +1,52 @@
-"""A gang's scheduling attempt as the extender follows it: one hold for the group, released at once on failure.
+"""A gang's scheduling attempt as the extender follows it: one hold for the whole group, in every flavor a
+placement of the attempt was judged in, until the placement kube-scheduler keeps shows.
 
 kube-scheduler's pod-group cycle (pkg/scheduler/schedule_one_podgroup.go) filters the gang's pods back to back,
 assumes each, and when fewer than minCount fit reverts them all, writes PodGroupInitiallyScheduled=False
-(reason Unschedulable) on the PodGroup and requeues the group with backoff; the extender is told of none of it.
-So the service keeps, per PodGroup in an attempt: the members that reserved quota in it, the hold for the rest of
-the gang's minCount (one reservation in the ledger, so no other pod takes that quota between two members), who
-holds the group's claims, and when the group was last asked about. The attempt ends:
+(reason Unschedulable) on the PodGroup and requeues the group with backoff. With TopologyAwareWorkloadScheduling
+(podGroupSchedulingPlacementAlgorithm) it runs that once per candidate placement (the nodes of one value of a
+topology label), every member through our filter each time, reverts every placement, keeps the best successful
+one by its PlacementScore plugins (ties at random) and binds it. The extender is told of none of it: not which
+placement won, not what was reverted.
 
-- won: minCount members are placed (bound or nominated) or the condition turns True: the pods' own reservations
-  turn into usage as they bind, as any pod's;
-- lost: a member refused for the group's quota, the PodGroup's condition newly False, the PodGroup gone, or no
-  call for the group within the attempt window while it is not placed: the hold and the reservations of the
-  members not placed are let go at once, not after the TTL.
+So the service keeps, per PodGroup in an attempt, one **branch** per set of flavors the group was judged in
+(a placement's nodes are in one flavor per resource group, as Kueue admits a pod set): the group's whole charge
+there (its latest decision: the pod asked about and the rest of minCount, decisions/gang/quota.py), each
+member's own charge there, and the nodes the members passed. The attempt holds one reservation, the most of
+every branch per flavor and resource (`podgroup:<namespace>/<name>`): whichever placement kube-scheduler keeps,
+its whole charge is held, and no flavor's quota is given twice. Members hold no reservation of their own while
+their group's attempt holds them. Placed members (bound or nominated, kube-scheduler writes nominatedNodeName
+before DRA's PreBind since 1.35) leave the hold as usage takes them over; the first one placed names the winning
+branch (the one whose nodes hold it), and the others are let go at once.
 
-Restart-safe: the hold is an ordinary reservation (journal), and reservations of gang members a previous process
-held are adopted into attempts at the first reconcile, so the window applies to them as well.
+The attempt ends:
+
+- won: minCount members are placed or the condition turns True: what is left of the hold goes;
+- lost: every branch refused for the group's quota, fewer members than minCount, the PodGroup's condition
+  newly False, the PodGroup gone, or no call for the group within the attempt window while it is not placed:
+  the hold and any member's reservation of the attempt go at once, not after the TTL.
+
+Restart-safe: the hold is an ordinary reservation (the journal keeps it), adopted into an attempt before the
+first reconcile after a restart (service/reconciliation.py leaves holds to the attempts), so the window applies
+to it as well.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from extender.decisions.gang.claims import group_claims_demand, pending_group_claims
-from extender.decisions.gang.quota import GangNeed
+from extender.decisions.gang.quota import GangNeed, charges_nothing
 from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.service.history import DecisionRecord
 from extender.service.quota_view import QuotaView
+from extender.service.reconciliation import GROUP_HOLD_PREFIX
 from extender.state.core import Pod
 from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.podgroups.podgroup import INITIALLY_SCHEDULED, GroupCondition, PodGroup
@@ -40,10 +55,14 @@ from extender.state.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
-HOLD_PREFIX = "podgroup:"
+HOLD_PREFIX = GROUP_HOLD_PREFIX
 RELEASE_LOST = "gang-attempt-lost"
+RELEASE_WON = "gang-attempt-won"
 ENDED_KEPT = 1024  # groups whose last attempt diagnostics remember
-WON_PATIENCE = 5  # windows a complete attempt (minCount members reserved) may wait for its bindings to show
+WON_PATIENCE = 5  # windows a complete attempt (minCount members passed) may wait for its bindings to show
+
+Amounts = dict[QuotaKey, Fraction]
+FlavorSet = frozenset[tuple[str, str]]  # (ClusterQueue, flavor) pairs a branch's charge is in
 
 
 def hold_id(group_key: str) -> str:
@@ -51,18 +70,12 @@ def hold_id(group_key: str) -> str:
     return f"{HOLD_PREFIX}{group_key}"
 
 
+def is_hold(reservation_id: str) -> bool:
+    return reservation_id.startswith(HOLD_PREFIX)
+
+
 def placed(pod: Pod) -> bool:
     return not pod.is_terminal and bool(pod.node_name or pod.nominated_node_name)
-
-
-def charges_nothing(member: Pod, group: PodGroup | None) -> bool:
-    """A pending member with no quota charge of its own: no claim entries but its PodGroup's own claims (charged
-    once for the group) and no extended resources (which DRA may back). Members with claims of devices quota
-    does not govern still count as charging: the group is over-, never under-estimated."""
-    if member.is_terminal or placed(member) or member.extended_requests:
-        return False
-    group_claims = group.claims if group is not None else ()
-    return all(ref in group_claims for ref in member.claims)
 
 
 def gang_group(view: QuotaView, pod: Pod, admitted_workload: str) -> PodGroup | None:
@@ -75,6 +88,34 @@ def gang_group(view: QuotaView, pod: Pod, admitted_workload: str) -> PodGroup | 
     return group if group is not None and group.is_gang else None
 
 
+def _max_into(into: Amounts, amounts: Mapping[QuotaKey, Fraction]) -> None:
+    for key, amount in amounts.items():
+        if amount > into.get(key, Fraction(0)):
+            into[key] = amount
+
+
+@dataclass
+class Branch:
+    """The group judged in one set of flavors: what the whole group takes there, and who was asked there."""
+
+    flavors: FlavorSet
+    whole: Amounts  # the group's charge: the latest decision's pod and the rest of minCount
+    placed_then: frozenset[str]  # pod uids placed when `whole` was decided (it leaves them out)
+    own: dict[str, Amounts] = field(default_factory=dict)  # pod uid -> its own charge here (the most asked)
+    nodes: set[str] = field(default_factory=set)  # nodes members passed here
+
+    def held(self, placed_now: Iterable[str]) -> Amounts:
+        """`whole` less the own charge of members placed since it was decided (usage covers them now)."""
+        left = dict(self.whole)
+        for uid in placed_now:
+            if uid in self.placed_then:
+                continue
+            for key, amount in self.own.get(uid, {}).items():
+                if key in left:
+                    left[key] -= amount
+        return {key: amount for key, amount in left.items() if amount > 0}
+
+
 @dataclass
 class Attempt:
     group_key: str
@@ -82,11 +123,31 @@ class Attempt:
     started: float
     last_call: float
     condition: GroupCondition | None  # PodGroupInitiallyScheduled when the attempt started
-    members: dict[str, str] = field(default_factory=dict)  # pod uid -> pod key, reserved in this attempt
-    claims_holder: str = ""  # pod uid whose reservation holds the group claims' charge
-    claims: dict[QuotaKey, Fraction] = field(default_factory=dict)
-    hold: dict[QuotaKey, Fraction] = field(default_factory=dict)
+    cluster_queue: str = ""
+    branches: dict[FlavorSet, Branch] = field(default_factory=dict)
+    # pod uid -> pod key: members asked about in the attempt (and reservations of members a previous process held)
+    members: dict[str, str] = field(default_factory=dict)
     last_refusal: str = ""
+
+    def hold(self, placed_now: Iterable[str]) -> Amounts:
+        """The most of every branch per flavor and resource: whichever branch wins, its charge is held."""
+        placed_uids = frozenset(placed_now)
+        hold: Amounts = {}
+        for branch in self.branches.values():
+            _max_into(hold, branch.held(placed_uids))
+        return hold
+
+    def complete(self, placed_count: int, free: int) -> bool:
+        """minCount members passed in one branch (with those placed and those charging nothing)."""
+        return any(len(branch.own) + placed_count + free >= self.min_count for branch in self.branches.values())
+
+
+@dataclass(frozen=True, slots=True)
+class BranchView:
+    flavors: tuple[str, ...]
+    whole: Mapping[QuotaKey, Fraction]
+    members: int  # members asked about in these flavors
+    nodes: int  # nodes they passed
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +163,7 @@ class AttemptView:
     claims: Mapping[QuotaKey, Fraction]
     last_refusal: str
     outcome: str  # "in progress", "won" or "lost: <why>"
+    branches: tuple[BranchView, ...] = ()
 
 
 class GangAttempts:
@@ -120,41 +182,26 @@ class GangAttempts:
         snapshot: ClusterSnapshot,
         pod: Pod,
         group: PodGroup,
-        reservations: ReservationLedger,
         context: QuotaContext,
         *,
         group_claims: bool,
     ) -> GangNeed:
         members = snapshot.members_of(group.key)
-        placed_count = sum(1 for member in members if placed(member))
-        in_attempt = sum(
-            1
-            for member in members
-            if member.uid != pod.uid and not placed(member) and reservations.get(member.uid) is not None
-        )
-        attempt = self._attempts.get(group.key)
-        claims_held: Mapping[QuotaKey, Fraction] = {}
-        if (
-            attempt is not None
-            and attempt.claims_holder
-            and attempt.claims_holder != pod.uid
-            and reservations.get(attempt.claims_holder) is not None
-        ):
-            claims_held = attempt.claims
+        placed_count = sum(1 for member in members if member.uid != pod.uid and placed(member))
+        live = [member for member in members if not member.is_terminal]
+        present = len(live) + (0 if any(member.uid == pod.uid for member in live) else 1)
+        pending = tuple(member for member in live if member.uid != pod.uid and not placed(member))
         demand = (
             group_claims_demand(pending_group_claims(snapshot, pod), context.resource_for_class) if group_claims else {}
         )
-        held_rest = attempt.hold if attempt is not None and reservations.get(hold_id(group.key)) is not None else {}
-        free_others = sum(1 for member in members if member.uid != pod.uid and charges_nothing(member, group))
         return GangNeed(
             group.key,
             group.min_count,
             placed_count,
-            in_attempt,
-            claims_held,
+            present,
+            pending,
+            group.claims if group_claims else (),
             demand,
-            dict(held_rest),
-            free_others=free_others,
         )
 
     def need_and_ledger(
@@ -168,112 +215,184 @@ class GangAttempts:
         group_claims: bool,
     ) -> tuple[GangNeed, QuotaLedger]:
         """The member's need, and `ledger` (already without the pod's own charge) without what the ledger holds
-        for its group: the hold for the rest of the attempt is for this pod, and so are the group's claims another
-        member carries."""
-        need = self.need(view.snapshot, pod, group, reservations, view.context, group_claims=group_claims)
-        held = self.held_for(group.key, pod.uid)
+        for its group: the group is judged whole, against everything but itself."""
+        need = self.need(view.snapshot, pod, group, view.context, group_claims=group_claims)
+        held = self.held_for(group.key, reservations)
         known = view.context.cluster_queues
         return need, ledger.with_usage_deltas((q, f, r, -amount) for (q, f, r), amount in held.items() if q in known)
 
-    def held_for(self, group_key: str, pod_uid: str) -> dict[QuotaKey, Fraction]:
-        """What the ledger holds for the group that a member must not be charged against: the hold for the
-        rest of the attempt, and the group claims another member's reservation carries."""
-        attempt = self._attempts.get(group_key)
-        if attempt is None:
-            return {}
-        held = dict(attempt.hold)
-        if attempt.claims_holder and attempt.claims_holder != pod_uid:
-            for key, amount in attempt.claims.items():
-                held[key] = held.get(key, Fraction(0)) + amount
-        return held
+    @staticmethod
+    def held_for(group_key: str, reservations: ReservationLedger) -> Mapping[QuotaKey, Fraction]:
+        """What the ledger holds for the group's attempt: read from the ledger itself, so a member is credited
+        exactly what the quota view counts for its group, never a hold that expired or was let go."""
+        hold = reservations.get(hold_id(group_key))
+        return hold.charges if hold is not None else {}
 
     def record(
         self,
+        snapshot: ClusterSnapshot,
         pod: Pod,
         group: PodGroup,
         decision: PodDecision,
+        node_names: Iterable[str],
         reservations: ReservationLedger,
-    ) -> None:
-        """After the filter of a gang member: the attempt goes on (its hold resized), or is lost."""
+    ) -> list[tuple[Reservation, str]]:
+        """After the filter of a gang member: the branch of the flavors it was judged in takes the group's whole
+        charge (the attempt's hold grows to cover it), or a refusal ends the branches of the nodes asked about."""
         gang = decision.gang
         if gang is None:
-            return
-        cluster_queue, reserved = decision.quota.cluster_queue, bool(decision.reservation)
+            return []
         now = reservations.now()
         attempt = self._attempts.get(group.key)
-        if gang.refused:
-            if attempt is None:
-                attempt = self._start(group, now)
-            attempt.last_refusal = gang.refused
-            self._lose(attempt, reservations, None, "refused for the group's quota")
-            return
         if attempt is None:
             attempt = self._start(group, now)
         attempt.last_call = now
         attempt.min_count = group.min_count
-        if not reserved:
-            return
-        attempt.members[pod.uid] = pod.key
-        if gang.claims and (not attempt.claims_holder or reservations.get(attempt.claims_holder) is None):
-            attempt.claims_holder, attempt.claims = pod.uid, dict(gang.claims)
-        attempt.hold = dict(gang.group_hold)
-        if attempt.hold:
+        attempt.cluster_queue = decision.quota.cluster_queue or attempt.cluster_queue
+        released: list[tuple[Reservation, str]] = []
+        placed_uids = self._placed_uids(snapshot, group.key)
+        if gang.waiting:
+            attempt.last_refusal = gang.waiting
+            released += self._lose(attempt, reservations, snapshot, "fewer members than minCount")
+            return released
+        if gang.refused:
+            attempt.last_refusal = gang.refused
+            asked = set(node_names)
+            ended = [key for key, branch in attempt.branches.items() if branch.nodes & asked or not branch.nodes]
+            for flavors in ended:
+                del attempt.branches[flavors]
+            if not attempt.branches:
+                released += self._lose(attempt, reservations, snapshot, "refused for the group's quota")
+                return released
+        elif decision.reservation:
+            branch = self._branch(attempt, gang.whole, placed_uids)
+            _max_into(branch.own.setdefault(pod.uid, {}), gang.own)
+            branch.nodes.update(decision.passed)
+            attempt.members[pod.uid] = pod.key
+        self._hold(attempt, placed_uids, reservations)
+        return released
+
+    @staticmethod
+    def _branch(attempt: Attempt, whole: Mapping[QuotaKey, Fraction], placed_uids: frozenset[str]) -> Branch:
+        """The branch of the flavors `whole` is in, now covering it: the most of the group's charges decided
+        there while the same members were placed; the newest alone once more are placed (an older one still
+        counts the members that usage now covers)."""
+        flavors: FlavorSet = frozenset((queue, flavor) for queue, flavor, _ in whole)
+        branch = attempt.branches.get(flavors)
+        if branch is not None and branch.placed_then == placed_uids:
+            _max_into(branch.whole, whole)
+            return branch
+        own = dict(branch.own) if branch is not None else {}
+        nodes = set(branch.nodes) if branch is not None else set()
+        branch = attempt.branches[flavors] = Branch(flavors, dict(whole), placed_uids, own, nodes)
+        return branch
+
+    def _hold(self, attempt: Attempt, placed_uids: Iterable[str], reservations: ReservationLedger) -> None:
+        """Bring the attempt's one reservation to what its branches need now (a fresh TTL with every call)."""
+        hold = attempt.hold(placed_uids)
+        if hold:
             reservations.reserve(
-                hold_id(group.key),
-                hold_id(group.key),
-                cluster_queue,
-                attempt.hold,
+                hold_id(attempt.group_key),
+                hold_id(attempt.group_key),
+                attempt.cluster_queue,
+                hold,
                 ttl_seconds=2 * self.window_seconds,
             )
         else:
-            reservations.release(hold_id(group.key))
+            reservations.release(hold_id(attempt.group_key))
 
     def _start(self, group: PodGroup, now: float) -> Attempt:
         attempt = Attempt(group.key, group.min_count, now, now, group.conditions.get(INITIALLY_SCHEDULED))
         self._attempts[group.key] = attempt
         return attempt
 
+    @staticmethod
+    def _placed_uids(snapshot: ClusterSnapshot, group_key: str) -> frozenset[str]:
+        return frozenset(member.uid for member in snapshot.members_of(group_key) if placed(member))
+
+    def adopt(self, snapshot: ClusterSnapshot, reservations: ReservationLedger) -> None:
+        """Once, when the view is first complete and before any reconcile: the holds and member reservations a
+        previous process kept (the journal) join attempts that start now, so a lost attempt's quota goes after
+        the window, and a live one's stays held between its members."""
+        if self._adopted or not snapshot.synced:
+            return
+        self._adopted = True
+        now = reservations.now()
+        for reservation in reservations.all():
+            if is_hold(reservation.pod_uid):
+                group_key = reservation.pod_uid[len(HOLD_PREFIX) :]
+                pod_uid = ""
+            else:
+                pod = snapshot.pods.get(reservation.pod_key)
+                group_key = pod.group_key if pod is not None else ""
+                pod_uid = reservation.pod_uid
+            group = snapshot.pod_groups.get(group_key) if group_key else None
+            if group is None or not group.is_gang:
+                continue
+            attempt = self._attempts.get(group_key) or self._start(group, now)
+            attempt.cluster_queue = attempt.cluster_queue or reservation.cluster_queue
+            if pod_uid:
+                attempt.members[pod_uid] = reservation.pod_key
+            else:
+                # The branches are not known: one that holds what the journal held, until the attempt ends.
+                flavors: FlavorSet = frozenset((queue, flavor) for queue, flavor, _ in reservation.charges)
+                attempt.branches[flavors] = Branch(flavors, dict(reservation.charges), frozenset())
+
     def settle(self, snapshot: ClusterSnapshot, reservations: ReservationLedger) -> list[tuple[Reservation, str]]:
-        """End the attempts the view shows won or lost; the reservations let go, with the reason."""
+        """End the attempts the view shows won or lost, and bring the others' holds to their members' placement:
+        the winning branch kept, placed members' charges left to usage. The reservations let go, with the
+        reason."""
         released: list[tuple[Reservation, str]] = []
-        if not self._adopted and snapshot.synced:
-            self._adopt(snapshot, reservations)
+        self.adopt(snapshot, reservations)
         now = reservations.now()
         for attempt in list(self._attempts.values()):
             members = snapshot.members_of(attempt.group_key)
             group = snapshot.pod_groups.get(attempt.group_key)
             condition = group.conditions.get(INITIALLY_SCHEDULED) if group is not None else None
             changed = condition is not None and condition != attempt.condition
-            if sum(1 for member in members if placed(member)) >= attempt.min_count or (
+            placed_members = [member for member in members if placed(member)]
+            if len(placed_members) >= attempt.min_count or (
                 changed and condition is not None and condition.status == "True"
             ):
                 self.won += 1
-                self._end(attempt, reservations, released)
+                released += self._end(attempt, reservations)
             elif group is None or (changed and condition is not None and condition.status == "False"):
                 released += self._lose(attempt, reservations, snapshot, "kube-scheduler gave the attempt up")
-            elif now - attempt.last_call > self._window(attempt, members, group, reservations):
+            elif now - attempt.last_call > self._window(attempt, members, group, len(placed_members)):
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
+            elif placed_members:
+                self._keep_winner(attempt, placed_members)
+                before = reservations.get(hold_id(attempt.group_key))
+                hold = attempt.hold(member.uid for member in placed_members)
+                if before is not None and dict(before.charges) != hold:
+                    self._hold(attempt, (member.uid for member in placed_members), reservations)
         return released
 
-    def _window(
-        self, attempt: Attempt, members: list[Pod], group: PodGroup | None, reservations: ReservationLedger
-    ) -> float:
-        """How long the attempt may go without a call. Once minCount members passed our filter and hold their
-        reservations (or need none), kube-scheduler has likely placed the group and is binding it (Permit,
-        PreBind): those pods show as nominated or bound soon, and letting their quota go before would open a
-        window for another pod to take it. Such an attempt gets WON_PATIENCE windows; one still short of
-        minCount, one."""
-        reserved = sum(1 for member in members if not placed(member) and reservations.get(member.uid) is not None)
-        placed_count = sum(1 for member in members if placed(member))
-        free = sum(1 for member in members if charges_nothing(member, group))
-        complete = reserved + placed_count + free >= attempt.min_count
+    @staticmethod
+    def _keep_winner(attempt: Attempt, placed_members: list[Pod]) -> None:
+        """The branches whose nodes hold a placed member: the placement kube-scheduler kept. The others go (when
+        no branch holds one, as for branches adopted from the journal, all stay)."""
+        nodes = {member.node_name or member.nominated_node_name for member in placed_members}
+        winners = {flavors for flavors, branch in attempt.branches.items() if branch.nodes & nodes}
+        if winners:
+            for flavors in list(attempt.branches):
+                if flavors not in winners:
+                    del attempt.branches[flavors]
+
+    def _window(self, attempt: Attempt, members: list[Pod], group: PodGroup | None, placed_count: int) -> float:
+        """How long the attempt may go without a call. Once minCount members passed our filter in one branch,
+        kube-scheduler has likely placed the group and is binding it (Permit, PreBind): those pods show as
+        nominated or bound soon, and letting their quota go before would open a window for another pod to take
+        it. Such an attempt gets WON_PATIENCE windows; one still short of minCount, one."""
+        claims = group.claims if group is not None else ()
+        free = sum(1 for member in members if not member.is_terminal and charges_nothing(member, claims))
+        complete = attempt.complete(placed_count, free)
         return self.window_seconds * (WON_PATIENCE if complete else 1)
 
-    def _end(self, attempt: Attempt, reservations: ReservationLedger, released: list[tuple[Reservation, str]]) -> None:
+    def _end(self, attempt: Attempt, reservations: ReservationLedger) -> list[tuple[Reservation, str]]:
         hold = reservations.release(hold_id(attempt.group_key))
-        if hold is not None:
-            released.append((hold, "gang-attempt-won"))
         self._close(attempt, reservations.now(), "won")
+        return [(hold, RELEASE_WON)] if hold is not None else []
 
     def _lose(
         self, attempt: Attempt, reservations: ReservationLedger, snapshot: ClusterSnapshot | None, why: str
@@ -307,27 +426,14 @@ class GangAttempts:
         while len(self._ended) > ENDED_KEPT:
             del self._ended[next(iter(self._ended))]
 
-    def _adopt(self, snapshot: ClusterSnapshot, reservations: ReservationLedger) -> None:
-        """Reservations a previous process held for gang members (and group holds) join attempts that start now,
-        so a lost attempt's reservations go after the window, not after their TTL."""
-        self._adopted = True
-        now = reservations.now()
-        for reservation in reservations.all():
-            if reservation.pod_uid.startswith(HOLD_PREFIX):
-                group_key = reservation.pod_uid[len(HOLD_PREFIX) :]
-                pod_uid = ""
-            else:
-                pod = snapshot.pods.get(reservation.pod_key)
-                group_key = pod.group_key if pod is not None else ""
-                pod_uid = reservation.pod_uid
-            group = snapshot.pod_groups.get(group_key) if group_key else None
-            if group is None or not group.is_gang:
-                continue
-            attempt = self._attempts.get(group_key) or self._start(group, now)
-            if pod_uid:
-                attempt.members[pod_uid] = reservation.pod_key
-            else:
-                attempt.hold = dict(reservation.charges)
+    def own_charge(self, group_key: str, pod_uid: str) -> Amounts:
+        """What the attempt holds for one member (the most of its own charge over the branches)."""
+        attempt = self._attempts.get(group_key)
+        held: Amounts = {}
+        if attempt is not None:
+            for branch in attempt.branches.values():
+                _max_into(held, branch.own.get(pod_uid, {}))
+        return held
 
     def views(self, now: float) -> list[AttemptView]:
         return [self._view_of(attempt, now) for attempt in self._attempts.values()]
@@ -344,10 +450,19 @@ class GangAttempts:
             now - attempt.started,
             now - attempt.last_call,
             tuple(sorted(attempt.members.values())),
-            dict(attempt.hold),
-            dict(attempt.claims),
+            attempt.hold(()),
+            {},
             attempt.last_refusal,
             outcome,
+            tuple(
+                BranchView(
+                    tuple(sorted(flavor for _, flavor in branch.flavors)),
+                    dict(branch.whole),
+                    len(branch.own),
+                    len(branch.nodes),
+                )
+                for branch in attempt.branches.values()
+            ),
         )
 
 
@@ -356,7 +471,7 @@ class MemberStatus:
     pod_key: str
     state: str  # bound, nominated, pending, finished
     node: str  # bound or nominated node
-    reserved: Mapping[QuotaKey, Fraction]
+    reserved: Mapping[QuotaKey, Fraction]  # its own reservation, or what its group's attempt holds for it
     last_verb: str  # the verb of its last decision ("" when none is remembered)
     passed_nodes: int
     best_node: str  # the first node its last decision passed
@@ -379,7 +494,10 @@ class GangStatus:
 
 
 def _member_status(
-    pod: Pod, reservations: ReservationLedger, last: Callable[[str], DecisionRecord | None]
+    pod: Pod,
+    reservations: ReservationLedger,
+    last: Callable[[str], DecisionRecord | None],
+    held_in_attempt: Mapping[QuotaKey, Fraction],
 ) -> MemberStatus:
     state = (
         "finished"
@@ -391,6 +509,7 @@ def _member_status(
         else "pending"
     )
     reservation = reservations.get(pod.uid)
+    reserved = dict(reservation.charges) if reservation is not None else dict(held_in_attempt)
     record = last(pod.key)
     passed: list[str] = []
     refusal = ""
@@ -405,7 +524,7 @@ def _member_status(
         pod.key,
         state,
         pod.node_name or pod.nominated_node_name,
-        dict(reservation.charges) if reservation is not None else {},
+        reserved,
         verb,
         len(passed),
         passed[0] if passed else "",
@@ -429,7 +548,10 @@ def gang_status(
     return GangStatus(
         group,
         group_key,
-        tuple(_member_status(pod, reservations, last) for pod in members),
+        tuple(
+            _member_status(pod, reservations, last, attempts.own_charge(group_key, pod.uid) if not placed(pod) else {})
+            for pod in members
+        ),
         sum(1 for pod in members if placed(pod)),
         dict(hold.charges) if hold is not None else {},
         attempts.view(group_key, reservations.now()),

@@ -16,6 +16,8 @@ from extender.state.reservations import Reservation
 from extender.state.snapshot import NODE_DEVICES, Change, ClusterSnapshot
 
 KEEP = "pending"  # not seen in the view yet
+# The identity prefix of a gang attempt's hold (service/gang_attempts.py hold_id), which reconciling leaves alone
+GROUP_HOLD_PREFIX = "podgroup:"
 SEEN = "seen"  # in the view, not bound: keep, and remember it was seen (its disappearance means deletion)
 
 
@@ -66,6 +68,10 @@ def reservation_state(snapshot: ClusterSnapshot, reservation: Reservation, gone:
     whose charge usage (or the placed pods' provisional charge, decisions/quota/attribution.py
     provisional_usage) shows. Held until its TTL instead, it would park every pod of its ClusterQueue behind
     quota nobody will use."""
+    if reservation.pod_uid.startswith(GROUP_HOLD_PREFIX):
+        # A gang's hold has no pod: its attempt (service/gang_attempts.py) lets it go when the group is placed,
+        # given up or gone; a restored one is adopted into an attempt before this first runs on a synced view.
+        return KEEP
     pod = snapshot.pods.get(reservation.pod_key)
     if pod is None or (reservation.pod_uid and pod.uid and pod.uid != reservation.pod_uid):
         if reservation.restored:

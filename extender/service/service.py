@@ -52,7 +52,7 @@ from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.kueue.workload import Workload
 from extender.state.podgroups.podgroup import PodGroup
 from extender.state.reservation_journal import ReservationJournal
-from extender.state.reservations import QuotaKey, ReservationLedger
+from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
 from extender.state.snapshot import ClusterSnapshot
 from extender.state.sources import ClusterSource, SourceHealth
 from extender.state.store import ClusterStore
@@ -291,7 +291,6 @@ class SchedulingService:
         self.provisional_index.totals(
             snapshot, context, lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher)
         )
-        expired = False
         # Only the reservations whose pods changed since the last reconcile can change state (and new ones).
         reconciled = self._reconciled_version
         changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
@@ -300,18 +299,23 @@ class SchedulingService:
         self._reconciled_version = snapshot.version
         self._reconciled_snapshot = snapshot
         pod_keys, pod_uids = touched if touched is not None else (None, ())
+        if self.options.workload.gangs:
+            self.gangs.adopt(snapshot, self.reservations)  # before a reconcile could take a hold for a pod's
         released = self.reservations.reconcile(
             partial(reservation_state, snapshot, gone=self.gone_pods), pod_keys=pod_keys, pod_uids=pod_uids
         )
         if self.options.workload.gangs:
             released += self.gangs.settle(snapshot, self.reservations)
+        self._count_released(released)
+        expired = any(why == "expired" for _, why in released)
+        return context, usage, expired
+
+    def _count_released(self, released: list[tuple[Reservation, str]]) -> None:
         for reservation, why in released:
             self.released_reservations[why] = self.released_reservations.get(why, 0) + 1
             if reservation.restored:
                 self.restored_released[why] = self.restored_released.get(why, 0) + 1
-            expired = expired or why == "expired"
             log.debug("released reservation of %s: %s", reservation.pod_key, why)
-        return context, usage, expired
 
     def _requeue_if_freed(self, view: QuotaView, expired: bool) -> None:
         if self.parked.freed(view, expired=expired) and self.requeue is not None:
@@ -433,9 +437,14 @@ class SchedulingService:
             view = self._quota_view_locked()
             group = self._gang_group(view, pod)
             decision = self._decide(view.snapshot, pod, node_names, view=view, started=started, group=group)
-            if group is not None:
-                self.gangs.record(pod, group, decision, self.reservations)
-            if decision.reservation:
+            if group is not None and decision.gang is not None:
+                # The group's attempt holds the member's charge with the rest of the group's (one reservation
+                # for every placement judged): the member holds none of its own.
+                self._count_released(
+                    self.gangs.record(view.snapshot, pod, group, decision, decision.verdicts.keys(), self.reservations)
+                )
+                self.reservations.release(identity)
+            elif decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
                 self.reservations.reserve(

@@ -108,12 +108,14 @@ def gang_decision_json(gang: GangQuota) -> dict[str, Any]:
         "podGroup": need.group_key,
         "minCount": need.min_count,
         "placed": need.placed,
-        "reservedInAttempt": need.in_attempt,
-        "othersNeeded": need.others,
+        "present": need.present,
+        "othersNeeded": need.needed,
+        "counted": {"alike": gang.counted.alike, "unlike": len(gang.counted.unlike), "free": gang.counted.free},
         "own": charges_json(gang.own),
         "groupHold": charges_json(gang.group_hold),
         "groupClaims": charges_json(gang.claims),
         "refused": gang.refused,
+        "waiting": gang.waiting,
     }
 
 
@@ -487,11 +489,12 @@ def render_table(decision: Mapping[str, Any]) -> str:
     if gang:
         held = ", ".join(f"{h['amount']} {h['resource']} ({h['flavor']})" for h in gang["groupHold"]) or "nothing"
         lines.append(
-            f"PodGroup {gang['podGroup']} (gang, minCount {gang['minCount']}): {gang['placed']} placed, "
-            f"{gang['reservedInAttempt']} reserved in this attempt, {gang['othersNeeded']} more besides this pod; "
-            f"held for them: {held}"
+            f"PodGroup {gang['podGroup']} (gang, minCount {gang['minCount']}): {gang['present']} present, "
+            f"{gang['placed']} placed, {gang['othersNeeded']} more besides this pod; held for them: {held}"
         )
-        if gang["refused"]:
+        if gang["waiting"]:
+            lines.append(f"Waiting for members: {gang['waiting']}")
+        elif gang["refused"]:
             lines.append(f"Refused as a group: {gang['refused']}")
     lines.append(f"{decision['passed']} node(s) pass, {decision['failed']} fail")
     lines.append("")

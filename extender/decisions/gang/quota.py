@@ -2,63 +2,103 @@
 
 kube-scheduler schedules a gang in one pod-group cycle (pkg/scheduler/schedule_one_podgroup.go
 podGroupSchedulingDefaultAlgorithm): each pod in turn through the ordinary algorithm (so through our filter),
-assumed, and everything reverted when fewer than minCount fit. Kueue admits a pod set whole: one flavor per
-resource group for all its pods, the pod count times the per-pod request judged at once (pkg/scheduler/
-flavorassigner). So the question for a pod of a gang is the group's: can the ClusterQueue (and its cohort) take
-this pod and the rest of the gang's minCount not yet placed or reserved, in one flavor? This module asks it as a
-layer above decide_quota: the rest of the gang's charge (`GangNeed.others` times this pod's charge, the group's
-claims counted once) goes in as `group_extra`, so Kueue's flavor walk and fit judge the whole need on each node.
+assumed, and everything reverted when fewer than minCount fit; with TopologyAwareWorkloadScheduling the whole
+cycle runs once per candidate placement (podGroupSchedulingPlacementAlgorithm) and the best successful one is
+kept. Kueue admits a pod set whole: one flavor per resource group for all its pods, the pods' requests judged at
+once (pkg/scheduler/flavorassigner). So the question for a pod of a gang is the group's: can the ClusterQueue
+(and its cohort) take this pod and the rest of the gang's minCount not yet placed, in one flavor?
+
+The rest of the gang is its actual pending members, each with its own charge, never copies of the pod asked
+about: members shaped like the pod (the same claims and extended resources, as the pods of one template are)
+take on each node what the pod takes there (`GroupCharge.copies`, sized per node, so in the flavor the group's
+walk chooses); members shaped otherwise are charged what they would take on the nodes asked about (the most,
+`estimate`), members that charge nothing count first, and the cheapest members make up minCount. The group's
+charge goes into decide_quota as a GroupCharge, so Kueue's flavor walk and fit judge the whole need on each
+node; the pod's own part comes out of that same decision (QuotaDecision.own_reservation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from extender.decisions.quota.verdicts import CATEGORY_QUOTA, QuotaDecision, reject_pod
+from extender.decisions.quota.decision import GroupCharge
+from extender.decisions.quota.verdicts import (
+    CATEGORY_QUOTA,
+    CATEGORY_QUOTA_NEVER,
+    QuotaDecision,
+    reject_pod,
+)
+from extender.state.core import Pod, PodClaimRef
 from extender.state.quantity import format_quantity
 from extender.state.reservations import QuotaKey
 
 CATEGORY_GANG = CATEGORY_QUOTA  # a gang refused for quota counts as a quota refusal in the metrics
+# A gang whose PodGroup has fewer pods than minCount: kube-scheduler itself waits for them (its GangScheduling
+# PreEnqueue), so no quota is judged and nothing is held.
+CATEGORY_GANG_WAITING = "gang-waiting-for-members"
+
+Charges = Mapping[str, Fraction]  # quota resource -> amount
+# A member's charge on the nodes asked about (the most it takes on any of them); None when it fits none
+MemberEstimate = Callable[[Pod], Charges | None]
 
 
 @dataclass(frozen=True, slots=True)
 class GangNeed:
-    """What a pod of a gang asks of quota, as the service sees the group's attempt."""
+    """A pod of a gang and the rest of its group, as the service sees them when the pod is asked about."""
 
     group_key: str
     min_count: int
     placed: int  # members bound or nominated: usage (or provisional usage) covers them
-    in_attempt: int  # other members holding a reservation of this attempt
-    # the group's claims' charge a member of the attempt already holds (QuotaKey amounts): credited to this pod
-    claims_held: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+    present: int  # members in the view and not finished, this pod included
+    # the other members neither placed nor finished, by key (the order every group decision walks them in)
+    pending: tuple[Pod, ...] = ()
+    # the PodGroup's own claim entries: a member's entry among them is the group's claim, charged once
+    group_claims: tuple[PodClaimRef, ...] = ()
     # quota resource -> what the group's pending claims take (charged once for the whole group)
-    claims_demand: Mapping[str, Fraction] = field(default_factory=dict)
-    # what the attempt holds for the rest of the gang now (credited to this pod's ledger)
-    held_rest: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
-    # other pending members that charge nothing of their own (no claims but the group's, no extended
-    # resources: a launcher beside its workers); they count towards minCount for free
-    free_others: int = 0
+    claims_demand: Charges = field(default_factory=dict)
 
     @property
-    def others(self) -> int:
-        """Members besides this pod that minCount still needs and that charge quota of their own: the cheapest
-        way to minCount takes the members charging nothing first, so the group is never judged bigger than it
-        has to be."""
-        return max(0, self.min_count - self.placed - self.in_attempt - 1 - self.free_others)
+    def needed(self) -> int:
+        """Members besides this pod that minCount still needs."""
+        return max(0, self.min_count - self.placed - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """The members that make up minCount besides the pod, cheapest first: how many are shaped like it, how many
+    charge nothing, and the others' charges (one entry per member)."""
+
+    alike: int = 0
+    free: int = 0
+    unlike: tuple[Charges, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.alike + self.free + len(self.unlike)
 
 
 @dataclass(frozen=True, slots=True)
 class GangQuota:
-    """The pod's quota decision for its group, and what the attempt holds."""
+    """The pod's quota decision for its group."""
 
     quota: QuotaDecision
     need: GangNeed
-    own: Mapping[QuotaKey, Fraction]  # what this pod holds itself
-    group_hold: Mapping[QuotaKey, Fraction]  # what is held for the rest of the attempt
+    own: Mapping[QuotaKey, Fraction]  # what this pod takes, in the group's flavors
+    group_hold: Mapping[QuotaKey, Fraction]  # what the rest of the group takes there
     claims: Mapping[QuotaKey, Fraction]  # the group claims' part of `own` (held once for the group)
+    counted: Counted = Counted()
     refused: str = ""  # the group-level refusal, "" when the group fits
+    waiting: str = ""  # the group waits for members it does not have yet ("" when it has minCount)
+
+    @property
+    def whole(self) -> dict[QuotaKey, Fraction]:
+        """The whole group's charge in its flavors: what the attempt must hold for it."""
+        whole = dict(self.group_hold)
+        for key, amount in self.own.items():
+            whole[key] = whole.get(key, Fraction(0)) + amount
+        return whole
 
 
 def per_pod_charge(reservation: Mapping[QuotaKey, Fraction]) -> dict[str, Fraction]:
@@ -68,7 +108,137 @@ def per_pod_charge(reservation: Mapping[QuotaKey, Fraction]) -> dict[str, Fracti
     return charge
 
 
-def _claims_part(reservation: Mapping[QuotaKey, Fraction], demand: Mapping[str, Fraction]) -> dict[QuotaKey, Fraction]:
+def charges_nothing(member: Pod, group_claims: Sequence[PodClaimRef]) -> bool:
+    """A member with no quota charge of its own: no claim entries but its PodGroup's own claims (charged once for
+    the group) and no extended resources (which DRA may back). Members with claims of devices quota does not
+    govern still count as charging: the group is over-, never under-estimated."""
+    return not member.extended_requests and all(ref in group_claims for ref in member.claims)
+
+
+def member_shape(
+    member: Pod, group_claims: Sequence[PodClaimRef], claim_spec: Callable[[str], Hashable | None]
+) -> Hashable:
+    """What a member's charge depends on besides the node: its own claim entries (a template by name, a claim
+    named outright by its spec, as pods of one template name the same template) and its extended resources."""
+    entries: list[Hashable] = []
+    for ref in member.claims:
+        if ref in group_claims:
+            continue
+        if ref.template_name:
+            entries.append(("template", ref.template_name))
+        else:
+            spec = claim_spec(ref.claim_name)
+            entries.append(("claim", spec if spec is not None else ref.claim_name))
+    return (tuple(entries), tuple(sorted(member.extended_requests.items())))
+
+
+def _size(charge: Charges) -> Fraction:
+    return sum(charge.values(), Fraction(0))
+
+
+def count_members(
+    need: GangNeed, each: Charges, own_shape: Hashable, shape: Callable[[Pod], Hashable], estimate: MemberEstimate
+) -> tuple[Counted, int]:
+    """The cheapest members making up `need.needed` besides the pod (members that charge nothing first), and how
+    many candidates there were (members that can take devices on the nodes asked about)."""
+    wanted = need.needed
+    free = alike_count = 0
+    unlike: list[Charges] = []
+    estimates: dict[Hashable, Charges | None] = {}
+    for member in need.pending:
+        if charges_nothing(member, need.group_claims):
+            free += 1
+            continue
+        member_shape = shape(member)
+        if member_shape == own_shape:
+            alike_count += 1
+        else:
+            if member_shape not in estimates:
+                estimates[member_shape] = estimate(member)
+            found = estimates[member_shape]
+            if found is not None:
+                unlike.append(found)
+    take_free = min(free, wanted)
+    # the rest from members with charges, cheapest first (the pod's own shape first among equals)
+    candidates: list[tuple[Fraction, int, Charges | None]] = [(_size(each), 0, None)] * alike_count
+    candidates += [(_size(charge), 1, charge) for charge in unlike]
+    candidates.sort(key=lambda item: (item[0], item[1]))
+    chosen = candidates[: wanted - take_free]
+    counted = Counted(
+        alike=sum(1 for _, kind, _ in chosen if kind == 0),
+        free=take_free,
+        unlike=tuple(charge for _, kind, charge in chosen if kind == 1 and charge is not None),
+    )
+    return counted, free + len(candidates)
+
+
+def decide_gang_quota(
+    first: QuotaDecision,
+    need: GangNeed,
+    decide: Callable[[GroupCharge], QuotaDecision],
+    *,
+    own_shape: Hashable,
+    shape: Callable[[Pod], Hashable],
+    estimate: MemberEstimate,
+    carries_group_claims: bool,
+) -> GangQuota:
+    """`first`: the pod's own decision (against a ledger without what the group's attempt holds); `decide`: the
+    same decision with the rest of the gang's charge on every node. `shape(member)` (member_shape): members of
+    the pod's `own_shape` take what it takes; `estimate(member)`: what a member shaped otherwise takes on the
+    nodes asked about. `carries_group_claims`: the pod uses the group's pending claims (then its own charge
+    includes them)."""
+    if need.present < need.min_count:
+        waiting = (
+            f"PodGroup {need.group_key} (gang, minCount {need.min_count}) is waiting for its members: "
+            f"{need.present} of {need.min_count} exist"
+        )
+        return GangQuota(
+            _reject(first, waiting, CATEGORY_GANG_WAITING, unresolvable=False), need, {}, {}, {}, waiting=waiting
+        )
+    reservation = first.reservation
+    if not first.governed or not reservation:
+        return GangQuota(first, need, dict(reservation), {}, {})
+    shared = _claims_part(reservation, need.claims_demand) if carries_group_claims else {}
+    each = {
+        resource: amount - per_pod_charge(shared).get(resource, Fraction(0))
+        for resource, amount in per_pod_charge(reservation).items()
+    }
+    each = {resource: amount for resource, amount in each.items() if amount > 0}
+    counted, candidates = count_members(need, each, own_shape, shape, estimate)
+    if candidates < need.needed:
+        refused = (
+            f"PodGroup {need.group_key} (gang, minCount {need.min_count}) cannot be completed on these nodes: "
+            f"{need.needed} more members needed besides this pod, {candidates} can take devices here"
+        )
+        return GangQuota(_reject(first, refused, CATEGORY_GANG), need, {}, {}, {}, counted, refused)
+    extra: dict[str, Fraction] = {}
+    for charge in counted.unlike:
+        for resource, amount in charge.items():
+            extra[resource] = extra.get(resource, Fraction(0)) + amount
+    if not carries_group_claims:
+        for resource, amount in need.claims_demand.items():
+            extra[resource] = extra.get(resource, Fraction(0)) + amount
+    claims = dict(_claims_part(reservation, need.claims_demand)) if carries_group_claims else {}
+    if not counted.alike and not extra:
+        return GangQuota(first, need, dict(reservation), {}, claims, counted)
+    group = GroupCharge(counted.alike, per_pod_charge(shared), extra)
+    whole = decide(group)
+    if whole.reservation:
+        own = dict(whole.own)
+        rest = _minus(whole.reservation, own)
+        return GangQuota(whole, need, own, rest, _in_flavors(claims, whole.reservation), counted)
+    refused = _refusal_text(need, each, counted, whole)
+    unresolvable = _unresolvable(whole)
+    category = CATEGORY_QUOTA_NEVER if unresolvable else CATEGORY_GANG
+    return GangQuota(_reject(first, refused, category, unresolvable=unresolvable), need, {}, {}, {}, counted, refused)
+
+
+def _reject(first: QuotaDecision, summary: str, category: str, *, unresolvable: bool = False) -> QuotaDecision:
+    """The group's refusal on every node, naming the pod's ClusterQueue as its own decision did."""
+    return replace(reject_pod(summary, category, unresolvable=unresolvable), cluster_queue=first.cluster_queue)
+
+
+def _claims_part(reservation: Mapping[QuotaKey, Fraction], demand: Charges) -> dict[QuotaKey, Fraction]:
     """The part of a reservation that is the group's claims (at most what the reservation holds)."""
     part: dict[QuotaKey, Fraction] = {}
     for quota_key, amount in reservation.items():
@@ -83,40 +253,9 @@ def _minus(left: Mapping[QuotaKey, Fraction], right: Mapping[QuotaKey, Fraction]
     return {key: amount for key, amount in result.items() if amount > 0}
 
 
-def decide_gang_quota(
-    first: QuotaDecision, need: GangNeed, decide: Callable[[Mapping[str, Fraction]], QuotaDecision]
-) -> GangQuota:
-    """`first`: the pod's own decision (against a ledger already crediting `need.claims_held`); `decide`: the
-    same decision with the rest of the gang's charge (quota resource -> amount) on every node."""
-    reservation = first.reservation
-    if not first.governed or not reservation:
-        return GangQuota(first, need, dict(reservation), {}, {})
-    claims = {} if need.claims_held else _claims_part(reservation, need.claims_demand)
-    own = _minus(reservation, need.claims_held)
-    others = need.others
-    if others == 0:
-        return GangQuota(first, need, own, {}, claims)
-    each = per_pod_charge(_minus(reservation, _claims_part(reservation, need.claims_demand)))
-    rest = {resource: amount * others for resource, amount in each.items() if amount}
-    if not rest:
-        return GangQuota(first, need, own, {}, claims)
-    in_flavor = {key: rest[key[2]] for key in reservation if rest.get(key[2])}
-    if in_flavor and all(need.held_rest.get(key, Fraction(0)) >= amount for key, amount in in_flavor.items()):
-        # the attempt's hold already covers the rest in the flavor this pod takes: the group was judged whole
-        # when the hold was made, and this pod's charge came out of it (once per attempt, not per member)
-        return GangQuota(first, need, own, in_flavor, claims)
-    whole = decide(rest)
-    if whole.reservation:
-        # one flavor for the whole gang: the flavors the group's decision chose
-        hold = {key: rest[key[2]] for key in whole.reservation if rest.get(key[2])}
-        return GangQuota(whole, need, _rekey(own, whole.reservation), hold, _rekey(claims, whole.reservation))
-    refused = _refusal_text(need, each, whole, others)
-    return GangQuota(reject_pod(refused, CATEGORY_GANG, unresolvable=False), need, {}, {}, {}, refused)
-
-
-def _rekey(amounts: Mapping[QuotaKey, Fraction], chosen: Mapping[QuotaKey, Fraction]) -> dict[QuotaKey, Fraction]:
-    """`amounts` moved to the flavor `chosen` holds for each resource (the group's flavor may differ from the
-    one the pod alone would take)."""
+def _in_flavors(amounts: Mapping[QuotaKey, Fraction], chosen: Mapping[QuotaKey, Fraction]) -> dict[QuotaKey, Fraction]:
+    """`amounts` in the flavor `chosen` holds for each resource (the group's flavor may differ from the one the
+    pod alone would take)."""
     flavor_of = {resource: (queue, flavor) for queue, flavor, resource in chosen}
     moved: dict[QuotaKey, Fraction] = {}
     for (queue, flavor, resource), amount in amounts.items():
@@ -125,8 +264,19 @@ def _rekey(amounts: Mapping[QuotaKey, Fraction], chosen: Mapping[QuotaKey, Fract
     return moved
 
 
-def _refusal_text(need: GangNeed, each: Mapping[str, Fraction], whole: QuotaDecision, others: int) -> str:
-    charge = ", ".join(f"{format_quantity(amount)} {resource}" for resource, amount in sorted(each.items()))
+def _unresolvable(whole: QuotaDecision) -> bool:
+    """Whether waiting cannot help the group: the group's own refusal says so on every node it refused."""
+    if whole.pod_rejection is not None:
+        return whole.pod_rejection.unresolvable
+    rejections = [quota.rejection for quota, _ in whole.refused_groups if quota.rejection is not None]
+    return bool(rejections) and all(rejection.unresolvable for rejection in rejections)
+
+
+def _describe(charge: Charges) -> str:
+    return ", ".join(f"{format_quantity(amount)} {resource}" for resource, amount in sorted(charge.items()))
+
+
+def _refusal_text(need: GangNeed, each: Charges, counted: Counted, whole: QuotaDecision) -> str:
     why = ""
     if whole.pod_rejection is not None:
         why = whole.pod_rejection.summary
@@ -134,8 +284,19 @@ def _refusal_text(need: GangNeed, each: Mapping[str, Fraction], whole: QuotaDeci
         rejection = whole.refused_groups[0][0].rejection
         why = rejection.summary if rejection is not None else ""
     placed = f", {need.placed} placed" if need.placed else ""
-    held = f", {need.in_attempt} reserved in this attempt" if need.in_attempt else ""
+    if not counted.unlike:
+        rest = f"{counted.alike} more of {_describe(each)} each"
+    else:
+        kinds: dict[str, int] = {}
+        if counted.alike:
+            kinds[_describe(each)] = counted.alike
+        for charge in counted.unlike:
+            kinds[_describe(charge)] = kinds.get(_describe(charge), 0) + 1
+        others = counted.alike + len(counted.unlike)
+        rest = f"{others} more ({', '.join(f'{n} of {text}' for text, n in kinds.items())})"
+    if counted.free:
+        rest += f" ({counted.free} more charging nothing)"
     return (
-        f"PodGroup {need.group_key} (gang, minCount {need.min_count}{placed}{held}) does not fit its queue as a "
-        f"whole: this pod and {others} more of {charge} each: {why}"
+        f"PodGroup {need.group_key} (gang, minCount {need.min_count}{placed}) does not fit its queue as a whole: "
+        f"this pod and {rest}: {why}"
     )

@@ -76,6 +76,36 @@ from extender.state.snapshot import ClusterSnapshot
 ClassCounts = tuple[tuple[str, int], ...]  # devices taken per DeviceClass, sorted (Allocation.class_counts)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCharge:
+    """What the rest of a pod's gang adds to the pod's charge on each node (decisions/gang/quota.py), so that
+    Kueue's flavor walk and fit judge the whole group at once, as Kueue admits a pod set whole
+    (pkg/scheduler/flavorassigner: the pod count times the per-pod request, in one flavor per resource group).
+
+    `copies`: other members shaped like the pod (same claims and extended resources): each takes what the pod
+    takes on the node, less `shared`, the part of the pod's charge that is the group's own claims (charged
+    once for the group). Sized per node, so a charge that depends on the node (firstAvailable, counters,
+    capacity) is the one of the flavor the node is in, never the flavor the pod alone would take.
+    `extra`: quota resource -> the other counted members' charge (members shaped otherwise, the group claims
+    the pod does not carry), the same on every node."""
+
+    copies: int = 0
+    shared: Mapping[str, Fraction] = field(default_factory=dict)
+    extra: Mapping[str, Fraction] = field(default_factory=dict)
+
+    def total(self, own: Mapping[str, Fraction]) -> dict[str, Fraction]:
+        """The group's charge on a node where the pod itself takes `own`."""
+        total = dict(own)
+        if self.copies:
+            for resource, amount in own.items():
+                each = amount - self.shared.get(resource, Fraction(0))
+                if each > 0:
+                    total[resource] = amount + self.copies * each
+        for resource, amount in self.extra.items():
+            total[resource] = total.get(resource, Fraction(0)) + amount
+        return total
+
+
 def queue_problem(
     snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext
 ) -> tuple[ClusterQueue | None, QuotaDecision | None]:
@@ -122,7 +152,7 @@ def decide_quota(
     matcher: DeviceMatcher | None = None,
     same_counts: bool = False,
     holders: HolderLookup | None = None,
-    group_extra: Mapping[str, Fraction] | None = None,
+    group: GroupCharge | None = None,
 ) -> QuotaDecision:
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
@@ -141,8 +171,9 @@ def decide_quota(
     `holders`: who holds each (ClusterQueue, flavor, resource), for the preemption oracle the flavor walk asks
     when a flavor does not fit as it stands; None when they are not known (a request within nominal quota then
     counts as one preemption could make room for).
-    `group_extra`: quota resource -> what the rest of the pod's gang needs besides it (decisions/gang/quota.py),
-    added to every node's charge, so that the flavor walk and the fit judge the whole group at once.
+    `group`: what the rest of the pod's gang needs besides it (GroupCharge), added to each node's charge, so that
+    the flavor walk and the fit judge the whole group at once; the decision's `own_reservation` is then the
+    pod's own part of its reservation, in the flavors the group's walk chose.
     """
     if context is None or not context.enabled or not pod_queue_name(pod.labels):
         return NOT_GOVERNED
@@ -153,8 +184,6 @@ def decide_quota(
     extra, problem = extended_charges(extended, context.mappings)
     if problem:
         return reject_pod(problem, CATEGORY_UNMAPPED)
-    if group_extra:
-        extra = {**extra, **{name: extra.get(name, Fraction(0)) + amount for name, amount in group_extra.items()}}
     charged = _nodes_by_charge(
         allocations,
         context,
@@ -163,6 +192,7 @@ def decide_quota(
         matcher,
         counts_only=not extended.resources,
         one_charge_for_all=same_counts and len(allocations) > 1,
+        group=group,
     )
     groups = _charged_groups(cluster_queue, charged)
     make_oracle = None
@@ -231,6 +261,9 @@ class _ChargedNodes:
     per_node: dict[str, NodeQuota] = field(default_factory=dict)  # every node's NodeQuota, as steps 1, 2, 4 say
     refused_groups: list[tuple[NodeQuota, list[str]]] = field(default_factory=list)  # QuotaDecision's
     refused_by_error: dict[str, tuple[list[str], NodeQuota]] = field(default_factory=dict)
+    # With a GroupCharge: each bucket's charge (the group's) -> the pod's own part of it. One own charge makes
+    # one group charge (GroupCharge.total grows with each amount), so the bucket's charge names it.
+    own_of: dict[Charge, Mapping[str, Fraction]] = field(default_factory=dict)
 
     def bucket(self, charge: Charge) -> list[str]:
         return self.nodes_of_charge.setdefault(charge, [])
@@ -254,6 +287,7 @@ def _nodes_by_charge(
     *,
     counts_only: bool,
     one_charge_for_all: bool,
+    group: GroupCharge | None = None,
 ) -> _ChargedNodes:
     """Each node's charge, computed once per distinct cause and looked up per node. A charge is caused by the
     devices taken per class when every class is charged per device (counts_devices_only, and no
@@ -292,7 +326,7 @@ def _nodes_by_charge(
         joined = joined_by_cause.get(cause)
         if joined is None:
             joined = joined_by_cause[cause] = _join_new_charge(
-                charged, allocation, by_class, by_counts, context, unmapped, extra, matcher
+                charged, allocation, by_class, by_counts, context, unmapped, extra, matcher, group
             )
         nodes, refused = joined
         nodes.append(node_name)
@@ -312,6 +346,7 @@ def _join_new_charge(
     unmapped: str,
     extra: Mapping[str, Fraction],
     matcher: DeviceMatcher | None,
+    group: GroupCharge | None,
 ) -> tuple[list[str], NodeQuota | None]:
     """The charge of a node whose cause was not seen yet: its bucket, or the refused group its error names."""
     if by_counts:
@@ -320,7 +355,11 @@ def _join_new_charge(
         computed, error = node_charges(allocation, context, unmapped, extra=extra, matcher=matcher)
     if error:
         return charged.refusal(error)
-    return charged.bucket(tuple(sorted(computed.items()))), None
+    if group is None:
+        return charged.bucket(tuple(sorted(computed.items()))), None
+    charge = tuple(sorted(group.total(computed).items()))
+    charged.own_of[charge] = computed
+    return charged.bucket(charge), None
 
 
 # --- 2. the charged resources by resource group -------------------------------------------------------------
@@ -455,13 +494,13 @@ def _decision(
     """Each bucket's verdict against the chosen flavors (every node of it shares it), and what to reserve: the
     largest charge of any node that passes."""
     per_node, refused_groups = charged.per_node, charged.refused_groups
-    admissible: list[NodeQuota] = []
+    admissible: list[tuple[NodeQuota, Charge]] = []
     passed_groups: list[tuple[NodeQuota, list[str]]] = []
     for charge, flavor_sets, bucket_nodes in walked.buckets:
         quota = _bucket_verdict(cluster_queue, charge, flavor_sets, walked.walks, walked.fit_memo, ledger)
         per_node.update(dict.fromkeys(bucket_nodes, quota))
         if quota.rejection is None:
-            admissible.append(quota)
+            admissible.append((quota, charge))
             passed_groups.append((quota, bucket_nodes))
         else:
             refused_groups.append((quota, bucket_nodes))
@@ -474,9 +513,16 @@ def _decision(
         )
     )
     reservation: dict[QuotaKey, Fraction] = {}
-    for quota in admissible:
+    own: dict[QuotaKey, Fraction] = {}
+    own_of = charged.own_of
+    for quota, bucket_charge in admissible:
         for quota_key, amount in quota.charges.items():
             reservation[quota_key] = max(reservation.get(quota_key, Fraction(0)), amount)
+        if own_of:
+            pod_part = own_of.get(bucket_charge, {})
+            for quota_key in quota.charges:
+                amount = pod_part.get(quota_key[2], Fraction(0))
+                own[quota_key] = max(own.get(quota_key, Fraction(0)), amount)
     return QuotaDecision(
         governed=True,
         cluster_queue=cluster_queue.name,
@@ -485,6 +531,7 @@ def _decision(
         reservation=reservation,
         refused_groups=tuple(refused_groups),
         passed_groups=tuple(passed_groups),
+        own_reservation=own if own_of else None,
     )
 
 

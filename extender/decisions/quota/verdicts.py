@@ -63,6 +63,13 @@ class QuotaDecision:
     refused_groups: tuple[tuple[NodeQuota, list[str]], ...] = ()
     # The other nodes of `per_node` (they pass), by their NodeQuota: scoring goes a group at a time too.
     passed_groups: tuple[tuple[NodeQuota, list[str]], ...] = ()
+    # Decided for a gang (decision.GroupCharge): the pod's own part of `reservation`, in the same flavors; None
+    # when the decision is the pod's alone (then `reservation` is all its own).
+    own_reservation: Mapping[QuotaKey, Fraction] | None = None
+
+    @property
+    def own(self) -> Mapping[QuotaKey, Fraction]:
+        return self.reservation if self.own_reservation is None else self.own_reservation
 
 
 NOT_GOVERNED = QuotaDecision(governed=False)
