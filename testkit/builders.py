@@ -327,8 +327,10 @@ def pod_group(
     claim_statuses: dict[str, str] | None = None,
     conditions: list[dict[str, Any]] | None = None,
     uid: str | None = None,
+    parent: str = "",
 ) -> dict[str, Any]:
-    """A scheduling.k8s.io/v1beta1 PodGroup: gang with ``min_count``, else basic."""
+    """A scheduling.k8s.io/v1beta1 PodGroup: gang with ``min_count``, else basic; ``parent``: the
+    CompositePodGroup it is a child of."""
     policy: dict[str, Any] = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
     resource_claims = [{"name": k, "resourceClaimTemplateName": v} for k, v in (claim_templates or {}).items()]
     resource_claims += [{"name": k, "resourceClaimName": v} for k, v in (claims or {}).items()]
@@ -337,12 +339,31 @@ def pod_group(
         status["resourceClaimStatuses"] = [{"name": k, "resourceClaimName": v} for k, v in claim_statuses.items()]
     if conditions:
         status["conditions"] = conditions
+    spec: dict[str, Any] = {"schedulingPolicy": policy, "resourceClaims": resource_claims}
+    if parent:
+        spec["parentCompositePodGroupName"] = parent
     return {
         "apiVersion": "scheduling.k8s.io/v1beta1",
         "kind": "PodGroup",
         "metadata": {"name": name, "namespace": namespace_name, "uid": uid or f"uid-pg-{namespace_name}-{name}"},
-        "spec": {"schedulingPolicy": policy, "resourceClaims": resource_claims},
+        "spec": spec,
         "status": status,
+    }
+
+
+def composite_pod_group(
+    name: str, namespace_name: str, *, min_group_count: int | None = None, parent: str = ""
+) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1alpha3 CompositePodGroup: gang with ``min_group_count``, else basic."""
+    policy: dict[str, Any] = {"gang": {"minGroupCount": min_group_count}} if min_group_count else {"basic": {}}
+    spec: dict[str, Any] = {"schedulingPolicy": policy}
+    if parent:
+        spec["parentCompositePodGroupName"] = parent
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": namespace_name, "uid": f"uid-cpg-{namespace_name}-{name}"},
+        "spec": spec,
     }
 
 

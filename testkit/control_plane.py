@@ -112,6 +112,21 @@ WORKLOAD_AWARE = ClusterFeatures(
 )
 
 
+# The alpha steps beyond it that gang users turn on in 1.37: TopologyAwareWorkloadScheduling (one pod-group cycle
+# per candidate placement), CompositePodGroup (needs it and GenericWorkload; its kind is served in
+# scheduling.k8s.io/v1alpha3) and WorkloadWithJob (the Job controller makes a Job's Workload and PodGroup).
+WORKLOAD_AWARE_ALPHA = ClusterFeatures(
+    gates={
+        **WORKLOAD_AWARE.gates,
+        "TopologyAwareWorkloadScheduling": True,
+        "CompositePodGroup": True,
+        "WorkloadWithJob": True,
+    },
+    runtime_config={**WORKLOAD_AWARE.runtime_config, "scheduling.k8s.io/v1alpha3": "true"},
+    controllers=WORKLOAD_AWARE.controllers,
+)
+
+
 class ControlPlaneError(RuntimeError):
     """A component did not start or did not become ready."""
 

@@ -258,6 +258,8 @@ class FeaturesSection:
     generic_workload: bool = option("GenericWorkload", False)
     workload_resource_claims: bool = option("DRAWorkloadResourceClaims", False)
     topology_aware: bool = option("TopologyAwareWorkloadScheduling", False)
+    composite_pod_group: bool = option("CompositePodGroup", False)
+    workload_with_job: bool = option("WorkloadWithJob", False)
 
     def value(self) -> Features:
         """The gates the allocator honours, as one frozen value."""

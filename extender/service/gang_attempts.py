@@ -44,6 +44,14 @@ from extender.decisions.pod_decision import PodDecision
 from extender.decisions.quota.attribution import cluster_queue_of
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
+from extender.service.gang_tree import (
+    COMPOSITE_PREFIX,
+    GangTree,
+    composite_of_key,
+    tree_levels,
+    tree_members,
+    tree_of,
+)
 from extender.service.history import DecisionRecord
 from extender.service.quota_view import QuotaView
 from extender.service.reconciliation import GROUP_HOLD_PREFIX
@@ -88,6 +96,11 @@ def gang_group(view: QuotaView, pod: Pod, admitted_workload: str) -> PodGroup | 
     return group if group is not None and group.is_gang else None
 
 
+def _condition(snapshot: ClusterSnapshot, group_key: str) -> GroupCondition | None:
+    group = snapshot.pod_groups.get(group_key)
+    return group.conditions.get(INITIALLY_SCHEDULED) if group is not None else None
+
+
 def _max_into(into: Amounts, amounts: Mapping[QuotaKey, Fraction]) -> None:
     for key, amount in amounts.items():
         if amount > into.get(key, Fraction(0)):
@@ -118,11 +131,12 @@ class Branch:
 
 @dataclass
 class Attempt:
-    group_key: str
-    min_count: int
+    group_key: str  # the PodGroup's key, or its tree's (service/gang_tree.py GangTree.key)
+    min_count: int  # members placed that make the group (or tree) whole
     started: float
     last_call: float
-    condition: GroupCondition | None  # PodGroupInitiallyScheduled when the attempt started
+    # PodGroup key -> its PodGroupInitiallyScheduled when the attempt started, for every PodGroup of the attempt
+    conditions: dict[str, GroupCondition | None]
     cluster_queue: str = ""
     branches: dict[FlavorSet, Branch] = field(default_factory=dict)
     # pod uid -> pod key: members asked about in the attempt (and reservations of members a previous process held)
@@ -169,8 +183,9 @@ class AttemptView:
 class GangAttempts:
     """Owned by the service; every method is called under the reservation ledger's lock."""
 
-    def __init__(self, window_seconds: float) -> None:
+    def __init__(self, window_seconds: float, *, composites: bool = False) -> None:
         self.window_seconds = window_seconds
+        self.composites = composites  # CompositePodGroup: a tree of groups is one attempt
         self._attempts: dict[str, Attempt] = {}
         self._adopted = False
         self._ended: dict[str, AttemptView] = {}  # group key -> its last attempt, as it ended (bounded below)
@@ -202,7 +217,12 @@ class GangAttempts:
             pending,
             group.claims if group_claims else (),
             demand,
+            tree_levels(snapshot, group, pod, group_claims) if self.composites and group.parent else (),
         )
+
+    def tree(self, snapshot: ClusterSnapshot, group: PodGroup) -> GangTree:
+        """The attempt unit of a member of `group` (its PodGroup, or the composite tree above it)."""
+        return tree_of(snapshot, group, self.composites)
 
     def need_and_ledger(
         self,
@@ -217,7 +237,7 @@ class GangAttempts:
         """The member's need, and `ledger` (already without the pod's own charge) without what the ledger holds
         for its group: the group is judged whole, against everything but itself."""
         need = self.need(view.snapshot, pod, group, view.context, group_claims=group_claims)
-        held = self.held_for(group.key, reservations)
+        held = self.held_for(self.tree(view.snapshot, group).key, reservations)
         known = view.context.cluster_queues
         return need, ledger.with_usage_deltas((q, f, r, -amount) for (q, f, r), amount in held.items() if q in known)
 
@@ -243,14 +263,15 @@ class GangAttempts:
         if gang is None:
             return []
         now = reservations.now()
-        attempt = self._attempts.get(group.key)
+        tree = self.tree(snapshot, group)
+        attempt = self._attempts.get(tree.key)
         if attempt is None:
-            attempt = self._start(group, now)
+            attempt = self._start(snapshot, tree, now)
         attempt.last_call = now
-        attempt.min_count = group.min_count
+        attempt.min_count = tree.min_members
         attempt.cluster_queue = decision.quota.cluster_queue or attempt.cluster_queue
         released: list[tuple[Reservation, str]] = []
-        placed_uids = self._placed_uids(snapshot, group.key)
+        placed_uids = frozenset(member.uid for member in tree_members(snapshot, tree) if placed(member))
         if gang.waiting:
             attempt.last_refusal = gang.waiting
             released += self._lose(attempt, reservations, snapshot, "fewer members than minCount")
@@ -301,14 +322,11 @@ class GangAttempts:
         else:
             reservations.release(hold_id(attempt.group_key))
 
-    def _start(self, group: PodGroup, now: float) -> Attempt:
-        attempt = Attempt(group.key, group.min_count, now, now, group.conditions.get(INITIALLY_SCHEDULED))
-        self._attempts[group.key] = attempt
+    def _start(self, snapshot: ClusterSnapshot, tree: GangTree, now: float) -> Attempt:
+        conditions = {leaf: _condition(snapshot, leaf) for leaf in tree.leaves}
+        attempt = Attempt(tree.key, tree.min_members, now, now, conditions)
+        self._attempts[tree.key] = attempt
         return attempt
-
-    @staticmethod
-    def _placed_uids(snapshot: ClusterSnapshot, group_key: str) -> frozenset[str]:
-        return frozenset(member.uid for member in snapshot.members_of(group_key) if placed(member))
 
     def adopt(self, snapshot: ClusterSnapshot, reservations: ReservationLedger) -> None:
         """Once, when the view is first complete and before any reconcile: the holds and member reservations a
@@ -326,10 +344,10 @@ class GangAttempts:
                 pod = snapshot.pods.get(reservation.pod_key)
                 group_key = pod.group_key if pod is not None else ""
                 pod_uid = reservation.pod_uid
-            group = snapshot.pod_groups.get(group_key) if group_key else None
-            if group is None or not group.is_gang:
+            tree = self._tree_of_key(snapshot, group_key)
+            if tree is None:
                 continue
-            attempt = self._attempts.get(group_key) or self._start(group, now)
+            attempt = self._attempts.get(tree.key) or self._start(snapshot, tree, now)
             attempt.cluster_queue = attempt.cluster_queue or reservation.cluster_queue
             if pod_uid:
                 attempt.members[pod_uid] = reservation.pod_key
@@ -337,6 +355,15 @@ class GangAttempts:
                 # The branches are not known: one that holds what the journal held, until the attempt ends.
                 flavors: FlavorSet = frozenset((queue, flavor) for queue, flavor, _ in reservation.charges)
                 attempt.branches[flavors] = Branch(flavors, dict(reservation.charges), frozenset())
+
+    def _tree_of_key(self, snapshot: ClusterSnapshot, key: str) -> GangTree | None:
+        """The attempt unit a journal's key names: a gang PodGroup's (its tree's), or a composite's tree."""
+        composite = composite_of_key(snapshot, key)
+        if composite is not None:
+            leaf = next((g for g in snapshot.pod_groups.values() if g.parent_key == composite.key), None)
+            return self.tree(snapshot, leaf) if leaf is not None else None
+        group = snapshot.pod_groups.get(key) if key else None
+        return self.tree(snapshot, group) if group is not None and group.is_gang else None
 
     def settle(self, snapshot: ClusterSnapshot, reservations: ReservationLedger) -> list[tuple[Reservation, str]]:
         """End the attempts the view shows won or lost, and bring the others' holds to their members' placement:
@@ -346,19 +373,24 @@ class GangAttempts:
         self.adopt(snapshot, reservations)
         now = reservations.now()
         for attempt in list(self._attempts.values()):
-            members = snapshot.members_of(attempt.group_key)
-            group = snapshot.pod_groups.get(attempt.group_key)
-            condition = group.conditions.get(INITIALLY_SCHEDULED) if group is not None else None
-            changed = condition is not None and condition != attempt.condition
+            members = [member for leaf in attempt.conditions for member in snapshot.members_of(leaf)]
+            gone = self._gone(snapshot, attempt)
+            now_conditions = {leaf: _condition(snapshot, leaf) for leaf in attempt.conditions}
+            changed = {
+                leaf: condition
+                for leaf, condition in now_conditions.items()
+                if condition is not None and condition != attempt.conditions[leaf]
+            }
             placed_members = [member for member in members if placed(member)]
-            if len(placed_members) >= attempt.min_count or (
-                changed and condition is not None and condition.status == "True"
-            ):
+            scheduled = bool(changed) and all(
+                condition is not None and condition.status == "True" for condition in now_conditions.values()
+            )
+            if len(placed_members) >= attempt.min_count or scheduled:
                 self.won += 1
                 released += self._end(attempt, reservations)
-            elif group is None or (changed and condition is not None and condition.status == "False"):
+            elif gone or any(condition.status == "False" for condition in changed.values()):
                 released += self._lose(attempt, reservations, snapshot, "kube-scheduler gave the attempt up")
-            elif now - attempt.last_call > self._window(attempt, members, group, len(placed_members)):
+            elif now - attempt.last_call > self._window(attempt, members, snapshot, len(placed_members)):
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
             elif placed_members:
                 self._keep_winner(attempt, placed_members)
@@ -379,13 +411,25 @@ class GangAttempts:
                 if flavors not in winners:
                     del attempt.branches[flavors]
 
-    def _window(self, attempt: Attempt, members: list[Pod], group: PodGroup | None, placed_count: int) -> float:
+    @staticmethod
+    def _gone(snapshot: ClusterSnapshot, attempt: Attempt) -> bool:
+        """The attempt's PodGroup (or its tree's root composite) is no longer in the view."""
+        if attempt.group_key.startswith(COMPOSITE_PREFIX):
+            return composite_of_key(snapshot, attempt.group_key) is None
+        return attempt.group_key not in snapshot.pod_groups
+
+    def _window(self, attempt: Attempt, members: list[Pod], snapshot: ClusterSnapshot, placed_count: int) -> float:
         """How long the attempt may go without a call. Once minCount members passed our filter in one branch,
         kube-scheduler has likely placed the group and is binding it (Permit, PreBind): those pods show as
         nominated or bound soon, and letting their quota go before would open a window for another pod to take
         it. Such an attempt gets WON_PATIENCE windows; one still short of minCount, one."""
-        claims = group.claims if group is not None else ()
-        free = sum(1 for member in members if not member.is_terminal and charges_nothing(member, claims))
+        groups = snapshot.pod_groups
+        free = sum(
+            1
+            for member in members
+            if not member.is_terminal
+            and charges_nothing(member, group.claims if (group := groups.get(member.group_key)) is not None else ())
+        )
         complete = attempt.complete(placed_count, free)
         return self.window_seconds * (WON_PATIENCE if complete else 1)
 
@@ -402,8 +446,9 @@ class GangAttempts:
         self.lost += 1
         members = dict(attempt.members)
         if snapshot is not None:
-            for member in snapshot.members_of(attempt.group_key):
-                members.setdefault(member.uid, member.key)
+            for leaf in attempt.conditions:
+                for member in snapshot.members_of(leaf):
+                    members.setdefault(member.uid, member.key)
         pods = snapshot.pods if snapshot is not None else {}
         for uid, key in members.items():
             pod = pods.get(key)
@@ -491,6 +536,9 @@ class GangStatus:
     # the ClusterQueues the members' LocalQueues point to, sorted: the queue the group's quota is decided against
     # (one, normally); empty when Kueue is off or no member names a known LocalQueue
     cluster_queues: tuple[str, ...]
+    # the CompositePodGroup tree the group is scheduled in, all or nothing (None: the group on its own); its one
+    # attempt and hold are the `attempt` and `hold` above
+    tree: GangTree | None = None
 
 
 def _member_status(
@@ -544,18 +592,20 @@ def gang_status(
     members = snapshot.members_of(group_key)
     if group is None and not members:
         return None
-    hold = reservations.get(hold_id(group_key))
+    tree = attempts.tree(snapshot, group) if group is not None else GangTree(group_key, (group_key,), 0)
+    hold = reservations.get(hold_id(tree.key))
     return GangStatus(
         group,
         group_key,
         tuple(
-            _member_status(pod, reservations, last, attempts.own_charge(group_key, pod.uid) if not placed(pod) else {})
+            _member_status(pod, reservations, last, attempts.own_charge(tree.key, pod.uid) if not placed(pod) else {})
             for pod in members
         ),
         sum(1 for pod in members if placed(pod)),
         dict(hold.charges) if hold is not None else {},
-        attempts.view(group_key, reservations.now()),
+        attempts.view(tree.key, reservations.now()),
         _cluster_queues(members, context),
+        tree if tree.composite else None,
     )
 
 

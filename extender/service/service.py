@@ -101,7 +101,9 @@ class SchedulingService:
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
-        self.gangs = GangAttempts(config.reservations.gang_window_seconds)  # service/gang_attempts.py
+        self.gangs = GangAttempts(  # service/gang_attempts.py
+            config.reservations.gang_window_seconds, composites=self.options.workload.composite_pod_group
+        )
         self._reconciled_snapshot: ClusterSnapshot | None = None
         self.gone_pods = GonePods()  # pods the view showed deleted: a reservation for one is let go
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)

@@ -23,7 +23,12 @@ from extender.state.kueue.local_queue import parse_local_queue
 from extender.state.kueue.parsing import KUEUE_GROUP
 from extender.state.kueue.resource_flavor import parse_resource_flavor
 from extender.state.kueue.workload import parse_workload
-from extender.state.podgroups.podgroup import SCHEDULING_GROUP, parse_pod_group, parse_scheduling_workload
+from extender.state.podgroups.podgroup import (
+    SCHEDULING_GROUP,
+    parse_composite_pod_group,
+    parse_pod_group,
+    parse_scheduling_workload,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,7 @@ DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
 # Workload-aware scheduling is served at v1beta1 in 1.37 (with --runtime-config; GenericWorkload gate)
 SCHEDULING_VERSIONS = ("v1beta1",)
+COMPOSITE_VERSIONS = ("v1alpha3",)  # CompositePodGroup is alpha in 1.37 (gate CompositePodGroup)
 
 KINDS: tuple[KindInfo, ...] = (
     KindInfo("Node", "", ("v1",), "nodes", False, parse_node),
@@ -77,6 +83,14 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSIONS, "resourceflavors", False, parse_resource_flavor),
     KindInfo("Workload", KUEUE_GROUP, KUEUE_VERSIONS, "workloads", True, parse_workload),
     KindInfo("PodGroup", SCHEDULING_GROUP, SCHEDULING_VERSIONS, "podgroups", True, parse_pod_group),
+    KindInfo(
+        "CompositePodGroup",
+        SCHEDULING_GROUP,
+        COMPOSITE_VERSIONS,
+        "compositepodgroups",
+        True,
+        parse_composite_pod_group,
+    ),
     KindInfo(
         "SchedulingWorkload",
         SCHEDULING_GROUP,

@@ -21,7 +21,7 @@ from extender.state.kueue.local_queue import LocalQueue
 from extender.state.kueue.queue_status import KueueQueueStatus
 from extender.state.kueue.resource_flavor import ResourceFlavor
 from extender.state.kueue.workload import Workload
-from extender.state.podgroups.podgroup import PodGroup, SchedulingWorkload
+from extender.state.podgroups.podgroup import CompositePodGroup, PodGroup, SchedulingWorkload
 
 # Changes that name a node rather than an object: the allocations on its node-local pools changed (a claim
 # event), or the devices it draws from did (a slice event rebuilt one of its pools). With the Node kind's own
@@ -198,6 +198,10 @@ class ClusterSnapshot:
     @property
     def pod_groups(self) -> Mapping[str, PodGroup]:
         return self.objects["PodGroup"]
+
+    @property
+    def composite_groups(self) -> Mapping[str, CompositePodGroup]:
+        return self.objects["CompositePodGroup"]
 
     @property
     def scheduling_workloads(self) -> Mapping[str, SchedulingWorkload]:

@@ -36,6 +36,13 @@ def podgroup_json(status: GangStatus) -> dict[str, Any]:
         else {"status": condition.status, "reason": condition.reason, "message": condition.message},
         "placed": status.placed,
         "hold": charges_json(status.hold),
+        "tree": None
+        if status.tree is None
+        else {
+            "root": status.tree.key.removeprefix("composite:"),
+            "podGroups": list(status.tree.leaves),
+            "minMembers": status.tree.min_members,
+        },
         "members": [
             {
                 "pod": member.pod_key,
@@ -60,6 +67,10 @@ def podgroup_json(status: GangStatus) -> dict[str, Any]:
             "hold": charges_json(attempt.hold),
             "groupClaims": charges_json(attempt.claims),
             "lastRefusal": attempt.last_refusal,
+            "placements": [
+                {"flavors": list(branch.flavors), "holds": charges_json(branch.whole), "members": branch.members}
+                for branch in attempt.branches
+            ],
         },
     }
 

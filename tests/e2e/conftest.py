@@ -28,6 +28,7 @@ from tests.e2e.cluster import (
     KUEUE_CRD_DIR,
     SHARED_DIR,
     WORKLOAD_AWARE,
+    WORKLOAD_AWARE_ALPHA,
     ClusterFeatures,
     Component,
     ControlPlane,
@@ -194,19 +195,16 @@ def extender_control_plane(
         _finish(pytestconfig, started, "extender")
 
 
-@pytest.fixture(scope="module")
-def workload_control_plane(
-    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]
+def _workload_plane(
+    pytestconfig: pytest.Config, binaries: dict[str, Path], label: str, features: ClusterFeatures
 ) -> Iterator[ExtenderControlPlane]:
-    """A control plane with workload-aware scheduling on (testkit WORKLOAD_AWARE: GenericWorkload and
-    DRAWorkloadResourceClaims on kube-apiserver, kube-controller-manager and kube-scheduler, scheduling.k8s.io/
-    v1beta1 served), Kueue's CRDs, our extender and a kube-scheduler calling it. Module scope: the gang
-    scenarios own it."""
-    started = _start(pytestconfig, e2e_binaries, "workload", features=WORKLOAD_AWARE)
+    """A control plane with `features` on kube-apiserver, kube-controller-manager and kube-scheduler, Kueue's
+    CRDs, our extender with the same gates in its `features:` (as a user running gangs sets it) and a
+    kube-scheduler calling it."""
+    started = _start(pytestconfig, binaries, label, features=features)
     try:
-        # the extender mirrors kube-scheduler's gates (features:), as a user running gangs would set it
-        config_file = started.plane.workdir / "extender-workload.yaml"
-        config_file.write_text(yaml.safe_dump({"features": {gate: on for gate, on in WORKLOAD_AWARE.gates.items()}}))
+        config_file = started.plane.workdir / f"extender-{label}.yaml"
+        config_file.write_text(yaml.safe_dump({"features": {gate: on for gate, on in features.gates.items()}}))
         extender = start_extender(
             started.plane.kubeconfig, free_port(), config_file=config_file, log_dir=started.plane.log_dir
         )
@@ -214,7 +212,26 @@ def workload_control_plane(
         started.plane.start_scheduler(extender_url=extender.url)
         yield ExtenderControlPlane(started.plane, extender, extender.url)
     finally:
-        _finish(pytestconfig, started, "workload")
+        _finish(pytestconfig, started, label)
+
+
+@pytest.fixture(scope="module")
+def workload_control_plane(
+    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]
+) -> Iterator[ExtenderControlPlane]:
+    """Workload-aware scheduling as 1.37 ships its beta (testkit WORKLOAD_AWARE: GenericWorkload and
+    DRAWorkloadResourceClaims, scheduling.k8s.io/v1beta1 served). Module scope: the gang scenarios own it."""
+    yield from _workload_plane(pytestconfig, e2e_binaries, "workload", WORKLOAD_AWARE)
+
+
+@pytest.fixture(scope="module")
+def placement_control_plane(
+    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]
+) -> Iterator[ExtenderControlPlane]:
+    """The beta and the alpha steps (testkit WORKLOAD_AWARE_ALPHA: TopologyAwareWorkloadScheduling,
+    CompositePodGroup, WorkloadWithJob; scheduling.k8s.io/v1alpha3 served too). Module scope: the placement,
+    composite and Job scenarios own it."""
+    yield from _workload_plane(pytestconfig, e2e_binaries, "placement", WORKLOAD_AWARE_ALPHA)
 
 
 @pytest.fixture(scope="session")

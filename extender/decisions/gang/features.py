@@ -4,7 +4,9 @@ pkg/features/kube_features.go at v1.37.2: GenericWorkload (beta, off by default)
 pod-group cycle (schedule_one_podgroup.go); DRAWorkloadResourceClaims (beta, off, needs GenericWorkload and
 DynamicResourceAllocation) makes a claim of a PodGroup one claim reserved for the group (the DynamicResources
 plugin's podResourceClaimBindings returns nothing while it is off); TopologyAwareWorkloadScheduling (alpha, off,
-needs GenericWorkload) repeats the cycle once per candidate placement. With GenericWorkload off a pod's
+needs GenericWorkload) repeats the cycle once per candidate placement; CompositePodGroup (alpha, off, needs it)
+schedules a tree of PodGroups (scheduling.k8s.io/v1alpha3 CompositePodGroup) all or nothing; WorkloadWithJob
+(alpha, off) has the Job controller make a Job's Workload and PodGroup. With GenericWorkload off a pod's
 schedulingGroup means nothing to kube-scheduler, and nothing to the extender either.
 """
 
@@ -18,12 +20,17 @@ WORKLOAD_GATES: Mapping[str, tuple[str, bool]] = {
     "GenericWorkload": ("generic_workload", False),
     "DRAWorkloadResourceClaims": ("workload_resource_claims", False),
     "TopologyAwareWorkloadScheduling": ("topology_aware", False),
+    "CompositePodGroup": ("composite_pod_group", False),
+    "WorkloadWithJob": ("workload_with_job", False),
 }
 
 # Gate -> the gate it needs (kube_features.go defaultKubernetesFeatureGateDependencies)
 WORKLOAD_GATE_DEPENDENCIES: Mapping[str, str] = {
     "DRAWorkloadResourceClaims": "GenericWorkload",
     "TopologyAwareWorkloadScheduling": "GenericWorkload",
+    # CompositePodGroup needs GenericWorkload too, through TopologyAwareWorkloadScheduling
+    "CompositePodGroup": "TopologyAwareWorkloadScheduling",
+    "WorkloadWithJob": "GenericWorkload",
 }
 
 
@@ -32,6 +39,8 @@ class WorkloadFeatures:
     generic_workload: bool = False
     workload_resource_claims: bool = False
     topology_aware: bool = False
+    composite_pod_group: bool = False
+    workload_with_job: bool = False
 
     @property
     def gangs(self) -> bool:

@@ -19,7 +19,7 @@ node; the pod's own part comes out of that same decision (QuotaDecision.own_rese
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -45,6 +45,30 @@ MemberEstimate = Callable[[Pod], Charges | None]
 
 
 @dataclass(frozen=True, slots=True)
+class ChildNeed:
+    """A child of a CompositePodGroup the tree may be completed with: a PodGroup (the members its minCount still
+    needs, and its pending members) or a composite (how many of its own children it still needs, and them)."""
+
+    key: str
+    needed: int = 0  # a PodGroup: members besides those placed its minCount needs
+    pending: tuple[Pod, ...] = ()
+    group_claims: tuple[PodClaimRef, ...] = ()
+    composite: bool = False
+    groups_needed: int = 0  # a composite: children besides those complete its minGroupCount needs
+    children: tuple[ChildNeed, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TreeLevel:
+    """One CompositePodGroup above the pod's PodGroup (gang policy): the other children its minGroupCount needs
+    besides the one the pod is in, and the children it may take them from."""
+
+    key: str
+    groups_needed: int
+    siblings: tuple[ChildNeed, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class GangNeed:
     """A pod of a gang and the rest of its group, as the service sees them when the pod is asked about."""
 
@@ -58,6 +82,9 @@ class GangNeed:
     group_claims: tuple[PodClaimRef, ...] = ()
     # quota resource -> what the group's pending claims take (charged once for the whole group)
     claims_demand: Charges = field(default_factory=dict)
+    # the CompositePodGroups above the pod's PodGroup, nearest first, up to the last one of gang policy: the tree
+    # is scheduled all or nothing (kube-scheduler's compositePodGroupSchedulingAlgorithm)
+    tree: tuple[TreeLevel, ...] = ()
 
     @property
     def needed(self) -> int:
@@ -136,40 +163,74 @@ def _size(charge: Charges) -> Fraction:
     return sum(charge.values(), Fraction(0))
 
 
-def count_members(
-    need: GangNeed, each: Charges, own_shape: Hashable, shape: Callable[[Pod], Hashable], estimate: MemberEstimate
-) -> tuple[Counted, int]:
-    """The cheapest members making up `need.needed` besides the pod (members that charge nothing first), and how
-    many candidates there were (members that can take devices on the nodes asked about)."""
-    wanted = need.needed
-    free = alike_count = 0
-    unlike: list[Charges] = []
-    estimates: dict[Hashable, Charges | None] = {}
-    for member in need.pending:
-        if charges_nothing(member, need.group_claims):
-            free += 1
-            continue
-        member_shape = shape(member)
-        if member_shape == own_shape:
-            alike_count += 1
-        else:
-            if member_shape not in estimates:
-                estimates[member_shape] = estimate(member)
-            found = estimates[member_shape]
+@dataclass
+class _Counter:
+    """Counts members for a group decision: the pod's own shape and charge, and the estimates of members shaped
+    otherwise (once per shape for the whole decision)."""
+
+    each: Charges
+    own_shape: Hashable
+    shape: Callable[[Pod], Hashable]
+    estimate: MemberEstimate
+    estimates: dict[Hashable, Charges | None] = field(default_factory=dict)
+
+    def size(self, counted: Counted) -> Fraction:
+        return counted.alike * _size(self.each) + sum((_size(charge) for charge in counted.unlike), Fraction(0))
+
+    def members(self, wanted: int, pending: Sequence[Pod], group_claims: Sequence[PodClaimRef]) -> tuple[Counted, int]:
+        """The cheapest members making up `wanted` (members that charge nothing first), and how many candidates
+        there were (members that can take devices on the nodes asked about)."""
+        free = alike_count = 0
+        unlike: list[Charges] = []
+        for member in pending:
+            if charges_nothing(member, group_claims):
+                free += 1
+                continue
+            member_shape = self.shape(member)
+            if member_shape == self.own_shape:
+                alike_count += 1
+                continue
+            if member_shape not in self.estimates:
+                self.estimates[member_shape] = self.estimate(member)
+            found = self.estimates[member_shape]
             if found is not None:
                 unlike.append(found)
-    take_free = min(free, wanted)
-    # the rest from members with charges, cheapest first (the pod's own shape first among equals)
-    candidates: list[tuple[Fraction, int, Charges | None]] = [(_size(each), 0, None)] * alike_count
-    candidates += [(_size(charge), 1, charge) for charge in unlike]
-    candidates.sort(key=lambda item: (item[0], item[1]))
-    chosen = candidates[: wanted - take_free]
-    counted = Counted(
-        alike=sum(1 for _, kind, _ in chosen if kind == 0),
-        free=take_free,
-        unlike=tuple(charge for _, kind, charge in chosen if kind == 1 and charge is not None),
-    )
-    return counted, free + len(candidates)
+        take_free = min(free, wanted)
+        # the rest from members with charges, cheapest first (the pod's own shape first among equals)
+        candidates: list[tuple[Fraction, int, Charges | None]] = [(_size(self.each), 0, None)] * alike_count
+        candidates += [(_size(charge), 1, charge) for charge in unlike]
+        candidates.sort(key=lambda item: (item[0], item[1]))
+        chosen = candidates[: max(0, wanted - take_free)]
+        counted = Counted(
+            alike=sum(1 for _, kind, _ in chosen if kind == 0),
+            free=take_free,
+            unlike=tuple(charge for _, kind, charge in chosen if kind == 1 and charge is not None),
+        )
+        return counted, free + len(candidates)
+
+    def child(self, child: ChildNeed) -> Counted | None:
+        """The cheapest way to complete one child of a composite; None when it cannot be completed here."""
+        if not child.composite:
+            counted, candidates = self.members(child.needed, child.pending, child.group_claims)
+            return counted if candidates >= child.needed else None
+        return self.children(child.groups_needed, child.children)
+
+    def children(self, wanted: int, children: Sequence[ChildNeed]) -> Counted | None:
+        """The cheapest `wanted` of `children`, each completed its cheapest way; None when fewer can be."""
+        costs = [counted for child in children if (counted := self.child(child)) is not None]
+        if len(costs) < wanted:
+            return None
+        costs.sort(key=self.size)
+        return _sum(costs[:wanted])
+
+
+def _sum(parts: Iterable[Counted]) -> Counted:
+    alike = free = 0
+    unlike: list[Charges] = []
+    for part in parts:
+        alike, free = alike + part.alike, free + part.free
+        unlike.extend(part.unlike)
+    return Counted(alike, free, tuple(unlike))
 
 
 def decide_gang_quota(
@@ -204,13 +265,23 @@ def decide_gang_quota(
         for resource, amount in per_pod_charge(reservation).items()
     }
     each = {resource: amount for resource, amount in each.items() if amount > 0}
-    counted, candidates = count_members(need, each, own_shape, shape, estimate)
+    counter = _Counter(each, own_shape, shape, estimate)
+    counted, candidates = counter.members(need.needed, need.pending, need.group_claims)
     if candidates < need.needed:
         refused = (
             f"PodGroup {need.group_key} (gang, minCount {need.min_count}) cannot be completed on these nodes: "
             f"{need.needed} more members needed besides this pod, {candidates} can take devices here"
         )
         return GangQuota(_reject(first, refused, CATEGORY_GANG), need, {}, {}, {}, counted, refused)
+    for level in need.tree:
+        others = counter.children(level.groups_needed, level.siblings)
+        if others is None:
+            refused = (
+                f"CompositePodGroup {level.key} (gang) cannot be completed: {level.groups_needed} more of its "
+                f"groups needed besides this pod's, fewer can be completed on these nodes"
+            )
+            return GangQuota(_reject(first, refused, CATEGORY_GANG), need, {}, {}, {}, counted, refused)
+        counted = _sum((counted, others))
     extra: dict[str, Fraction] = {}
     for charge in counted.unlike:
         for resource, amount in charge.items():
@@ -284,6 +355,7 @@ def _refusal_text(need: GangNeed, each: Charges, counted: Counted, whole: QuotaD
         rejection = whole.refused_groups[0][0].rejection
         why = rejection.summary if rejection is not None else ""
     placed = f", {need.placed} placed" if need.placed else ""
+    tree = f" in CompositePodGroup {need.tree[-1].key}" if need.tree else ""
     if not counted.unlike:
         rest = f"{counted.alike} more of {_describe(each)} each"
     else:
@@ -297,6 +369,6 @@ def _refusal_text(need: GangNeed, each: Charges, counted: Counted, whole: QuotaD
     if counted.free:
         rest += f" ({counted.free} more charging nothing)"
     return (
-        f"PodGroup {need.group_key} (gang, minCount {need.min_count}{placed}) does not fit its queue as a whole: "
-        f"this pod and {rest}: {why}"
+        f"PodGroup {need.group_key} (gang, minCount {need.min_count}{placed}){tree} does not fit its queue as a "
+        f"whole: this pod and {rest}: {why}"
     )

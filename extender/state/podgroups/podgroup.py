@@ -54,6 +54,9 @@ class PodGroup:
     conditions: Mapping[str, GroupCondition] = field(default_factory=dict)
     workload_name: str = ""  # spec.workloadRef.workloadName
     deleting: bool = False
+    # spec.parentCompositePodGroupName (CompositePodGroup, alpha): the composite of the same namespace it is a
+    # child of, "" for a group of its own
+    parent: str = ""
 
     @property
     def key(self) -> str:
@@ -62,6 +65,10 @@ class PodGroup:
     @property
     def is_gang(self) -> bool:
         return self.policy == POLICY_GANG
+
+    @property
+    def parent_key(self) -> str:
+        return f"{self.namespace}/{self.parent}" if self.parent else ""
 
     def claim_names(self) -> frozenset[str]:
         """The ResourceClaims of the whole group (as resourceclaim.NameFromPodGroup resolves its entries)."""
@@ -117,6 +124,59 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroup:
         claim_statuses=statuses,
         conditions=conditions,
         workload_name=get_str(get_map(spec, "workloadRef", "spec"), "workloadName", "spec.workloadRef"),
+        deleting=meta.deleting,
+        parent=get_str(spec, "parentCompositePodGroupName", "spec"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompositePodGroup:
+    """scheduling.k8s.io/v1alpha3 CompositePodGroup (k8s.io/api@v0.37.2 scheduling/v1alpha3/types.go; gate
+    CompositePodGroup): a tree of PodGroups scheduled together. Its children (PodGroups, or composites) name it in
+    spec.parentCompositePodGroupName. With a gang policy, at least minGroupCount children must be scheduled,
+    each by its own policy, or none (kube-scheduler's compositePodGroupSchedulingAlgorithm, all or nothing);
+    with basic, each child on its own."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    policy: str = POLICY_BASIC
+    min_group_count: int = 1
+    parent: str = ""  # spec.parentCompositePodGroupName: composites nest
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_gang(self) -> bool:
+        return self.policy == POLICY_GANG
+
+    @property
+    def parent_key(self) -> str:
+        return f"{self.namespace}/{self.parent}" if self.parent else ""
+
+
+def parse_composite_pod_group(obj: Mapping[str, Any]) -> CompositePodGroup:
+    meta = parse_metadata(obj, namespaced=True)
+    spec = get_map(obj, "spec", "")
+    policy = get_map(spec, "schedulingPolicy", "spec")
+    gang = policy.get("gang")
+    name, min_groups = POLICY_BASIC, 1
+    if gang is not None:
+        if not isinstance(gang, Mapping):
+            raise ObjectError("spec.schedulingPolicy.gang", "must be an object")
+        if gang.get("minGroupCount") is None:
+            raise ObjectError("spec.schedulingPolicy.gang.minGroupCount", "is required")
+        name, min_groups = POLICY_GANG, get_int(gang, "minGroupCount", "spec.schedulingPolicy.gang", minimum=1)
+    return CompositePodGroup(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        policy=name,
+        min_group_count=min_groups,
+        parent=get_str(spec, "parentCompositePodGroupName", "spec"),
         deleting=meta.deleting,
     )
 

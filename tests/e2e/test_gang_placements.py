@@ -1,0 +1,282 @@
+"""Gangs as kube-scheduler v1.37.2 schedules them with the alpha steps on: one pod-group cycle per placement
+(TopologyAwareWorkloadScheduling), gangs of unlike members, and Jobs whose controller makes their PodGroup
+(WorkloadWithJob). The `placement_control_plane` has the gates of testkit WORKLOAD_AWARE_ALPHA on kube-apiserver,
+kube-controller-manager and kube-scheduler, and the extender mirrors them.
+
+kube-scheduler evaluates a topology-constrained PodGroup once per value of the topology label
+(pkg/scheduler/schedule_one_podgroup.go podGroupSchedulingPlacementAlgorithm: every member through our filter
+per placement, all reverted, the best placement bound) and tells the extender nothing of which won: whatever it
+evaluates, no flavor may be given twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.cluster import DEVICE_CLASS, wait_until
+from tests.e2e.conftest import ExtenderControlPlane
+from tests.e2e.scenarios import (
+    GPU,
+    KUEUE_NAMESPACE,
+    QUEUE_LABEL,
+    SCHEDULE_TIMEOUT,
+    SYNC_TIMEOUT,
+    FlavorQuota,
+    QuotaWatch,
+    exactly,
+    extender_get,
+    kueue_configmap,
+    queue_reserved,
+)
+from tests.e2e.test_gang_scenarios import SCHEDULING, GangScenario
+
+pytestmark = pytest.mark.e2e
+
+RACK = "example.com/rack"
+
+
+@pytest.fixture(scope="module")
+def placement_plane(placement_control_plane: ExtenderControlPlane) -> ExtenderControlPlane:
+    plane = placement_control_plane.plane
+    plane.create_device_class()
+    for create in (
+        lambda: plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False),
+        lambda: plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, kueue_configmap()),
+    ):
+        try:
+            create()
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    url = placement_control_plane.extender_url
+    wait_until(
+        lambda: extender_get(url, "/diagnostics/queues")["deviceClassMappings"] == {GPU: [DEVICE_CLASS]},
+        timeout=SYNC_TIMEOUT,
+        message="the extender to read deviceClassMappings from Kueue's ConfigMap",
+    )
+    return placement_control_plane
+
+
+@pytest.fixture
+def gangs(placement_plane: ExtenderControlPlane, request: pytest.FixtureRequest) -> Iterator[GangScenario]:
+    name = "-".join(request.node.name.removeprefix("test_").split("_")[:4])[:36].rstrip("-")
+    name = name.replace("[", "-").replace("]", "")
+    namespace = f"{name}-{uuid.uuid4().hex[:6]}"
+    placement_plane.plane.create_namespace(namespace)
+    scenario = GangScenario(placement_plane.plane, placement_plane.extender_url, name, namespace)
+    try:
+        yield scenario
+    finally:
+        scenario.cleanup()
+
+
+def allocated_by_flavor(gangs: GangScenario) -> Counter[str]:
+    """Devices of every allocated claim of the namespace, by the flavor of the node they are on (the driver's pool
+    is named after its node): what the API holds, whoever the claim is reserved for."""
+    counts: Counter[str] = Counter()
+    for claim in gangs.plane.resource.list_namespaced_resource_claim(gangs.namespace).items:
+        if not claim.status or not claim.status.allocation:
+            continue
+        for result in claim.status.allocation.devices.results:
+            flavor = gangs.flavor_of(result.pool)
+            if flavor is not None:
+                counts[flavor] += 1
+    return counts
+
+
+class FlavorWatch(QuotaWatch):
+    """QuotaWatch, and the most devices allocated per flavor at any poll."""
+
+    def __init__(self, scenario: GangScenario) -> None:
+        super().__init__(scenario)
+        self.max_by_flavor: Counter[str] = Counter()
+
+    def poll(self) -> dict[str, str]:
+        bound = super().poll()
+        try:
+            counts = allocated_by_flavor(self.scenario)  # type: ignore[arg-type]
+        except (ApiException, OSError):
+            return bound
+        for flavor, count in counts.items():
+            self.max_by_flavor[flavor] = max(self.max_by_flavor[flavor], count)
+        return bound
+
+
+def two_racks(gangs: GangScenario, quota: int) -> tuple[str, list[str]]:
+    """Two racks of 3 nodes x 4 GPUs, each its own flavor with `quota` GPUs of the queue; the 2-GPU template."""
+    flavors = []
+    for rack in ("r1", "r2"):
+        value = f"{gangs.name}-{rack}"
+        gangs.add_nodes(rack, 3, gpus=4, labels={RACK: value})
+        flavors.append(gangs.add_flavor(value, {RACK: value}))
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota) for flavor in flavors])
+    gangs.add_template("two-gpus", [exactly(2)])
+    gangs.add_template("one-gpu", [exactly(1)])
+    gangs.add_template("four-gpus", [exactly(4)])
+    gangs.wait_extender_sees("two-gpus", queue, gangs.name)
+    return queue, flavors
+
+
+def add_topology_group(gangs: GangScenario, name: str, min_count: int) -> None:
+    body: dict[str, Any] = {
+        "apiVersion": "/".join(SCHEDULING),
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": gangs.namespace},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": min_count}},
+            "schedulingConstraints": {"topology": [{"key": RACK}]},
+        },
+    }
+    gangs.plane.custom.create_namespaced_custom_object(*SCHEDULING, gangs.namespace, "podgroups", body)
+    created = gangs.pod_group(name)
+    assert created["spec"].get("schedulingConstraints"), "the API server dropped the topology constraint"
+    wait_until(
+        lambda: extender_get(gangs.url, f"/diagnostics/podgroups/{gangs.namespace}/{name}")["known"],
+        timeout=SYNC_TIMEOUT,
+        message=f"the extender to see PodGroup {name}",
+    )
+
+
+@pytest.mark.parametrize("run", [1, 2, 3])
+def test_a_rack_constrained_gang_and_singles_never_put_a_flavor_over_quota(gangs: GangScenario, run: int) -> None:
+    """Two racks (flavors) of quota 6 each; a gang of 3 x 2 GPUs that must sit in one rack, and three single
+    2-GPU pods of the same queue created right after it. kube-scheduler evaluates the gang in both racks and
+    binds one (the winner is random on ties): the gang lands whole in one rack, no rack's flavor ever holds more
+    than 6, and the singles take the other rack."""
+    queue, flavors = two_racks(gangs, quota=6)
+    add_topology_group(gangs, "train", 3)
+    watch = FlavorWatch(gangs)
+    members = gangs.create_gang("train", 3, "two-gpus", queue)
+    singles = [f"single-{i}" for i in range(3)]
+    gangs.create_pods(singles, "two-gpus", queue)
+    everyone = set(members) | set(singles)
+    bound = watch.until(lambda b: everyone <= set(b), SCHEDULE_TIMEOUT, "the gang and the three singles to bind")
+    watch.hold(2)
+    gang_racks = {gangs.flavor_of(bound[m]) for m in members}
+    single_racks = {gangs.flavor_of(bound[s]) for s in singles}
+    assert len(gang_racks) == 1, f"the gang was split across racks: {bound}"
+    assert single_racks == set(flavors) - gang_racks, f"the singles did not take the other rack: {bound}"
+    assert all(count <= 6 for count in watch.max_by_flavor.values()), (
+        f"a flavor went over its quota of 6 (run {run}): most allocated {dict(watch.max_by_flavor)}"
+    )
+    assert watch.polls > 10
+
+
+def test_a_mixed_gang_that_fits_binds_whole(gangs: GangScenario) -> None:
+    """A 2-GPU driver and four 1-GPU workers (minCount 5) need exactly the queue's 6: they bind, whoever is asked
+    about first."""
+    gangs.add_nodes("n", 3, gpus=4)
+    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, 6)])
+    gangs.add_template("two-gpus", [exactly(2)])
+    gangs.add_template("one-gpu", [exactly(1)])
+    gangs.wait_extender_sees("one-gpu", queue, gangs.name)
+    gangs.add_pod_group("train", 5)
+    watch = FlavorWatch(gangs)
+    gangs.plane.create_pod(gangs.member("driver", "two-gpus", queue, "train"))
+    workers = [f"worker-{i}" for i in range(4)]
+    for worker in workers:
+        gangs.plane.create_pod(gangs.member(worker, "one-gpu", queue, "train"))
+    watch.until(lambda b: {"driver", *workers} <= set(b), SCHEDULE_TIMEOUT, "the mixed gang to bind whole")
+    assert watch.max_by_flavor[flavor] <= 6
+
+
+def test_a_mixed_gang_that_cannot_fit_holds_nothing_and_a_plain_pod_binds(gangs: GangScenario) -> None:
+    """Three 1-GPU workers and a 4-GPU driver (7) in a queue of 6: refused as a group, nothing held, and a plain
+    pod of the queue binds at once."""
+    gangs.add_nodes("n", 3, gpus=4)
+    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, 6)])
+    gangs.add_template("four-gpus", [exactly(4)])
+    gangs.add_template("one-gpu", [exactly(1)])
+    gangs.wait_extender_sees("one-gpu", queue, gangs.name)
+    gangs.add_pod_group("train", 4)
+    gangs.plane.create_pod(gangs.member("driver", "four-gpus", queue, "train"))
+    for index in range(3):
+        gangs.plane.create_pod(gangs.member(f"worker-{index}", "one-gpu", queue, "train"))
+    wait_until(
+        lambda: (c := gangs.condition("train")) is not None and c["status"] == "False",
+        timeout=SCHEDULE_TIMEOUT,
+        message="kube-scheduler to give the mixed gang up",
+    )
+    wait_until(lambda: not queue_reserved(gangs.url, gangs.name), timeout=5, message="the gang's quota released")
+    report = extender_get(gangs.url, f"/diagnostics/podgroups/{gangs.namespace}/train")
+    assert report["hold"] == []
+    started = time.monotonic()
+    gangs.create_pod("single", "one-gpu", queue)
+    gangs.wait_bound("single", timeout=30)
+    assert time.monotonic() - started < 10, "a plain pod of the queue waited behind the gang"
+    assert not any(gangs.bound().get(name) for name in ("driver", "worker-0", "worker-1", "worker-2"))
+
+
+def job_manifest(gangs: GangScenario, name: str, parallelism: int, template: str, queue: str) -> dict[str, Any]:
+    """A batch/v1 Job with the workload-aware scheduling field (WorkloadWithJob): a gang of `parallelism` pods,
+    minCount defaulted to parallelism by the Job controller (pkg/api/job/util.go defaultMinCountForJob)."""
+    pod = gangs.manifest("ignored", template, queue)
+    pod_spec = pod["spec"]
+    pod_spec["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": gangs.namespace, "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "scheduling": {"schedulingPolicy": {"gang": {}}},
+            "template": {"metadata": {"labels": {QUEUE_LABEL: queue}}, "spec": pod_spec},
+        },
+    }
+
+
+def job_pods(gangs: GangScenario, job: str) -> list[Any]:
+    return [p for p in gangs.pods() if (p.metadata.labels or {}).get("batch.kubernetes.io/job-name") == job]
+
+
+@pytest.mark.parametrize(("quota", "fits"), [(8, True), (6, False)])
+def test_a_job_whose_controller_makes_its_podgroup_binds_whole_or_not_at_all(
+    gangs: GangScenario, quota: int, fits: bool
+) -> None:
+    """WorkloadWithJob: the Job controller makes the Job's Workload and gang PodGroup (minCount = parallelism 4)
+    and its pods join it. 4 x 2 GPUs bind whole in a queue of 8; in a queue of 6 none binds, nothing is held,
+    and a plain pod of the queue binds."""
+    gangs.add_nodes("n", 4, gpus=2)
+    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
+    gangs.add_template("two-gpus", [exactly(2)])
+    gangs.wait_extender_sees("two-gpus", queue, gangs.name)
+    # created as a plain object: the field is alpha, and the typed Job model would have to know it
+    gangs.plane.custom.create_namespaced_custom_object(
+        "batch", "v1", gangs.namespace, "jobs", job_manifest(gangs, "train", 4, "two-gpus", queue)
+    )
+    pods = wait_until(
+        lambda: len(found := job_pods(gangs, "train")) == 4 and found,
+        timeout=SCHEDULE_TIMEOUT,
+        message="the Job controller to create 4 pods",
+    )
+    groups = {p.spec.scheduling_group.pod_group_name if p.spec.scheduling_group else None for p in pods}
+    assert len(groups) == 1 and None not in groups, f"the Job's pods are not in one PodGroup: {groups}"
+    group = next(iter(groups))
+    assert gangs.pod_group(str(group))["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
+    watch = FlavorWatch(gangs)
+    names = [p.metadata.name for p in pods]
+    if fits:
+        watch.until(lambda b: set(names) <= set(b), SCHEDULE_TIMEOUT, "the Job's gang to bind whole")
+        assert watch.max_by_flavor[flavor] <= quota
+        return
+    wait_until(
+        lambda: (c := gangs.condition(str(group))) is not None and c["status"] == "False",
+        timeout=SCHEDULE_TIMEOUT,
+        message="kube-scheduler to give the Job's gang up",
+    )
+    wait_until(lambda: not queue_reserved(gangs.url, gangs.name), timeout=5, message="the gang's quota released")
+    gangs.create_pod("single", "two-gpus", queue)
+    gangs.wait_bound("single", timeout=30)
+    watch.hold(1)
+    assert not any(name in watch.bound for name in names), "part of the Job's gang was bound"
