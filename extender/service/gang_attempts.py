@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from extender.decisions.gang.claims import group_claims_demand, pending_group_claims
@@ -238,6 +238,7 @@ class GangAttempts:
         for its group: the group is judged whole, against everything but itself."""
         need = self.need(view.snapshot, pod, group, view.context, group_claims=group_claims)
         held = self.held_for(self.tree(view.snapshot, group).key, reservations)
+        need = replace(need, held=held)
         known = view.context.cluster_queues
         return need, ledger.with_usage_deltas((q, f, r, -amount) for (q, f, r), amount in held.items() if q in known)
 

@@ -85,6 +85,9 @@ class GangNeed:
     # the CompositePodGroups above the pod's PodGroup, nearest first, up to the last one of gang policy: the tree
     # is scheduled all or nothing (kube-scheduler's compositePodGroupSchedulingAlgorithm)
     tree: tuple[TreeLevel, ...] = ()
+    # what the group's attempt holds now (its one reservation), by flavor and resource: a group already judged
+    # whole in the flavor this pod takes is not judged again (kube-scheduler asks about its members back to back)
+    held: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
 
     @property
     def needed(self) -> int:
@@ -292,12 +295,21 @@ def decide_gang_quota(
     claims = dict(_claims_part(reservation, need.claims_demand)) if carries_group_claims else {}
     if not counted.alike and not extra:
         return GangQuota(first, need, dict(reservation), {}, claims, counted)
+    rest = dict(extra)
+    for resource, amount in each.items():
+        rest[resource] = rest.get(resource, Fraction(0)) + counted.alike * amount
+    held = _held_in_flavor(need.held, reservation, rest)
+    if held is not None:
+        # Judged whole in this flavor at an earlier member (the hold was made then, and the ledger this pod is
+        # judged against leaves it out): the pod's own charge and the rest's, as the group's decision would give.
+        return GangQuota(first, need, dict(reservation), held, claims, counted)
     group = GroupCharge(counted.alike, per_pod_charge(shared), extra)
     whole = decide(group)
     if whole.reservation:
         own = dict(whole.own)
-        rest = _minus(whole.reservation, own)
-        return GangQuota(whole, need, own, rest, _in_flavors(claims, whole.reservation), counted)
+        return GangQuota(
+            whole, need, own, _minus(whole.reservation, own), _in_flavors(claims, whole.reservation), counted
+        )
     refused = _refusal_text(need, each, counted, whole)
     unresolvable = _unresolvable(whole)
     category = CATEGORY_QUOTA_NEVER if unresolvable else CATEGORY_GANG
@@ -307,6 +319,23 @@ def decide_gang_quota(
 def _reject(first: QuotaDecision, summary: str, category: str, *, unresolvable: bool = False) -> QuotaDecision:
     """The group's refusal on every node, naming the pod's ClusterQueue as its own decision did."""
     return replace(reject_pod(summary, category, unresolvable=unresolvable), cluster_queue=first.cluster_queue)
+
+
+def _held_in_flavor(
+    held: Mapping[QuotaKey, Fraction], reservation: Mapping[QuotaKey, Fraction], rest: Charges
+) -> dict[QuotaKey, Fraction] | None:
+    """The rest of the group in the flavors the pod takes (`reservation`'s), when the attempt's hold already
+    covers the pod and the rest there; None when it does not (or the rest needs a resource the pod does not)."""
+    if not held or not rest:
+        return None
+    resources = {resource for _, _, resource in reservation}
+    if not resources >= rest.keys():
+        return None
+    in_flavor = {key: rest[key[2]] for key in reservation if rest.get(key[2])}
+    for key, amount in reservation.items():
+        if held.get(key, Fraction(0)) < amount + in_flavor.get(key, Fraction(0)):
+            return None
+    return in_flavor
 
 
 def _claims_part(reservation: Mapping[QuotaKey, Fraction], demand: Charges) -> dict[QuotaKey, Fraction]:
