@@ -499,3 +499,45 @@ def test_the_attempt_holds_every_placement_evaluated_and_every_ending_releases_i
         engine.store.apply("PodGroup", "DELETED", b.pod_group("train", "team-a", min_count=len(shapes)))
         engine.quota_view()
     assert engine.reservations.totals() == {}
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("call"), st.integers(min_value=0, max_value=3), st.sampled_from(["on-demand", "spot"])),
+            st.tuples(st.just("wait"), st.floats(min_value=0.1, max_value=6.0), st.just("")),
+            st.tuples(st.just("other"), st.integers(min_value=0, max_value=1), st.just("")),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    quota=st.integers(min_value=4, max_value=10),
+)
+def test_what_a_member_is_credited_is_exactly_what_the_ledger_holds_for_its_attempt(
+    steps: list[tuple[str, Any, str]], quota: int
+) -> None:
+    """Members' calls (in either rack), time passing (windows, TTLs) and other pods' calls, in any order: what
+    a member is credited (held_for) is what the ledger holds for its group, and an attempt in progress holds
+    something exactly when the ledger does."""
+    from extender.service.gang_attempts import GangAttempts
+
+    clock = Clock()
+    engine = racks(quota, min_count=2, clock=clock)
+    pods = add_members(engine, 2)
+    for kind, value, rack in steps:
+        if kind == "call":
+            filter_(engine, pods[value % 2], rack_nodes(engine, rack))
+        elif kind == "wait":
+            clock.now += value
+        else:
+            filter_(engine, gpu_pod(f"single-{value}"))
+        engine.quota_view()
+        ledger = held(engine)
+        assert dict(GangAttempts.held_for("team-a/train", engine.reservations)) == ledger
+        attempt = engine.gangs.view("team-a/train", clock.now)
+        if attempt is not None and attempt.outcome == "in progress":
+            assert dict(attempt.hold) == ledger
+        else:
+            assert ledger == {}

@@ -318,7 +318,9 @@ class GangAttempts:
                 hold_id(attempt.group_key),
                 attempt.cluster_queue,
                 hold,
-                ttl_seconds=2 * self.window_seconds,
+                # longer than the attempt can live without a call (WON_PATIENCE windows): the attempt, not the
+                # TTL, ends the hold, so what the ledger holds and what the attempt credits its members agree
+                ttl_seconds=(WON_PATIENCE + 1) * self.window_seconds,
             )
         else:
             reservations.release(hold_id(attempt.group_key))
