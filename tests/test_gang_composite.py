@@ -110,3 +110,22 @@ def test_with_the_gate_off_each_child_is_its_own_gang() -> None:
     engine = tree(6, config=config)
     decision = filter_(engine, "g0-0", "g0")
     assert decision.passed and engine.reservations.get(hold_id("team-a/g0")).charges == {OD: 4}
+
+
+def test_the_tree_shows_in_the_podgroup_report_the_web_page_and_the_plugin() -> None:
+    from extender.kubectl_plugin.podgroup_rendering import render_podgroup
+    from extender.transport.app import create_app
+
+    engine = tree(8)
+    assert filter_(engine, "g0-0", "g0").passed
+    client = create_app(engine).test_client()
+    report = client.get("/diagnostics/podgroups/team-a/g1").get_json()
+    assert report["tree"] == {
+        "root": "team-a/job",
+        "podGroups": ["team-a/g0", "team-a/g1", "team-a/g2"],
+        "minMembers": 4,
+    }
+    assert report["hold"][0]["amount"] == 8 and report["attempt"]["placements"][0]["members"] == 1
+    page = client.get("/ui/podgroups/team-a/g1").get_data(as_text=True)
+    assert "CompositePodGroup team-a/job, all or nothing" in page and 'href="/ui/podgroups/team-a/g2"' in page
+    assert "Scheduled with   CompositePodGroup team-a/job, all or nothing" in render_podgroup(report)

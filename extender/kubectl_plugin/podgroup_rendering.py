@@ -58,6 +58,10 @@ def _facts(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
     if report["claims"]:
         facts.append(("Group claims", ", ".join(report["claims"])))
+    tree = report.get("tree")
+    if tree:
+        groups = ", ".join(tree["podGroups"])
+        facts.append(("Scheduled with", f"CompositePodGroup {tree['root']}, all or nothing: {groups}"))
     facts.append(("Condition", _condition(report)))
     attempt = report["attempt"]
     if attempt is None:
@@ -67,6 +71,10 @@ def _facts(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     facts.append(
         ("Last attempt", f"{attempt['outcome']} (started {attempt['ageSeconds']:.0f}s ago; reserved in it: {members})")
     )
+    placements = attempt.get("placements") or []
+    if len(placements) > 1:
+        judged = "; ".join(_charges(p["holds"], queue=True) for p in placements)
+        facts.append(("Placements held", judged))
     if attempt["lastRefusal"]:
         facts.append(("Refused", attempt["lastRefusal"]))
     return facts
