@@ -280,3 +280,71 @@ def test_a_job_whose_controller_makes_its_podgroup_binds_whole_or_not_at_all(
     gangs.wait_bound("single", timeout=30)
     watch.hold(1)
     assert not any(name in watch.bound for name in names), "part of the Job's gang was bound"
+
+
+COMPOSITE = ("scheduling.k8s.io", "v1alpha3")
+
+
+def add_composite(gangs: GangScenario, name: str, min_groups: int, children: int, members: int) -> list[str]:
+    """A CompositePodGroup (gang, minGroupCount `min_groups`) and `children` PodGroups (gang, minCount `members`)
+    naming it as their parent; returns the child names."""
+    body = {
+        "apiVersion": "/".join(COMPOSITE),
+        "kind": "CompositePodGroup",
+        "metadata": {"name": name, "namespace": gangs.namespace},
+        "spec": {"schedulingPolicy": {"gang": {"minGroupCount": min_groups}}},
+    }
+    gangs.plane.custom.create_namespaced_custom_object(*COMPOSITE, gangs.namespace, "compositepodgroups", body)
+    names = [f"{name}-g{index}" for index in range(children)]
+    for child in names:
+        group = {
+            "apiVersion": "/".join(SCHEDULING),
+            "kind": "PodGroup",
+            "metadata": {"name": child, "namespace": gangs.namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": members}}, "parentCompositePodGroupName": name},
+        }
+        gangs.plane.custom.create_namespaced_custom_object(*SCHEDULING, gangs.namespace, "podgroups", group)
+    wait_until(
+        lambda: (
+            (r := extender_get(gangs.url, f"/diagnostics/podgroups/{gangs.namespace}/{names[0]}"))["known"]
+            and r["tree"] is not None
+            and len(r["tree"]["podGroups"]) == children
+        ),
+        timeout=SYNC_TIMEOUT,
+        message="the extender to see the composite's tree",
+    )
+    return names
+
+
+@pytest.mark.parametrize(("quota", "fits"), [(8, True), (6, False)])
+def test_a_composite_binds_whole_or_holds_nothing(gangs: GangScenario, quota: int, fits: bool) -> None:
+    """A CompositePodGroup of minGroupCount 2 over three PodGroups of 2 pods x 2 GPUs: two children (8 GPUs) bind
+    whole in a queue of 8; in a queue of 6 only one child would fit, so nothing binds, nothing is held, and a
+    plain pod of the queue binds."""
+    gangs.add_nodes("n", 4, gpus=4)
+    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
+    gangs.add_template("two-gpus", [exactly(2)])
+    gangs.wait_extender_sees("two-gpus", queue, gangs.name)
+    children = add_composite(gangs, "job", 2, 3, 2)
+    watch = FlavorWatch(gangs)
+    members = [f"{child}-{index}" for child in children for index in range(2)]
+    for child in children:
+        for index in range(2):
+            gangs.plane.create_pod(gangs.member(f"{child}-{index}", "two-gpus", queue, child))
+    if fits:
+        bound = watch.until(lambda b: sum(1 for m in members if m in b) >= 4, SCHEDULE_TIMEOUT, "two children to bind")
+        watch.hold(3)
+        placed = {child for child in children if all(f"{child}-{i}" in watch.bound for i in range(2))}
+        assert len(placed) >= 2 and watch.max_by_flavor[flavor] <= quota, (bound, dict(watch.max_by_flavor))
+        return
+    wait_until(
+        lambda: any((c := gangs.condition(child)) is not None and c["status"] == "False" for child in children),
+        timeout=SCHEDULE_TIMEOUT,
+        message="kube-scheduler to give the composite up",
+    )
+    wait_until(lambda: not queue_reserved(gangs.url, gangs.name), timeout=5, message="the tree's quota released")
+    gangs.create_pod("single", "two-gpus", queue)
+    gangs.wait_bound("single", timeout=30)
+    watch.hold(1)
+    assert not any(m in watch.bound for m in members), "part of the composite was bound"
