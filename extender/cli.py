@@ -97,12 +97,48 @@ def _add_config_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_kubeconfig_file(path: str) -> None:
+    """A kubeconfig named on the command line must be a readable file: InputError naming it otherwise, in the
+    words of every other missing file (the client's own message, "Invalid kube-config file. No configuration
+    found.", does not say that the file is absent). Shared with the kubectl plugin."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        raise InputError(f"cannot use kubeconfig {path}: {error.strerror or error}") from None
+
+
+def server_url(text: str) -> str:
+    """``--server``: an http:// or https:// URL. argparse turns the ArgumentTypeError into a usage error (exit 2)
+    that says what to write; urllib would take ``127.0.0.1:8888`` for a URL of scheme ``127.0.0.1``."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return text
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: write http://{text} (or https://{text})")
+    raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+
+
+def refuse_empty_snapshot(service: SchedulingService) -> None:
+    """A snapshot file with no Node and no ClusterQueue answers every question with nothing ("0 node(s) pass,
+    0 fail"): it is an empty or wrong file, said as such (exit 3) rather than answered."""
+    snapshot = service.snapshot()
+    if not snapshot.nodes and not snapshot.cluster_queues:
+        raise InputError(
+            f"{service.source.description} holds no Node and no ClusterQueue: nothing to decide against "
+            "(`dra-extender snapshot --kubeconfig FILE` writes one of a live cluster)"
+        )
+
+
 def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSource, Any]:
     """The cluster source named on the command line, and a binder when the source is live."""
     if getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False):
         from extender.state import live
 
         if args.kubeconfig:
+            check_kubeconfig_file(args.kubeconfig)
             source = live.from_kubeconfig(
                 args.kubeconfig,
                 context=getattr(args, "context", None),  # kubectl-dra_quota --context
@@ -189,7 +225,17 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
     )
     if start:
         service.start()
+        if getattr(args, "snapshot", None):
+            _stop_on_error(service, refuse_empty_snapshot)
     return service
+
+
+def _stop_on_error(service: SchedulingService, check: Callable[[SchedulingService], None]) -> None:
+    try:
+        check(service)
+    except BaseException:
+        service.stop()
+        raise
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -211,7 +257,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     live = _is_live(args)
     service = _build_service(args, config, start=False)
     if not live:
-        service.start()  # a snapshot that cannot be read is an error before "serving ..."
+        service.start()  # a snapshot that cannot be read (or holds nothing) is an error before "serving ..."
+        if args.snapshot:
+            refuse_empty_snapshot(service)
     log.info(  # what is served, where
         "serving %s on %s",
         service.source.description,
@@ -455,6 +503,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from extender.state import live
 
     one_shot_logging(logging.WARNING)
+    check_kubeconfig_file(args.kubeconfig)
     api_config = load_kubeconfig(args.kubeconfig)
     probe_api_server(api_config, args.request_timeout)
     live.write_snapshot(api_config, sys.stdout, read_timeout=args.request_timeout)
@@ -495,7 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="rank every node for a pod and say why")
     explain.add_argument("pod", metavar="POD.yaml", help="the pod (YAML or JSON; - for stdin)")
     _add_source_flags(explain)
-    explain.add_argument("--server", metavar="URL", help="ask a running extender instead (http://127.0.0.1:8888)")
+    explain.add_argument(
+        "--server", metavar="URL", type=server_url, help="ask a running extender instead (http://127.0.0.1:8888)"
+    )
     _add_config_flag(explain)
     explain.add_argument("-o", "--output", choices=("table", "json"), default="table")
     _add_timeout_flag(explain)

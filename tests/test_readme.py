@@ -154,3 +154,30 @@ def test_documented_make_unit_is_the_makefiles() -> None:
     markers = re.findall(r"not (\w+)", recipe.group(1))
     listed = re.findall(r"^- `(\w+)`:", development.split("## `make unit`", 1)[1].split("\n## ", 1)[0], flags=re.M)
     assert listed == markers
+
+
+def test_monitoring_says_where_make_run_serves_metrics_and_what_stays_empty(server: str) -> None:
+    """docs/monitoring.md: `make run` serves /metrics on its one listener (8888), and the demo, a file rather
+    than a watch, exports no watch series, so the dashboard panels it names stay empty against it."""
+    import urllib.request
+
+    text = (ROOT / "docs" / "monitoring.md").read_text(encoding="utf-8")
+    assert f"<http://{DEMO_ADDRESS}/metrics>" in text
+    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
+        scraped = response.read().decode()
+    samples = [line for line in scraped.splitlines() if line and not line.startswith("#")]
+    assert any(line.startswith("dra_extender_") for line in samples)
+    watch_series = ("dra_extender_watch_", "dra_extender_state_age_seconds")
+    assert not [line for line in samples if line.startswith(watch_series)]
+    dashboard = json.loads((ROOT / "docs" / "dashboards" / "dra-quota-extender.json").read_text(encoding="utf-8"))
+    panels = {panel["title"]: panel for panel in dashboard["panels"]}
+    for row in dashboard["panels"]:
+        panels |= {panel["title"]: panel for panel in row.get("panels", [])}
+    for title in ("Watch health", "Oldest watched resource"):
+        assert f"**{title}**" in text or f'"{title}"' in text, title
+        assert title in panels, title
+    assert all(
+        target["expr"].split("(")[-1].split("[")[0].split(")")[0].startswith(watch_series)
+        for title in ("Relists and reconnects", "Age of the view per resource", "Watch events applied")
+        for target in panels[title]["targets"]
+    )
