@@ -7,8 +7,9 @@ import hashlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ from extender.service.config import JOURNAL_AUTO
 from extender.service.leadership import Leadership
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.state.kinds import kind_of_document, object_key
 from extender.state.reservation_journal import JournalIdentity, ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
-from extender.transport.strict_objects import ManifestError, StrictDecodingError, first_pod
+from extender.transport.strict_objects import ManifestError, StrictDecodingError, first_pod, load_documents
 
 log = logging.getLogger("extender")
 
@@ -355,9 +357,21 @@ def _read_gunicorn_config(path: str) -> dict[str, Any]:
     return {k: v for k, v in namespace.items() if not k.startswith("_") and k != "bind"}
 
 
-def load_pod_file(path: str) -> dict[str, Any]:
-    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin), decoded strictly
-    (transport/strict_objects.py ``first_pod``). Every problem is an InputError."""
+@dataclass(frozen=True)
+class PodFile:
+    """A pod file a person gives: its first Pod, and the objects beside it (a ResourceClaimTemplate the pod
+    names, its PodGroup, the group's other members, ...), which a local answer uses on top of the cluster asked
+    (``add_objects_beside``)."""
+
+    path: str
+    pod: dict[str, Any]
+    beside: tuple[dict[str, Any], ...] = ()
+
+
+def load_pod_file(path: str) -> PodFile:
+    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin) and the objects beside it, decoded
+    strictly (transport/strict_objects.py ``first_pod``: every object with a schema is checked). Every problem
+    is an InputError."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as error:
@@ -365,9 +379,63 @@ def load_pod_file(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
-        return first_pod(text)
+        pod = first_pod(text)
     except ManifestError as error:
         raise InputError(f"{path}: {error}") from None
+    objects = [d for d in load_documents(text) if isinstance(d, dict)]
+    first = next(i for i, d in enumerate(objects) if d.get("kind", "Pod") == "Pod")  # first_pod's choice
+    return PodFile(path, pod, tuple(objects[:first] + objects[first + 1 :]))
+
+
+def _object_label(document: Mapping[str, Any]) -> str:
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return f"{document.get('kind', '?')} {name or '(no name)'}"
+
+
+def add_objects_beside(service: SchedulingService, pod_file: PodFile, namespace: str) -> None:
+    """Add the objects beside the pod to the service's view, on top of the cluster or snapshot it reads, as
+    ``kubectl apply -f FILE -n NAMESPACE`` would create them (a namespaced object naming no namespace lands in
+    the pod's): the ResourceClaimTemplate written next to the pod is the one its answer uses. Kinds the
+    extender does not read are left out. One note on stderr says what was used and what was left out. Only a
+    service of the command's own is changed (it reserves nothing and ends with the command)."""
+    used: list[str] = []
+    ignored: list[str] = []
+    for document in pod_file.beside:
+        kind = document.get("kind")
+        api_version = document.get("apiVersion", "")
+        info = kind_of_document(kind, api_version if isinstance(api_version, str) else "") if kind else None
+        if info is None:
+            ignored.append(_object_label(document))
+            continue
+        raw = dict(document)
+        metadata = raw.get("metadata")
+        if info.namespaced and isinstance(metadata, Mapping) and not metadata.get("namespace"):
+            raw["metadata"] = {**metadata, "namespace": namespace}
+        try:
+            service.store.apply(info.kind, "ADDED", raw)
+        except ObjectError as error:
+            raise InputError(f"{pod_file.path}: {_object_label(document)}: {error.describe()}") from None
+        used.append(f"{info.wire_kind} {object_key(info, raw)}")
+    parts = []
+    if used:
+        parts.append(f"used beside the Pod, on top of {service.source.description}: {', '.join(used)}")
+    if ignored:
+        parts.append(f"left out (kinds the extender does not read): {', '.join(ignored)}")
+    if parts:
+        print(f"note: {pod_file.path}: {'; '.join(parts)}", file=sys.stderr)
+
+
+def note_objects_not_sent(pod_file: PodFile, where: str) -> None:
+    """A running extender is sent the Pod only: one note on stderr naming what the file holds beside it and
+    how to have it used."""
+    if pod_file.beside:
+        names = ", ".join(_object_label(d) for d in pod_file.beside)
+        print(
+            f"note: {pod_file.path}: {where} is sent the Pod only; not used: {names} (create them in the "
+            "cluster, or ask with --snapshot FILE or --kubeconfig FILE to have them used on top of it)",
+            file=sys.stderr,
+        )
 
 
 def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:
@@ -380,10 +448,11 @@ def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:
 def cmd_explain(args: argparse.Namespace) -> int:
     from extender.transport.diagnostics import decision_json, render_table
 
-    raw_pod = load_pod_file(args.pod)
-    pod = parse_input_pod(raw_pod, args.pod)
+    pod_file = load_pod_file(args.pod)
+    pod = parse_input_pod(pod_file.pod, args.pod)
     if args.server:
-        report = explain_remotely(args.server, raw_pod, args.request_timeout)
+        report = explain_remotely(args.server, pod_file.pod, args.request_timeout)
+        note_objects_not_sent(pod_file, args.server)
     else:
         config = load_config(args.config)
         one_shot_logging()
@@ -391,6 +460,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         try:
             if args.kubeconfig:
                 wait_ready(service)
+            add_objects_beside(service, pod_file, pod.namespace)
             report = decision_json(service.explain(pod))
         finally:
             service.stop()

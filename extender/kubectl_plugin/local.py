@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from extender import cli
+from extender.cli import PodFile
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.plugin_errors import InputError, RefusedError, podgroup_unknown
 from extender.service import load_config
@@ -27,13 +28,15 @@ class LocalExtender(Extender):
                 self._service.stop()  # its watch threads would keep the process from exiting
                 raise
 
-    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
+    def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
         from extender.transport.diagnostics import decision_json
 
         try:
             parsed = parse_pod(pod)
         except ObjectError as error:
             raise InputError(f"pod: {error.describe()}") from None
+        if pod_file is not None:
+            cli.add_objects_beside(self._service, pod_file, parsed.namespace)
         return decision_json(self._service.explain(parsed))
 
     def explain_named(self, namespace: str, name: str) -> dict[str, Any]:
