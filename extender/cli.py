@@ -426,6 +426,23 @@ def add_objects_beside(service: SchedulingService, pod_file: PodFile, namespace:
         print(f"note: {pod_file.path}: {'; '.join(parts)}", file=sys.stderr)
 
 
+GANG_FEATURES_EXAMPLE = "extender/demo/gang-features.yaml"
+
+
+def note_gates_off(service: SchedulingService, group_key: str) -> None:
+    """One note on stderr when a pod names a PodGroup that this service does not decide as a group: with
+    GenericWorkload off (the default, as in kube-scheduler 1.37) a pod's schedulingGroup means nothing to
+    kube-scheduler nor to the extender (decisions/gang/features.py), so the answer is the pod's alone."""
+    if not group_key or service.config.features.generic_workload:
+        return
+    print(
+        f"note: PodGroup {group_key} is not decided as a group: GenericWorkload is off in the extender's "
+        "features (the default); when kube-scheduler runs with the gate, pass --config FILE with "
+        f"`features: {{GenericWorkload: true}}` ({GANG_FEATURES_EXAMPLE} is one)",
+        file=sys.stderr,
+    )
+
+
 def note_objects_not_sent(pod_file: PodFile, where: str) -> None:
     """A running extender is sent the Pod only: one note on stderr naming what the file holds beside it and
     how to have it used."""
@@ -462,6 +479,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
                 wait_ready(service)
             add_objects_beside(service, pod_file, pod.namespace)
             report = decision_json(service.explain(pod))
+            note_gates_off(service, pod.group_key)
         finally:
             service.stop()
     if args.output == "json":

@@ -181,3 +181,59 @@ def test_monitoring_says_where_make_run_serves_metrics_and_what_stays_empty(serv
         for title in ("Relists and reconnects", "Age of the view per resource", "Watch events applied")
         for target in panels[title]["targets"]
     )
+
+
+def shown_runs(section: str) -> list[tuple[str, list[str]]]:
+    """The `$ command` lines of a section's ```sh blocks, each with the output lines shown under it."""
+    runs: list[tuple[str, list[str]]] = []
+    for block in code_blocks(section, "sh"):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                runs.append((line[2:], []))
+            elif runs:
+                runs[-1][1].append(line)
+    return runs
+
+
+def matches_shown(shown: list[str], printed: list[str]) -> bool:
+    """Line for line: equal, or, for a shown line cut with `...`, printed starting with what is shown."""
+    if len(shown) != len(printed):
+        return False
+    return all(p == s or (s.endswith("...") and p.startswith(s[:-3])) for s, p in zip(shown, printed, strict=True))
+
+
+def test_the_offline_gang_walk_through_prints_what_it_shows() -> None:
+    """docs/gangs.md "Gangs offline": every command runs as written against extender/demo/gang.yaml and prints
+    the lines shown (stderr's notes included); the group's refusal is cut in the page, so its wording may
+    change, while the structure is checked: the group verdict, the members against minCount, one row each."""
+    gangs = (ROOT / "docs" / "gangs.md").read_text(encoding="utf-8")
+    section = gangs.split("## Gangs offline: a walk-through", 1)[1].split("\n## ", 1)[0]
+    runs = shown_runs(section)
+    assert len(runs) == 5
+    for command, shown in runs:
+        assert (ROOT / "extender" / "demo" / "gang.yaml").name in command
+        result = subprocess.run(
+            ["bash", "-c", command.replace(".venv/bin/", f"{ROOT}/.venv/bin/") + " 2>&1"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT), "LANG": "C.UTF-8"},
+            check=False,
+        )
+        printed = result.stdout.rstrip("\n").splitlines()
+        assert result.returncode == 0 and matches_shown(shown, printed), f"{command} printed:\n{result.stdout}"
+    by_group = {command.rsplit(" ", 1)[1]: shown for command, shown in runs if " podgroup " in command}
+    for group, (min_count, members) in {"train": (4, 4), "wide": (6, 6), "partial": (6, 4)}.items():
+        table = by_group[group]
+        assert f"Policy           gang, minCount {min_count}" in table
+        assert sum(line.startswith(f"team-a/{group}-") for line in table) == members
+        assert any(line.startswith("Group verdict    ") for line in table)
+        missing = [line for line in table if line.startswith("Members ")]
+        assert missing == (
+            [f"Members          {members} exist, minCount {min_count}: the group waits for 2 more to be created"]
+            if members < min_count
+            else []
+        )
+    assert "Group verdict    does not fit" in "\n".join(by_group["wide"])
+    assert "Group verdict    fits" in "\n".join(by_group["train"])

@@ -11,7 +11,7 @@ Kueue's quota (pkg/scheduler/flavorassigner) only on the nodes the devices allow
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
@@ -123,7 +123,7 @@ def decide_pod(
     quota = quota_for()
     gang_quota = decide_gang_quota(quota, gang, quota_for) if gang is not None else None
     if gang_quota is not None:
-        quota = gang_quota.quota
+        quota = _group_quota(quota, gang_quota.quota)
     verdicts = NodeVerdicts(order, devices.allocations, quota.per_node, _failures(devices, quota), asked)
     held = gang_quota.own if gang_quota is not None else quota.reservation
     return PodDecision(
@@ -138,6 +138,15 @@ def decide_pod(
         settled=devices.settled,
         gang=gang_quota,
     )
+
+
+def _group_quota(own: QuotaDecision, group: QuotaDecision) -> QuotaDecision:
+    """The group's decision for the pod, naming the ClusterQueue the pod's own decision found when the group's
+    refusal names none: the queue is the pod's (its LocalQueue's) whether or not the group fits in it, and
+    `explain` shows it beside the refusal."""
+    if group.cluster_queue or not own.cluster_queue:
+        return group
+    return replace(group, cluster_queue=own.cluster_queue)
 
 
 def _nothing_to_decide(
