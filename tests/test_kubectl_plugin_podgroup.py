@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender import kubectl_plugin
+from extender import cli, kubectl_plugin
 from extender.cli import EXIT_REFUSED, EXIT_USAGE
 from extender.kubectl_plugin.podgroup_rendering import render_podgroup
 from testkit import builders as b
@@ -141,6 +141,10 @@ def test_without_the_gate_a_note_says_the_group_is_not_decided(
     assert (code, err) == (0, GATES_OFF_NOTE.format("train"))
     assert json.loads(out)["verdictNow"] is None  # no group decision to show
     assert offline(capsys, gang_files, "explain", "-n", "team-a", "w2")[2] == ""  # gate on: no note
+    member = snapshot.with_name("w2.yaml")
+    member.write_text(yaml.safe_dump(gpu_pod("w2", pod_group="train")), encoding="utf-8")
+    assert cli.main(["explain", str(member), "--snapshot", str(snapshot)]) == 0  # dra-extender explain: the same
+    assert capsys.readouterr().err == GATES_OFF_NOTE.format("train")
 
 
 def test_fewer_members_than_min_count_are_said(capsys: pytest.CaptureFixture[str]) -> None:
