@@ -131,6 +131,7 @@ GANG_DEMO = Path(__file__).resolve().parents[1] / "extender" / "demo" / "gang.ya
 GANG_FEATURES = GANG_DEMO.with_name("gang-features.yaml")
 
 
+@pytest.mark.slow
 def test_without_the_gate_a_note_says_the_group_is_not_decided(
     capsys: pytest.CaptureFixture[str], gang_files: tuple[Path, Path]
 ) -> None:

@@ -202,6 +202,7 @@ def matches_shown(shown: list[str], printed: list[str]) -> bool:
     return all(p == s or (s.endswith("...") and p.startswith(s[:-3])) for s, p in zip(shown, printed, strict=True))
 
 
+@pytest.mark.slow
 def test_the_offline_gang_walk_through_prints_what_it_shows() -> None:
     """docs/gangs.md "Gangs offline": every command runs as written against extender/demo/gang.yaml and prints
     the lines shown (stderr's notes included); the group's refusal is cut in the page, so its wording may
