@@ -404,7 +404,8 @@ def add_objects_beside(service: SchedulingService, pod_file: PodFile, namespace:
     for document in pod_file.beside:
         kind = document.get("kind")
         api_version = document.get("apiVersion", "")
-        info = kind_of_document(kind, api_version if isinstance(api_version, str) else "") if kind else None
+        version = api_version if isinstance(api_version, str) else ""
+        info = kind_of_document(kind, version) if isinstance(kind, str) and kind else None
         if info is None:
             ignored.append(_object_label(document))
             continue
