@@ -7,8 +7,9 @@ import hashlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,11 @@ from extender.service.config import JOURNAL_AUTO
 from extender.service.leadership import Leadership
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+from extender.state.kinds import kind_of_document, object_key
 from extender.state.reservation_journal import JournalIdentity, ReservationJournal, default_journal_path
 from extender.state.snapshot_file import SnapshotError
 from extender.state.sources import ClusterSource, SnapshotSource
-from extender.transport.strict_objects import ManifestError, StrictDecodingError, first_pod
+from extender.transport.strict_objects import ManifestError, StrictDecodingError, first_pod, load_documents
 
 log = logging.getLogger("extender")
 
@@ -97,12 +99,48 @@ def _add_config_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_kubeconfig_file(path: str) -> None:
+    """A kubeconfig named on the command line must be a readable file: InputError naming it otherwise, in the
+    words of every other missing file (the client's own message, "Invalid kube-config file. No configuration
+    found.", does not say that the file is absent). Shared with the kubectl plugin."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        raise InputError(f"cannot use kubeconfig {path}: {error.strerror or error}") from None
+
+
+def server_url(text: str) -> str:
+    """``--server``: an http:// or https:// URL. argparse turns the ArgumentTypeError into a usage error (exit 2)
+    that says what to write; urllib would take ``127.0.0.1:8888`` for a URL of scheme ``127.0.0.1``."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return text
+    if "://" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a URL: write http://{text} (or https://{text})")
+    raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// URL with a host")
+
+
+def refuse_empty_snapshot(service: SchedulingService) -> None:
+    """A snapshot file with no Node and no ClusterQueue answers every question with nothing ("0 node(s) pass,
+    0 fail"): it is an empty or wrong file, said as such (exit 3) rather than answered."""
+    snapshot = service.snapshot()
+    if not snapshot.nodes and not snapshot.cluster_queues:
+        raise InputError(
+            f"{service.source.description} holds no Node and no ClusterQueue: nothing to decide against "
+            "(`dra-extender snapshot --kubeconfig FILE` writes one of a live cluster)"
+        )
+
+
 def _source(args: argparse.Namespace, config: ExtenderConfig) -> tuple[ClusterSource, Any]:
     """The cluster source named on the command line, and a binder when the source is live."""
     if getattr(args, "kubeconfig", None) or getattr(args, "in_cluster", False):
         from extender.state import live
 
         if args.kubeconfig:
+            check_kubeconfig_file(args.kubeconfig)
             source = live.from_kubeconfig(
                 args.kubeconfig,
                 context=getattr(args, "context", None),  # kubectl-dra_quota --context
@@ -189,7 +227,17 @@ def _build_service(args: argparse.Namespace, config: ExtenderConfig, *, start: b
     )
     if start:
         service.start()
+        if getattr(args, "snapshot", None):
+            _stop_on_error(service, refuse_empty_snapshot)
     return service
+
+
+def _stop_on_error(service: SchedulingService, check: Callable[[SchedulingService], None]) -> None:
+    try:
+        check(service)
+    except BaseException:
+        service.stop()
+        raise
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -211,7 +259,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     live = _is_live(args)
     service = _build_service(args, config, start=False)
     if not live:
-        service.start()  # a snapshot that cannot be read is an error before "serving ..."
+        service.start()  # a snapshot that cannot be read (or holds nothing) is an error before "serving ..."
+        if args.snapshot:
+            refuse_empty_snapshot(service)
     log.info(  # what is served, where
         "serving %s on %s",
         service.source.description,
@@ -307,9 +357,21 @@ def _read_gunicorn_config(path: str) -> dict[str, Any]:
     return {k: v for k, v in namespace.items() if not k.startswith("_") and k != "bind"}
 
 
-def load_pod_file(path: str) -> dict[str, Any]:
-    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin), decoded strictly
-    (transport/strict_objects.py ``first_pod``). Every problem is an InputError."""
+@dataclass(frozen=True)
+class PodFile:
+    """A pod file a person gives: its first Pod, and the objects beside it (a ResourceClaimTemplate the pod
+    names, its PodGroup, the group's other members, ...), which a local answer uses on top of the cluster asked
+    (``add_objects_beside``)."""
+
+    path: str
+    pod: dict[str, Any]
+    beside: tuple[dict[str, Any], ...] = ()
+
+
+def load_pod_file(path: str) -> PodFile:
+    """The first Pod of a YAML or JSON file a person gives (``-`` for stdin) and the objects beside it, decoded
+    strictly (transport/strict_objects.py ``first_pod``: every object with a schema is checked). Every problem
+    is an InputError."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as error:
@@ -317,9 +379,81 @@ def load_pod_file(path: str) -> dict[str, Any]:
     except UnicodeDecodeError as error:
         raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     try:
-        return first_pod(text)
+        pod = first_pod(text)
     except ManifestError as error:
         raise InputError(f"{path}: {error}") from None
+    objects = [d for d in load_documents(text) if isinstance(d, dict)]
+    first = next(i for i, d in enumerate(objects) if d.get("kind", "Pod") == "Pod")  # first_pod's choice
+    return PodFile(path, pod, tuple(objects[:first] + objects[first + 1 :]))
+
+
+def _object_label(document: Mapping[str, Any]) -> str:
+    metadata = document.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return f"{document.get('kind', '?')} {name or '(no name)'}"
+
+
+def add_objects_beside(service: SchedulingService, pod_file: PodFile, namespace: str) -> None:
+    """Add the objects beside the pod to the service's view, on top of the cluster or snapshot it reads, as
+    ``kubectl apply -f FILE -n NAMESPACE`` would create them (a namespaced object naming no namespace lands in
+    the pod's): the ResourceClaimTemplate written next to the pod is the one its answer uses. Kinds the
+    extender does not read are left out. One note on stderr says what was used and what was left out. Only a
+    service of the command's own is changed (it reserves nothing and ends with the command)."""
+    used: list[str] = []
+    ignored: list[str] = []
+    for document in pod_file.beside:
+        kind = document.get("kind")
+        api_version = document.get("apiVersion", "")
+        version = api_version if isinstance(api_version, str) else ""
+        info = kind_of_document(kind, version) if isinstance(kind, str) and kind else None
+        if info is None:
+            ignored.append(_object_label(document))
+            continue
+        raw = dict(document)
+        metadata = raw.get("metadata")
+        if info.namespaced and isinstance(metadata, Mapping) and not metadata.get("namespace"):
+            raw["metadata"] = {**metadata, "namespace": namespace}
+        try:
+            service.store.apply(info.kind, "ADDED", raw)
+        except ObjectError as error:
+            raise InputError(f"{pod_file.path}: {_object_label(document)}: {error.describe()}") from None
+        used.append(f"{info.wire_kind} {object_key(info, raw)}")
+    parts = []
+    if used:
+        parts.append(f"used beside the Pod, on top of {service.source.description}: {', '.join(used)}")
+    if ignored:
+        parts.append(f"left out (kinds the extender does not read): {', '.join(ignored)}")
+    if parts:
+        print(f"note: {pod_file.path}: {'; '.join(parts)}", file=sys.stderr)
+
+
+GANG_FEATURES_EXAMPLE = "extender/demo/gang-features.yaml"
+
+
+def note_gates_off(service: SchedulingService, group_key: str) -> None:
+    """One note on stderr when a pod names a PodGroup that this service does not decide as a group: with
+    GenericWorkload off (the default, as in kube-scheduler 1.37) a pod's schedulingGroup means nothing to
+    kube-scheduler nor to the extender (decisions/gang/features.py), so the answer is the pod's alone."""
+    if not group_key or service.config.features.generic_workload:
+        return
+    print(
+        f"note: PodGroup {group_key} is not decided as a group: GenericWorkload is off in the extender's "
+        "features (the default); when kube-scheduler runs with the gate, pass --config FILE with "
+        f"`features: {{GenericWorkload: true}}` ({GANG_FEATURES_EXAMPLE} is one)",
+        file=sys.stderr,
+    )
+
+
+def note_objects_not_sent(pod_file: PodFile, where: str) -> None:
+    """A running extender is sent the Pod only: one note on stderr naming what the file holds beside it and
+    how to have it used."""
+    if pod_file.beside:
+        names = ", ".join(_object_label(d) for d in pod_file.beside)
+        print(
+            f"note: {pod_file.path}: {where} is sent the Pod only; not used: {names} (create them in the "
+            "cluster, or ask with --snapshot FILE or --kubeconfig FILE to have them used on top of it)",
+            file=sys.stderr,
+        )
 
 
 def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:
@@ -332,10 +466,11 @@ def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:
 def cmd_explain(args: argparse.Namespace) -> int:
     from extender.transport.diagnostics import decision_json, render_table
 
-    raw_pod = load_pod_file(args.pod)
-    pod = parse_input_pod(raw_pod, args.pod)
+    pod_file = load_pod_file(args.pod)
+    pod = parse_input_pod(pod_file.pod, args.pod)
     if args.server:
-        report = explain_remotely(args.server, raw_pod, args.request_timeout)
+        report = explain_remotely(args.server, pod_file.pod, args.request_timeout)
+        note_objects_not_sent(pod_file, args.server)
     else:
         config = load_config(args.config)
         one_shot_logging()
@@ -343,7 +478,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         try:
             if args.kubeconfig:
                 wait_ready(service)
+            add_objects_beside(service, pod_file, pod.namespace)
             report = decision_json(service.explain(pod))
+            note_gates_off(service, pod.group_key)
         finally:
             service.stop()
     if args.output == "json":
@@ -455,6 +592,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from extender.state import live
 
     one_shot_logging(logging.WARNING)
+    check_kubeconfig_file(args.kubeconfig)
     api_config = load_kubeconfig(args.kubeconfig)
     probe_api_server(api_config, args.request_timeout)
     live.write_snapshot(api_config, sys.stdout, read_timeout=args.request_timeout)
@@ -495,7 +633,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="rank every node for a pod and say why")
     explain.add_argument("pod", metavar="POD.yaml", help="the pod (YAML or JSON; - for stdin)")
     _add_source_flags(explain)
-    explain.add_argument("--server", metavar="URL", help="ask a running extender instead (http://127.0.0.1:8888)")
+    explain.add_argument(
+        "--server", metavar="URL", type=server_url, help="ask a running extender instead (http://127.0.0.1:8888)"
+    )
     _add_config_flag(explain)
     explain.add_argument("-o", "--output", choices=("table", "json"), default="table")
     _add_timeout_flag(explain)

@@ -389,3 +389,21 @@ def test_an_attribute_of_a_type_this_client_does_not_know_keeps_the_device_and_f
     assert "unsupported attribute value" in outcome.summary
     plain = cluster(b.node("n1"), b.gpu_slice("n1", 0, devices=[device]), b.device_class(selectors=[]), template)
     assert devices(decide(plain, pod)["n1"]) == ["gpu-0"]
+
+
+@pytest.mark.parametrize(
+    ("selectable", "words"),
+    [
+        (0, "no device on this node matches"),
+        (1, "only 1 device on this node matches"),
+        (2, "only 2 devices on this node match"),
+    ],
+)
+def test_a_count_shortfall_reads_as_english(selectable: int, words: str) -> None:
+    """The per-node reason of a request for more devices than the node has: the verb agrees with the count."""
+    from extender.decisions.devices.explain import count_shortfall
+    from extender.state.dra.claims import DeviceSubRequest
+
+    sub = DeviceSubRequest("gpu", "gpu.example.com", (), "ExactCount", 4, False, ())
+    refusal = count_shortfall("node-a", "claim gpu", "gpu", sub, selectable, selectable)
+    assert refusal.detail.endswith(f"needs 4 devices of class gpu.example.com; {words}"), refusal.detail

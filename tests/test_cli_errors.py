@@ -77,11 +77,28 @@ def test_explain_input_mistakes_are_one_line_and_exit_3(capsys: pytest.CaptureFi
     assert one_error_line(err) == f"error: {bad}: not YAML: line 3, column 6: expected ',' or '}}', but got ':'"
     code, out, err = run_cli(capsys, "explain", str(tmp_path))
     assert (code, out) == (EXIT_INPUT, "") and "Is a directory" in one_error_line(err)
-    code, out, err = run_cli(capsys, "explain", str(DEMO_POD), "--kubeconfig", str(tmp_path / "nonexistent"))
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n", encoding="utf-8")
+    code, out, err = run_cli(capsys, "explain", str(DEMO_POD), "--snapshot", str(empty))
     assert (code, out) == (EXIT_INPUT, "")
-    assert one_error_line(err).startswith(f"error: cannot use kubeconfig {tmp_path / 'nonexistent'}")
-    code, _, err = run_cli(capsys, "snapshot", "--kubeconfig", str(tmp_path / "nonexistent"))
-    assert code == EXIT_INPUT and one_error_line(err).startswith("error: cannot use kubeconfig")
+    assert one_error_line(err).startswith(f"error: snapshot {empty} holds no Node and no ClusterQueue")
+
+
+def test_a_missing_kubeconfig_is_named_in_one_wording(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The CLI and the plugin say the same thing about a kubeconfig that is not there: its path, and that it
+    does not exist (not the client's "Invalid kube-config file", not a Python errno repr)."""
+    missing = tmp_path / "nonexistent"
+    expected = f"error: cannot use kubeconfig {missing}: No such file or directory"
+    for run, argv in (
+        (run_cli, ["explain", str(DEMO_POD), "--kubeconfig", str(missing)]),
+        (run_cli, ["snapshot", "--kubeconfig", str(missing)]),
+        (run_plugin, ["--kubeconfig", str(missing), "queues"]),
+        (run_plugin, ["--kubeconfig", str(missing), "--local", "explain", "-n", "team-a", "trainer-0"]),
+        (run_plugin, ["--kubeconfig", str(missing), "podgroup", "train"]),
+    ):
+        code, out, err = run(capsys, *argv)
+        assert (code, out) == (EXIT_INPUT, ""), argv
+        assert one_error_line(err) == expected, argv
 
 
 def test_usage_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,6 +113,32 @@ def test_usage_mistakes_are_one_line_and_exit_2(capsys: pytest.CaptureFixture[st
     assert usage.value.code == EXIT_USAGE and "unrecognized arguments: --bogus" in one_error_line(
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("main", "argv"),
+    [
+        (cli.main, ["explain", str(DEMO_POD), "--server", "{server}"]),
+        (kubectl_plugin.main, ["--server", "{server}", "queues"]),
+        (kubectl_plugin.main, ["explain", "-f", str(DEMO_POD), "--server", "{server}"]),
+    ],
+)
+def test_a_server_without_its_scheme_is_a_usage_mistake(
+    capsys: pytest.CaptureFixture[str], main: object, argv: list[str]
+) -> None:
+    """`--server 127.0.0.1:8888`: exit 2 and what to write, not "cannot reach ...: unknown url type"."""
+    assert callable(main)
+    with pytest.raises(SystemExit) as usage:
+        main([arg.format(server="127.0.0.1:8888") for arg in argv])
+    assert usage.value.code == EXIT_USAGE
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(
+        "error: argument --server: '127.0.0.1:8888' is not a URL: write http://127.0.0.1:8888 (or https://127.0.0.1:8888)"
+    ), line
+    with pytest.raises(SystemExit) as usage:
+        main([arg.format(server="ftp://127.0.0.1") for arg in argv])
+    assert usage.value.code == EXIT_USAGE
+    assert "'ftp://127.0.0.1' is not an http:// or https:// URL" in one_error_line(capsys.readouterr().err)
 
 
 def test_an_api_server_that_is_down_is_exit_4_within_seconds(
@@ -160,6 +203,15 @@ def test_plugin_explain_file_mistakes(capsys: pytest.CaptureFixture[str], tmp_pa
     assert one_error_line(err) == f"error: {tmp_path / 'absent'}: No such file or directory"
     code, out, err = run_plugin(capsys, "--kubeconfig", str(down_kubeconfig(tmp_path)), "explain", "-f", str(bad))
     assert code == EXIT_INPUT  # the file is read before any cluster is asked
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("---\n", encoding="utf-8")
+    for argv in (["queues"], ["explain", "-f", str(DEMO_POD)], ["podgroup", "-n", "team-a", "train"]):
+        code, out, err = run_plugin(capsys, "--snapshot", str(empty), *argv)
+        assert (code, out) == (EXIT_INPUT, ""), argv
+        assert one_error_line(err) == (
+            f"error: snapshot {empty} holds no Node and no ClusterQueue: nothing to decide against "
+            "(`dra-extender snapshot --kubeconfig FILE` writes one of a live cluster)"
+        )
 
 
 def test_plugin_explains_a_named_pod_offline(

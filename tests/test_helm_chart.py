@@ -162,6 +162,21 @@ def test_helm_template_refuses_the_bogus_strategy_and_unknown_values(tools: dict
     assert helm_refusal(tools, tmp_path, "template", {"scheduler": {"image": {"tags": "v1.37.2"}}}) is not None
 
 
+def test_an_empty_image_tag_is_refused_by_path(tools: dict[str, Path]) -> None:
+    """`--set image.tag=` would render `image: dra-quota-extender:`; the schema names the value instead."""
+    for value in ("image.tag=", "image.repository=", "scheduler.image.tag="):
+        result = subprocess.run(
+            [str(tools["helm"]), "template", "x", str(CHART), "--set", value],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        path = "/" + value.removesuffix("=").replace(".", "/")
+        assert result.returncode != 0 and path in result.stderr, (value, result.stderr)
+        assert "minLength" in result.stderr or "length must be >= 1" in result.stderr, result.stderr
+
+
 def test_the_values_schema_checks_the_monitoring_block(tools: dict[str, Path], tmp_path: Path) -> None:
     good = {"monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "x"}, "interval": "1m30s"}}}
     assert helm_refusal(tools, tmp_path, "lint", good) is None

@@ -137,7 +137,10 @@ def test_errors_go_to_stderr_with_documented_exit_codes(capsys: pytest.CaptureFi
     code, out, err = demo(capsys, "explain", "-f", str(not_a_pod))
     assert code == EXIT_INPUT and "holds no Pod" in err
     code, _, err = plugin(capsys, "--kubeconfig", str(tmp_path / "missing"), "queues")
-    assert code == EXIT_INPUT and err.startswith("error: cannot read kubeconfig")
+    assert (
+        code == EXIT_INPUT
+        and err == f"error: cannot use kubeconfig {tmp_path / 'missing'}: No such file or directory\n"
+    )
     with pytest.raises(SystemExit) as usage:
         kubectl_plugin.main(["queues", "-o", "wide"])
     assert usage.value.code == EXIT_USAGE
@@ -381,3 +384,88 @@ def test_server_without_a_kubeconfig_shows_the_extenders_last_decision(
     report = json.loads(out)
     assert (report["pod"], report["verb"]) == ("team-a/trainer-0", "filter")
     assert sorted(v["node"] for v in report["nodes"]) == nodes
+
+
+# --- objects beside the pod in -f FILE ---------------------------------------------------------------------------
+
+THREE_GPUS = """apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: three-gpus
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.example.com
+          count: 3
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: mine
+  namespace: team-a
+  labels:
+    kueue.x-k8s.io/queue-name: gpus
+spec:
+  containers:
+  - name: main
+    image: busybox
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: three-gpus
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: svc
+"""
+
+
+def charged(report: dict[str, Any]) -> set[Any]:
+    return {c["amount"] for node in report["nodes"] for c in node.get("quota", {}).get("charges", [])}
+
+
+def test_a_template_beside_the_pod_is_used_on_top_of_the_snapshot(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The ResourceClaimTemplate written next to the pod is the one its answer uses (3 GPUs charged, not a
+    template "that does not exist"); the Service beside it is named as left out; one note on stderr."""
+    manifest = tmp_path / "mine.yaml"
+    manifest.write_text(THREE_GPUS, encoding="utf-8")
+    note = (
+        f"note: {manifest}: used beside the Pod, on top of {{}}: ResourceClaimTemplate team-a/three-gpus; "
+        "left out (kinds the extender does not read): Service svc\n"
+    )
+    code, out, err = demo(capsys, "explain", "-f", str(manifest), "-o", "json")
+    assert (code, err) == (0, note.format(f"snapshot {DEMO}"))
+    report = json.loads(out)
+    assert report["passed"] == 2 and charged(report) == {3}
+    code, out, err = plugin(capsys, "--snapshot", str(DEMO), "explain", "-f", str(manifest), "-o", "json")
+    assert json.loads(out) == report
+    assert cli.main(["explain", str(manifest), "-o", "json"]) == 0  # dra-extender explain: the same
+    out, err = capsys.readouterr()
+    assert json.loads(out) | {"snapshotVersion": 0} == report | {"snapshotVersion": 0}
+    assert err == note.format("the embedded demo cluster")
+    # a namespaced object naming no namespace lands in the pod's (-n), as kubectl apply -n would create it
+    manifest.write_text(THREE_GPUS.replace("  namespace: team-a\n", ""), encoding="utf-8")
+    code, out, err = demo(capsys, "-n", "team-a", "explain", "-f", str(manifest), "-o", "json")
+    assert code == 0 and charged(json.loads(out)) == {3} and "ResourceClaimTemplate team-a/three-gpus" in err
+
+
+def test_a_running_extender_is_sent_the_pod_only_and_says_so(
+    capsys: pytest.CaptureFixture[str], demo_extender: str, tmp_path: Path
+) -> None:
+    manifest = tmp_path / "mine.yaml"
+    manifest.write_text(THREE_GPUS, encoding="utf-8")
+    expected = (
+        f"note: {manifest}: {demo_extender} is sent the Pod only; not used: ResourceClaimTemplate three-gpus, "
+        "Service svc (create them in the cluster, or ask with --snapshot FILE or --kubeconfig FILE to have them "
+        "used on top of it)\n"
+    )
+    code, out, err = plugin(capsys, "--server", demo_extender, "explain", "-f", str(manifest), "-o", "json")
+    assert (code, err) == (0, expected)
+    assert "three-gpus" in json.dumps(json.loads(out))  # the running extender does not know the template
+    assert cli.main(["explain", str(manifest), "--server", demo_extender, "-o", "json"]) == 0
+    assert capsys.readouterr().err == expected

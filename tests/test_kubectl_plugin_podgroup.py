@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender import kubectl_plugin
+from extender import cli, kubectl_plugin
 from extender.cli import EXIT_REFUSED, EXIT_USAGE
 from extender.kubectl_plugin.podgroup_rendering import render_podgroup
 from testkit import builders as b
@@ -73,13 +73,14 @@ def test_offline_table_shows_the_group_and_its_members(
         "ClusterQueue     team-a",
         "Placed           2 of 3 member(s) bound or nominated: needs 1 more",
         "Held for group   nothing",
+        "Group verdict    fits (computed now for team-a/w2, nothing reserved)",
         "Condition        none yet",
         "Last attempt     none seen since the extender started",
         "",
         "POD         NODE                      RESERVED   VERDICT",
         "team-a/w0   on-demand-0 (bound)       -          no decision remembered",
         "team-a/w1   on-demand-1 (nominated)   -          no decision remembered",
-        "team-a/w2   -                         -          no decision remembered",
+        "team-a/w2   -                         -          what-if: 4 node(s) pass, first on-demand-0",
     ]
 
 
@@ -117,6 +118,80 @@ def test_an_unknown_podgroup_is_refused_in_one_line(
         offline(capsys, gang_files, "podgroup")
     assert usage.value.code == EXIT_USAGE
     assert capsys.readouterr().err.startswith("error: the following arguments are required: NAME")
+
+
+# --- offline, a newcomer's PodGroups: gates off, fewer members than minCount, a group that never fits ---------
+
+GATES_OFF_NOTE = (
+    "note: PodGroup team-a/{} is not decided as a group: GenericWorkload is off in the extender's features "
+    "(the default); when kube-scheduler runs with the gate, pass --config FILE with "
+    "`features: {{GenericWorkload: true}}` (extender/demo/gang-features.yaml is one)\n"
+)
+GANG_DEMO = Path(__file__).resolve().parents[1] / "extender" / "demo" / "gang.yaml"
+GANG_FEATURES = GANG_DEMO.with_name("gang-features.yaml")
+
+
+@pytest.mark.slow
+def test_without_the_gate_a_note_says_the_group_is_not_decided(
+    capsys: pytest.CaptureFixture[str], gang_files: tuple[Path, Path]
+) -> None:
+    snapshot, _ = gang_files
+    code, out, err = plugin(capsys, "--snapshot", str(snapshot), "explain", "-n", "team-a", "w2")
+    assert (code, err) == (0, GATES_OFF_NOTE.format("train")) and "PodGroup" not in out
+    code, out, err = plugin(capsys, "--snapshot", str(snapshot), "podgroup", "-n", "team-a", "train", "-o", "json")
+    assert (code, err) == (0, GATES_OFF_NOTE.format("train"))
+    assert json.loads(out)["verdictNow"] is None  # no group decision to show
+    assert offline(capsys, gang_files, "explain", "-n", "team-a", "w2")[2] == ""  # gate on: no note
+    member = snapshot.with_name("w2.yaml")
+    member.write_text(yaml.safe_dump(gpu_pod("w2", pod_group="train")), encoding="utf-8")
+    assert cli.main(["explain", str(member), "--snapshot", str(snapshot)]) == 0  # dra-extender explain: the same
+    assert capsys.readouterr().err == GATES_OFF_NOTE.format("train")
+
+
+def test_fewer_members_than_min_count_are_said(capsys: pytest.CaptureFixture[str]) -> None:
+    code, table, err = plugin(
+        capsys, "--snapshot", str(GANG_DEMO), "--config", str(GANG_FEATURES), "podgroup", "-n", "team-a", "partial"
+    )
+    assert (code, err) == (0, "")
+    lines = table.splitlines()
+    assert lines[1:3] == [
+        "Policy           gang, minCount 6",
+        "Members          4 exist, minCount 6: the group waits for 2 more to be created",
+    ]
+    assert sum(line.startswith("team-a/partial-") for line in lines) == 4
+    _, full, _ = plugin(
+        capsys, "--snapshot", str(GANG_DEMO), "--config", str(GANG_FEATURES), "podgroup", "-n", "team-a", "train"
+    )
+    assert not [line for line in full.splitlines() if line.startswith("Members")]  # 4 of minCount 4: no line
+
+
+def test_a_group_that_never_fits_is_refused_once_with_its_queue_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """The group verdict computed offline, each member's row pointing at it; `explain` of a member names the
+    ClusterQueue in its header (the group's refusal names none of its own) and the group's reason per node."""
+    args = ("--snapshot", str(GANG_DEMO), "--config", str(GANG_FEATURES))
+    code, out, err = plugin(capsys, *args, "podgroup", "-n", "team-a", "wide", "-o", "json")
+    assert (code, err) == (0, "")
+    report = json.loads(out)
+    verdict = report["verdictNow"]
+    assert (verdict["pod"], verdict["fits"]) == ("team-a/wide-0", False)
+    assert verdict["refusal"].startswith("PodGroup team-a/wide (gang, minCount 6)")
+    assert {(m["lastVerb"], m["passedNodes"], m["refusal"]) for m in report["members"]} == {
+        ("what-if", 0, verdict["refusal"])
+    }
+    code, table, _ = plugin(capsys, *args, "podgroup", "-n", "team-a", "wide")
+    assert (
+        f"Group verdict    does not fit (computed now for team-a/wide-0, nothing reserved): {verdict['refusal']}"
+        in (table)
+    )
+    assert table.count("what-if: refused as a group (Group verdict above)") == 6
+    code, explained, _ = plugin(capsys, *args, "explain", "-n", "team-a", "wide-0")
+    lines = explained.splitlines()
+    assert lines[1] == "ClusterQueue team-a  flavor (none: the group does not fit)"
+    assert lines[3] == f"Refused as a group: {verdict['refusal']}"
+    assert lines[4] == "0 node(s) pass, 3 fail"
+    assert all(verdict["refusal"] in line for line in lines[7:10])
+    _, as_json, _ = plugin(capsys, *args, "explain", "-n", "team-a", "wide-0", "-o", "json")
+    assert json.loads(as_json)["quota"]["clusterQueue"] == "team-a"
 
 
 # --- the group verdict as the extender reports it after its decisions ------------------------------------------

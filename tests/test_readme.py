@@ -154,3 +154,87 @@ def test_documented_make_unit_is_the_makefiles() -> None:
     markers = re.findall(r"not (\w+)", recipe.group(1))
     listed = re.findall(r"^- `(\w+)`:", development.split("## `make unit`", 1)[1].split("\n## ", 1)[0], flags=re.M)
     assert listed == markers
+
+
+def test_monitoring_says_where_make_run_serves_metrics_and_what_stays_empty(server: str) -> None:
+    """docs/monitoring.md: `make run` serves /metrics on its one listener (8888), and the demo, a file rather
+    than a watch, exports no watch series, so the dashboard panels it names stay empty against it."""
+    import urllib.request
+
+    text = (ROOT / "docs" / "monitoring.md").read_text(encoding="utf-8")
+    assert f"<http://{DEMO_ADDRESS}/metrics>" in text
+    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
+        scraped = response.read().decode()
+    samples = [line for line in scraped.splitlines() if line and not line.startswith("#")]
+    assert any(line.startswith("dra_extender_") for line in samples)
+    watch_series = ("dra_extender_watch_", "dra_extender_state_age_seconds")
+    assert not [line for line in samples if line.startswith(watch_series)]
+    dashboard = json.loads((ROOT / "docs" / "dashboards" / "dra-quota-extender.json").read_text(encoding="utf-8"))
+    panels = {panel["title"]: panel for panel in dashboard["panels"]}
+    for row in dashboard["panels"]:
+        panels |= {panel["title"]: panel for panel in row.get("panels", [])}
+    for title in ("Watch health", "Oldest watched resource"):
+        assert f"**{title}**" in text or f'"{title}"' in text, title
+        assert title in panels, title
+    assert all(
+        target["expr"].split("(")[-1].split("[")[0].split(")")[0].startswith(watch_series)
+        for title in ("Relists and reconnects", "Age of the view per resource", "Watch events applied")
+        for target in panels[title]["targets"]
+    )
+
+
+def shown_runs(section: str) -> list[tuple[str, list[str]]]:
+    """The `$ command` lines of a section's ```sh blocks, each with the output lines shown under it."""
+    runs: list[tuple[str, list[str]]] = []
+    for block in code_blocks(section, "sh"):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                runs.append((line[2:], []))
+            elif runs:
+                runs[-1][1].append(line)
+    return runs
+
+
+def matches_shown(shown: list[str], printed: list[str]) -> bool:
+    """Line for line: equal, or, for a shown line cut with `...`, printed starting with what is shown."""
+    if len(shown) != len(printed):
+        return False
+    return all(p == s or (s.endswith("...") and p.startswith(s[:-3])) for s, p in zip(shown, printed, strict=True))
+
+
+@pytest.mark.slow
+def test_the_offline_gang_walk_through_prints_what_it_shows() -> None:
+    """docs/gangs.md "Gangs offline": every command runs as written against extender/demo/gang.yaml and prints
+    the lines shown (stderr's notes included); the group's refusal is cut in the page, so its wording may
+    change, while the structure is checked: the group verdict, the members against minCount, one row each."""
+    gangs = (ROOT / "docs" / "gangs.md").read_text(encoding="utf-8")
+    section = gangs.split("## Gangs offline: a walk-through", 1)[1].split("\n## ", 1)[0]
+    runs = shown_runs(section)
+    assert len(runs) == 5
+    for command, shown in runs:
+        assert (ROOT / "extender" / "demo" / "gang.yaml").name in command
+        result = subprocess.run(
+            ["bash", "-c", command.replace(".venv/bin/", f"{ROOT}/.venv/bin/") + " 2>&1"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT), "LANG": "C.UTF-8"},
+            check=False,
+        )
+        printed = result.stdout.rstrip("\n").splitlines()
+        assert result.returncode == 0 and matches_shown(shown, printed), f"{command} printed:\n{result.stdout}"
+    by_group = {command.rsplit(" ", 1)[1]: shown for command, shown in runs if " podgroup " in command}
+    for group, (min_count, members) in {"train": (4, 4), "wide": (6, 6), "partial": (6, 4)}.items():
+        table = by_group[group]
+        assert f"Policy           gang, minCount {min_count}" in table
+        assert sum(line.startswith(f"team-a/{group}-") for line in table) == members
+        assert any(line.startswith("Group verdict    ") for line in table)
+        missing = [line for line in table if line.startswith("Members ")]
+        assert missing == (
+            [f"Members          {members} exist, minCount {min_count}: the group waits for 2 more to be created"]
+            if members < min_count
+            else []
+        )
+    assert "Group verdict    does not fit" in "\n".join(by_group["wide"])
+    assert "Group verdict    fits" in "\n".join(by_group["train"])

@@ -175,6 +175,17 @@ def test_serve_with_a_snapshot_that_cannot_be_read_never_says_serving(tmp_path):
     written = [json.loads(line) for line in result.stderr.splitlines()]
     assert result.returncode == EXIT_INPUT and not any("serving" in line["msg"] for line in written)
     assert written[-1]["msg"] == f"error: cannot read snapshot {tmp_path / 'absent.yaml'}: No such file or directory"
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("---\n", encoding="utf-8")
+    result = subprocess.run(
+        [str(BIN), "serve", "--snapshot", str(empty), "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    written = [json.loads(line) for line in result.stderr.splitlines()]
+    assert result.returncode == EXIT_INPUT and not any("serving" in line["msg"] for line in written)
+    assert written[-1]["msg"].startswith(f"error: snapshot {empty} holds no Node and no ClusterQueue")
 
 
 def test_bad_snapshot_and_config_fail_clearly(tmp_path):

@@ -350,20 +350,21 @@ def test_pod_page_of_a_cluster_pod_without_a_decision_offers_the_what_if(fresh_d
     assert client.get("/ui/pods/team-a/no-such-pod").status_code == 404
 
 
-def placeholder(page: str) -> str:
-    return html.unescape(page.split('placeholder="')[1].split('"')[0])
+def form_text(page: str) -> str:
+    """The what-if text area's content, as a browser submits it."""
+    return html.unescape(page.split('<textarea id="pod-text"')[1].split(">", 1)[1].split("</textarea>")[0])
 
 
-def test_what_if_placeholder_names_a_local_queue_the_cluster_has_and_answers(fresh_demo):
+def test_what_if_example_names_a_local_queue_the_cluster_has_and_answers(fresh_demo):
     service, client = fresh_demo
-    example = yaml.safe_load(placeholder(client.get("/ui/explain").get_data(as_text=True)))
+    example = yaml.safe_load(form_text(client.get("/ui/explain").get_data(as_text=True)))
     meta = example["metadata"]
     snapshot = service.snapshot()
     queue = f"{meta['namespace']}/{meta['labels']['kueue.x-k8s.io/queue-name']}"
     assert queue in snapshot.local_queues
     template = example["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
     assert f"{meta['namespace']}/{template}" in snapshot.claim_templates
-    answer = client.post("/ui/explain", data={"pod": placeholder(client.get("/ui/explain").get_data(as_text=True))})
+    answer = client.post("/ui/explain", data={"pod": form_text(client.get("/ui/explain").get_data(as_text=True))})
     page = text_of(answer.get_data(as_text=True))
     assert answer.status_code == 200 and f"ClusterQueue {snapshot.local_queues[queue].cluster_queue}" in page
     assert "pass" in page.split("Ranked nodes")[1]

@@ -136,7 +136,12 @@ def _object(properties: Schema, *, extra: bool = False) -> Schema:
 _STRING = {"type": "string"}
 _BOOLEAN = {"type": "boolean"}
 _FREE_OBJECT: Schema = {"type": "object"}
-_IMAGE = _object({"repository": _STRING, "tag": _STRING, "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}})
+# An image's repository and tag are joined as REPOSITORY:TAG by the templates: an empty one renders `image: x:`,
+# which the API server would refuse (or helm's YAML parser, before it), so the schema refuses it by path.
+_NON_EMPTY = {"type": "string", "minLength": 1}
+_IMAGE = _object(
+    {"repository": _NON_EMPTY, "tag": _NON_EMPTY, "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]}}
+)
 
 
 # A Prometheus duration (model.ParseDuration): units from ms to y, largest first, e.g. 1h30m.

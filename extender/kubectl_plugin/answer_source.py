@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from extender.cli import PodFile
+
 
 class Extender:
     """Asks one source for the four diagnostics: explain(pod), queues(), node(name), podgroup(namespace, name)."""
 
-    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
+    def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
+        """The explanation of ``pod``; ``pod_file``: the file it came from (``-f``), whose objects beside the
+        pod a local answer uses on top of its cluster and a running extender is not sent (a note says so)."""
         raise NotImplementedError
 
     def queues(self) -> dict[str, Any]:

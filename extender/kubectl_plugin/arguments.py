@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from extender.cli import ArgumentParser
+from extender.cli import ArgumentParser, server_url
 
 PROG = "kubectl dra-quota"
 DEFAULT_SERVICE = "kube-system/dra-quota-scheduler-metrics:9090"
@@ -23,7 +23,11 @@ def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("-n", "--namespace", default=default(None), help="the namespace of the pod or PodGroup")
     parser.add_argument("-o", "--output", choices=("table", "json", "yaml"), default=default("table"))
     parser.add_argument(
-        "--server", metavar="URL", default=default(None), help="ask this extender diagnostics URL instead"
+        "--server",
+        metavar="URL",
+        type=server_url,
+        default=default(None),
+        help="ask this extender diagnostics URL instead (http://HOST:PORT)",
     )
     parser.add_argument(
         "--snapshot", metavar="FILE", default=default(None), help="compute from a snapshot file, offline"

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from extender.cli import network_reason
+from extender.cli import check_kubeconfig_file, network_reason
 from extender.kubectl_plugin.plugin_errors import InputError, RefusedError, UnreachableError, status_message
 
 
@@ -26,6 +26,7 @@ class Cluster:
 
         # One attempt per request, bounded by `timeout`: urllib3's default three retries would make an API server
         # that does not answer cost four timeouts before the command can say so.
+        check_kubeconfig_file(kubeconfig)
         settings = Configuration()
         settings.retries = False
         try:

@@ -65,17 +65,20 @@ def _connect(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
     return Cluster(kubeconfig, args.context, args.request_timeout), namespace
 
 
-def _pod_to_explain(args: argparse.Namespace, cluster: Cluster | None, namespace: str | None) -> dict[str, Any]:
-    """The manifest of ``-f FILE`` (decoded strictly; in the namespace when it names none), else the pod read
-    from the cluster."""
+def _pod_to_explain(
+    args: argparse.Namespace, cluster: Cluster | None, namespace: str | None
+) -> tuple[dict[str, Any], cli.PodFile | None]:
+    """The manifest of ``-f FILE`` (decoded strictly; in the namespace when it names none) with the file, else
+    the pod read from the cluster."""
     if args.filename:
-        pod: dict[str, Any] = cli.load_pod_file(args.filename)
+        pod_file = cli.load_pod_file(args.filename)
+        pod = pod_file.pod
         cli.parse_input_pod(pod, args.filename)
         if namespace:
             pod.setdefault("metadata", {}).setdefault("namespace", namespace)
-        return pod
+        return pod, pod_file
     assert cluster is not None
-    return cluster.get_pod(namespace or "default", args.pod)
+    return cluster.get_pod(namespace or "default", args.pod), None
 
 
 def _explain(
@@ -84,8 +87,8 @@ def _explain(
     """The explanation, offline for a named pod when the source allows (see ``_connect``)."""
     namespace = namespace or "default"
     if args.filename or cluster is not None:
-        pod = _pod_to_explain(args, cluster, namespace)
-        return source().explain(pod)
+        pod, pod_file = _pod_to_explain(args, cluster, namespace)
+        return source().explain(pod, pod_file)
     extender = source()
     if isinstance(extender, LocalExtender):
         return extender.explain_named(namespace, args.pod)

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from extender.cli import PodFile
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.plugin_errors import NoExtenderBehindServiceError
 from extender.kubectl_plugin.remote import HttpExtender
@@ -33,8 +34,8 @@ class FallbackExtender(Extender):
                 self._local = self._make_local()
         return call(self._local)
 
-    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
-        return self._call(lambda e: e.explain(pod))
+    def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
+        return self._call(lambda e: e.explain(pod, pod_file))
 
     def queues(self) -> dict[str, Any]:
         return self._call(lambda e: e.queues())

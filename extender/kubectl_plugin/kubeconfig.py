@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from extender.cli import check_kubeconfig_file
 from extender.kubectl_plugin.plugin_errors import InputError
 
 
@@ -28,10 +29,11 @@ def kubeconfig_path(explicit: str | None) -> str | None:
 
 def context_namespace(path: str, context: str | None) -> str:
     """The namespace of the chosen (or current) context of a kubeconfig, ``default`` when it names none."""
+    check_kubeconfig_file(path)
     try:
         document = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as error:
-        raise InputError(f"cannot read kubeconfig {path}: {error}") from None
+        raise InputError(f"cannot use kubeconfig {path}: {error}") from None
     name = context or document.get("current-context")
     for entry in document.get("contexts") or []:
         if isinstance(entry, Mapping) and entry.get("name") == name:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import Any
 
 from extender import cli
+from extender.cli import PodFile
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.plugin_errors import InputError, RefusedError, podgroup_unknown
 from extender.service import load_config
@@ -27,14 +29,18 @@ class LocalExtender(Extender):
                 self._service.stop()  # its watch threads would keep the process from exiting
                 raise
 
-    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
+    def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
         from extender.transport.diagnostics import decision_json
 
         try:
             parsed = parse_pod(pod)
         except ObjectError as error:
             raise InputError(f"pod: {error.describe()}") from None
-        return decision_json(self._service.explain(parsed))
+        if pod_file is not None:
+            cli.add_objects_beside(self._service, pod_file, parsed.namespace)
+        report = decision_json(self._service.explain(parsed))
+        cli.note_gates_off(self._service, parsed.group_key)
+        return report
 
     def explain_named(self, namespace: str, name: str) -> dict[str, Any]:
         """A pod of the source's own cluster (a snapshot's pods), by name: no API server needed."""
@@ -43,7 +49,9 @@ class LocalExtender(Extender):
         pod = self._service.snapshot().pods.get(f"{namespace}/{name}")
         if pod is None:
             raise RefusedError(f'pods "{name}" not found in namespace "{namespace}"')
-        return decision_json(self._service.explain(pod))
+        report = decision_json(self._service.explain(pod))
+        cli.note_gates_off(self._service, pod.group_key)
+        return report
 
     def queues(self) -> dict[str, Any]:
         from extender.transport.diagnostics import queues_json
@@ -61,16 +69,50 @@ class LocalExtender(Extender):
 
     def podgroup(self, namespace: str, name: str) -> dict[str, Any]:
         """The service's view of the group, as the extender's endpoint renders it. A service of our own has made
-        no decision and holds nothing: members show no last decision, the group no hold or attempt."""
+        no decision and holds nothing (no hold, no attempt): each pending member is explained now instead
+        (``what-if``, reserving nothing), and the first one's answer is the group's verdict (``verdictNow``):
+        deciding a member of a gang decides the group as a whole (docs/gangs.md)."""
         from extender.transport.podgroup_routes import podgroup_json
 
+        group_key = f"{namespace}/{name}"
         status = self._service.gang_status(namespace, name)
         if status is None:
             raise RefusedError(podgroup_unknown(namespace, name))
-        return podgroup_json(status)
+        report = podgroup_json(status)
+        cli.note_gates_off(self._service, group_key)
+        report["verdictNow"] = self._what_if_members(report["members"])
+        return report
+
+    def _what_if_members(self, members: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Fill each pending member's verdict with an explanation computed now; the first one's, as the group's
+        verdict: ``{"pod", "fits", "refusal"}`` (None when no member is pending)."""
+        from extender.transport.diagnostics import decision_json
+
+        snapshot = self._service.snapshot()
+        verdict: dict[str, Any] | None = None
+        for member in members:
+            pod = snapshot.pods.get(member["pod"])
+            if member["state"] != "pending" or member["lastVerb"] or pod is None:
+                continue
+            report = decision_json(self._service.explain(pod))
+            passing = [node["node"] for node in report["nodes"] if node["passed"]]
+            gang = report.get("gang") or {}
+            refusal = gang.get("refused") or ("" if passing else _common_reason(report["nodes"]))
+            member.update(
+                lastVerb="what-if", passedNodes=len(passing), bestNode=passing[0] if passing else "", refusal=refusal
+            )
+            if verdict is None and gang:
+                verdict = {"pod": member["pod"], "fits": bool(passing), "refusal": refusal}
+        return verdict
 
     def close(self) -> None:
         self._service.stop()
+
+
+def _common_reason(nodes: list[dict[str, Any]]) -> str:
+    """The reason most failing nodes give (the web view's pod list shows the same)."""
+    reasons = Counter(node.get("reason") or node.get("category", "") for node in nodes if not node["passed"])
+    return reasons.most_common(1)[0][0] if reasons else "no node to run on"
 
 
 def source_args(**values: Any) -> argparse.Namespace:

@@ -48,14 +48,39 @@ def _condition(report: Mapping[str, Any]) -> str:
     return f"{text}: {condition['message']}" if condition["message"] else text
 
 
+def _members(report: Mapping[str, Any]) -> str | None:
+    """How many members exist against minCount, when fewer than it needs: kube-scheduler waits for the rest
+    to be created before it schedules the group (schedule_one_podgroup.go), whatever the quota."""
+    count, min_count = len(report["members"]), report["minCount"]
+    if min_count is None or count >= min_count:
+        return None
+    return f"{count} exist, minCount {min_count}: the group waits for {min_count - count} more to be created"
+
+
+def _verdict_now(report: Mapping[str, Any]) -> str | None:
+    """The group's verdict computed now for its first pending member (a local answer: nothing reserved)."""
+    verdict = report.get("verdictNow")
+    if not verdict:
+        return None
+    if verdict["fits"]:
+        return f"fits (computed now for {verdict['pod']}, nothing reserved)"
+    return f"does not fit (computed now for {verdict['pod']}, nothing reserved): {verdict['refusal']}"
+
+
 def _facts(report: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The header block: policy, queue, the group verdict (need, hold, condition, last attempt, refusal)."""
-    facts = [
-        ("Policy", _policy(report)),
+    facts = [("Policy", _policy(report))]
+    members = _members(report)
+    if members:
+        facts.append(("Members", members))
+    facts += [
         ("ClusterQueue", ", ".join(report.get("clusterQueues") or []) or "none (no member is quota-governed)"),
         ("Placed", _placed(report)),
         ("Held for group", _charges(report["hold"], queue=True) or "nothing"),
     ]
+    verdict = _verdict_now(report)
+    if verdict:
+        facts.append(("Group verdict", verdict))
     if report["claims"]:
         facts.append(("Group claims", ", ".join(report["claims"])))
     tree = report.get("tree")
@@ -87,8 +112,11 @@ def _node(member: Mapping[str, Any]) -> str:
     return f"{cell_text(member['node'])} ({member['state']})"
 
 
-def _verdict(member: Mapping[str, Any]) -> str:
-    """The member's last decision: refused and why, else how many nodes passed and the first."""
+def _verdict(member: Mapping[str, Any], group_refusal: str) -> str:
+    """The member's last decision: refused and why (the group's refusal, printed once above, by reference),
+    else how many nodes passed and the first."""
+    if member["refusal"] and member["refusal"] == group_refusal:
+        return f"{member['lastVerb']}: refused as a group (Group verdict above)"
     if member["refusal"]:
         return f"refused: {member['refusal']}"
     if not member["lastVerb"]:
@@ -101,8 +129,14 @@ def render_podgroup(report: Mapping[str, Any]) -> str:
     facts = _facts(report)
     width = max(len(label) for label, _ in facts)
     lines = [f"PodGroup {report['podGroup']}", *(f"{label.ljust(width)}   {value}" for label, value in facts), ""]
+    group_refusal = (report.get("verdictNow") or {}).get("refusal", "")
     rows = [
-        (member["pod"], _node(member), cell_text(_charges(member["reserved"], queue=False)), _verdict(member))
+        (
+            member["pod"],
+            _node(member),
+            cell_text(_charges(member["reserved"], queue=False)),
+            _verdict(member, group_refusal),
+        )
         for member in report["members"]
     ]
     lines.extend(padded_columns(MEMBERS_HEADER, rows) if rows else ["No member pods found."])

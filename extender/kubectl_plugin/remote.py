@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from extender.cli import network_reason
+from extender.cli import PodFile, network_reason, note_objects_not_sent
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.cluster import Cluster, quote_segment
 from extender.kubectl_plugin.plugin_errors import (
@@ -48,8 +48,11 @@ class HttpExtender(Extender):
             raise RefusedError(missing)
         raise RefusedError(f"{self.where}{path}: HTTP {status}: {status_message(data)}")
 
-    def explain(self, pod: dict[str, Any]) -> dict[str, Any]:
-        return self._json("POST", "/diagnostics/explain", pod)
+    def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
+        report = self._json("POST", "/diagnostics/explain", pod)
+        if pod_file is not None:
+            note_objects_not_sent(pod_file, self.where)
+        return report
 
     def last_decision(self, namespace: str, name: str) -> dict[str, Any]:
         """The extender's last recorded decision for a pod (GET /diagnostics/pods/NS/NAME)."""

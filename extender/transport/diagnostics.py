@@ -482,6 +482,8 @@ def render_table(decision: Mapping[str, Any]) -> str:
     if quota["governed"]:
         # a pod that passes with no flavor was charged nothing (no devices): "none fits" would contradict it
         flavor = quota["chosenFlavor"] or ("(none fits)" if not decision["passed"] else "(none: nothing charged)")
+        if not quota["chosenFlavor"] and (decision.get("gang") or {}).get("refused"):
+            flavor = "(none: the group does not fit)"
         lines.append(f"ClusterQueue {quota['clusterQueue']}  flavor {flavor}")
     else:
         lines.append("Not quota-governed (no kueue.x-k8s.io/queue-name label, or Kueue is off)")

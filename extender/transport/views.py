@@ -141,7 +141,8 @@ def _state_footer() -> dict[str, Any]:
 
 @web.context_processor
 def _whatif_example() -> dict[str, Any]:
-    """The what-if form's placeholder: a Pod naming a LocalQueue this cluster has (computed when drawn)."""
+    """The what-if form's example, its text when no pod is given: a Pod naming a LocalQueue this cluster has
+    (computed when drawn)."""
     return {"whatif_example": lambda: whatif_example(current_service().snapshot())}
 
 

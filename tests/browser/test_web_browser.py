@@ -190,11 +190,12 @@ def test_first_look_after_make_run(browser, screenshots):
         click(browser, browser.find_element(By.LINK_TEXT, "team-a/trainer-0"))
         assert "bound on gpu-od-1" in body_text(browser)
         browser.get(f"{url}/ui/explain")
-        example = browser.find_element(By.ID, "pod-text").get_attribute("placeholder")
+        example = browser.find_element(By.ID, "pod-text").get_property("value")
         assert "kueue.x-k8s.io/queue-name: gpus" in example
-        browser.find_element(By.ID, "pod-text").send_keys(example)
-        click(browser, browser.find_element(By.CSS_SELECTOR, "form.whatif button"))
-        assert "ClusterQueue team-a" in body_text(browser)
+        click(browser, browser.find_element(By.CSS_SELECTOR, "form.whatif button"))  # submitted as it is
+        text = body_text(browser)
+        assert "What-if: Pod team-a/my-job-0" in text and "ClusterQueue team-a" in text
+        assert browser.find_elements(By.CSS_SELECTOR, "table.ranking tbody tr")
         browser.get(f"{url}/ui/queues")
         assert "nobody borrows" in body_text(browser)
         axis = browser.find_elements(By.CSS_SELECTOR, "div.axis")

@@ -49,12 +49,13 @@ def count_shortfall(
     plural = "s" if needed != 1 else ""
     if selectable < needed:
         what = "no device" if selectable == 0 else f"only {selectable} device{'s' if selectable != 1 else ''}"
+        verb = "match" if selectable > 1 else "matches"
         return NotAllocatable(
             node,
             CATEGORY_NO_DEVICES,
             f"{claim_label} request {request_name}: not enough devices of {class_text} on the node",
             f"{claim_label} request {request_name}: needs {needed} device{plural} of {class_text}; "
-            f"{what} on this node match",
+            f"{what} on this node {verb}",
             True,
             claim_label,
             request_name,
