@@ -41,7 +41,7 @@ def test_discovery_prefers_the_newest_version_we_understand(
         server.close()
     assert discovery.kueue_available and discovery.dra_available
     # optional, feature-gated APIs the fake does not serve
-    assert set(discovery.missing) <= {"DeviceTaintRule", "PodGroup", "SchedulingWorkload"}
+    assert set(discovery.missing) <= {"DeviceTaintRule", "PodGroup", "CompositePodGroup", "SchedulingWorkload"}
     assert {r.version for r in discovery.resources.values() if r.info.group == DRA} == {expected_dra}
     assert {r.version for r in discovery.resources.values() if r.info.group == KUEUE} == {expected_kueue}
     configmap = discovery.resources["ConfigMap"]
