@@ -31,6 +31,7 @@ from tests.e2e.scenarios import (
     FlavorQuota,
     QuotaWatch,
     exactly,
+    first_available,
     extender_get,
     kueue_configmap,
     queue_reserved,
@@ -348,3 +349,35 @@ def test_a_composite_binds_whole_or_holds_nothing(gangs: GangScenario, quota: in
     gangs.wait_bound("single", timeout=30)
     watch.hold(1)
     assert not any(m in watch.bound for m in members), "part of the composite was bound"
+
+
+@pytest.mark.parametrize(("big_quota", "fits"), [(16, True), (10, False)])
+def test_a_charge_that_depends_on_the_node_is_held_in_the_flavor_the_gang_takes(
+    gangs: GangScenario, big_quota: int, fits: bool
+) -> None:
+    """firstAvailable [4 GPUs | 2 GPUs]: 2 on the 2-GPU nodes of flavor `small` (quota 2: the gang of 4 cannot fit
+    there), 4 on the 8-GPU nodes of flavor `big`. The gang takes 4 x 4 = 16 in `big`: it binds whole with 16 of
+    quota, and with 10 nothing binds and `big` never holds more than 10 (sized at 2 a member, as the pod alone
+    would take in `small`, three members would have passed and bound 12)."""
+    small = gangs.add_flavor(f"{gangs.name}-small", {"example.com/size": "small"})
+    big = gangs.add_flavor(f"{gangs.name}-big", {"example.com/size": "big"})
+    gangs.add_nodes("s", 2, gpus=2, labels={"example.com/size": "small"})
+    gangs.add_nodes("b", 2, gpus=8, labels={"example.com/size": "big"})
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(small, 2), FlavorQuota(big, big_quota)])
+    gangs.add_template("four-or-two", [first_available("gpu", [("four", 4), ("two", 2)])])
+    gangs.wait_extender_sees("four-or-two", queue, gangs.name)
+    gangs.add_pod_group("train", 4)
+    watch = FlavorWatch(gangs)
+    members = gangs.create_gang("train", 4, "four-or-two", queue)
+    if fits:
+        watch.until(lambda b: set(members) <= set(b), SCHEDULE_TIMEOUT, "the gang to bind whole in big")
+        assert {gangs.flavor_of(node) for node in watch.bound.values()} == {big}
+        assert watch.max_by_flavor[big] <= big_quota
+        return
+    wait_until(
+        lambda: (c := gangs.condition("train")) is not None and c["status"] == "False",
+        timeout=SCHEDULE_TIMEOUT,
+        message="kube-scheduler to give the gang up",
+    )
+    watch.hold(3)
+    assert not watch.bound and watch.max_by_flavor[big] <= big_quota, dict(watch.max_by_flavor)
