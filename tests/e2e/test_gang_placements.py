@@ -31,8 +31,8 @@ from tests.e2e.scenarios import (
     FlavorQuota,
     QuotaWatch,
     exactly,
-    first_available,
     extender_get,
+    first_available,
     kueue_configmap,
     queue_reserved,
 )
