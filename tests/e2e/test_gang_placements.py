@@ -67,9 +67,10 @@ def placement_plane(placement_control_plane: ExtenderControlPlane) -> ExtenderCo
 
 @pytest.fixture
 def gangs(placement_plane: ExtenderControlPlane, request: pytest.FixtureRequest) -> Iterator[GangScenario]:
-    name = "-".join(request.node.name.removeprefix("test_").split("_")[:4])[:36].rstrip("-")
-    name = name.replace("[", "-").replace("]", "")
-    namespace = f"{name}-{uuid.uuid4().hex[:6]}"
+    # nodes, flavors and queues are cluster-wide and named after the scenario: a name of its own per run
+    base = "-".join(request.node.name.removeprefix("test_").split("_")[:3])[:28].rstrip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    namespace = name
     placement_plane.plane.create_namespace(namespace)
     scenario = GangScenario(placement_plane.plane, placement_plane.extender_url, name, namespace)
     try:
@@ -162,8 +163,13 @@ def test_a_rack_constrained_gang_and_singles_never_put_a_flavor_over_quota(gangs
     watch.hold(2)
     gang_racks = {gangs.flavor_of(bound[m]) for m in members}
     single_racks = {gangs.flavor_of(bound[s]) for s in singles}
-    assert len(gang_racks) == 1, f"the gang was split across racks: {bound}"
-    assert single_racks == set(flavors) - gang_racks, f"the singles did not take the other rack: {bound}"
+    seen = {
+        name: extender_get(gangs.url, f"/diagnostics/pods/{gangs.namespace}/{name}").get("quota") for name in singles
+    }
+    report = extender_get(gangs.url, f"/diagnostics/podgroups/{gangs.namespace}/train")
+    why = f"{bound}; the singles' decisions: {seen}; the gang: {report}; most allocated {dict(watch.max_by_flavor)}"
+    assert len(gang_racks) == 1, f"the gang was split across racks: {why}"
+    assert single_racks == set(flavors) - gang_racks, f"the singles did not take the other rack: {why}"
     assert all(count <= 6 for count in watch.max_by_flavor.values()), (
         f"a flavor went over its quota of 6 (run {run}): most allocated {dict(watch.max_by_flavor)}"
     )
