@@ -541,3 +541,26 @@ def test_what_a_member_is_credited_is_exactly_what_the_ledger_holds_for_its_atte
             assert dict(attempt.hold) == ledger
         else:
             assert ledger == {}
+
+
+def test_the_condition_turning_true_keeps_the_hold_until_the_members_show_placed() -> None:
+    """kube-scheduler writes PodGroupInitiallyScheduled=True when its cycle ends, before any member is nominated:
+    the hold stays (every placement evaluated) until the members show where the group went."""
+    engine = racks(6)
+    pods = add_members(engine, 3)
+    for rack in ("on-demand", "spot"):
+        for obj in pods:
+            assert filter_(engine, obj, rack_nodes(engine, rack)).passed
+    scheduled = b.pod_group(
+        "train", "team-a", min_count=3, conditions=[{"type": "PodGroupInitiallyScheduled", "status": "True"}]
+    )
+    engine.store.apply("PodGroup", "MODIFIED", scheduled)
+    engine.quota_view()
+    assert held(engine) == {OD: 6, SPOT: 6}
+    assert not filter_(engine, gpu_pod("single")).passed
+    for index in range(3):
+        engine.store.apply("Pod", "MODIFIED", member(f"w{index}", nominated_node=f"on-demand-{index}"))
+    engine.quota_view()
+    assert held(engine) == {} and engine.gangs.view("team-a/train", 0).outcome == "won"
+    single = filter_(engine, gpu_pod("single"))
+    assert single.passed and set(single.passed) <= set(rack_nodes(engine, "spot"))

@@ -21,7 +21,8 @@ branch (the one whose nodes hold it), and the others are let go at once.
 
 The attempt ends:
 
-- won: minCount members are placed or the condition turns True: what is left of the hold goes;
+- won: minCount members are placed (the condition turning True says only that they are about to be: it is
+  written before any is bound): what is left of the hold goes;
 - lost: every branch refused for the group's quota, fewer members than minCount, the PodGroup's condition
   newly False, the PodGroup gone, or no call for the group within the attempt window while it is not placed:
   the hold and any member's reservation of the attempt go at once, not after the TTL.
@@ -138,6 +139,7 @@ class Attempt:
     # PodGroup key -> its PodGroupInitiallyScheduled when the attempt started, for every PodGroup of the attempt
     conditions: dict[str, GroupCondition | None]
     cluster_queue: str = ""
+    binding: bool = False  # kube-scheduler wrote PodGroupInitiallyScheduled=True: the members are being bound
     branches: dict[FlavorSet, Branch] = field(default_factory=dict)
     # pod uid -> pod key: members asked about in the attempt (and reservations of members a previous process held)
     members: dict[str, str] = field(default_factory=dict)
@@ -385,10 +387,15 @@ class GangAttempts:
                 if condition is not None and condition != attempt.conditions[leaf]
             }
             placed_members = [member for member in members if placed(member)]
+            # PodGroupInitiallyScheduled=True is written when the cycle ends, before any member is bound or even
+            # nominated (submitPodGroupAlgorithmResult): the group is placed, but where is not known yet, and its
+            # members' quota is still the hold's to keep. So it only gives the attempt the patience of one that
+            # is binding; the members placed end it.
             scheduled = bool(changed) and all(
                 condition is not None and condition.status == "True" for condition in now_conditions.values()
             )
-            if len(placed_members) >= attempt.min_count or scheduled:
+            attempt.binding = attempt.binding or scheduled
+            if len(placed_members) >= attempt.min_count:
                 self.won += 1
                 released += self._end(attempt, reservations)
             elif gone or any(condition.status == "False" for condition in changed.values()):
@@ -433,7 +440,7 @@ class GangAttempts:
             if not member.is_terminal
             and charges_nothing(member, group.claims if (group := groups.get(member.group_key)) is not None else ())
         )
-        complete = attempt.complete(placed_count, free)
+        complete = attempt.binding or attempt.complete(placed_count, free)
         return self.window_seconds * (WON_PATIENCE if complete else 1)
 
     def _end(self, attempt: Attempt, reservations: ReservationLedger) -> list[tuple[Reservation, str]]:

@@ -299,7 +299,10 @@ def add_composite(gangs: GangScenario, name: str, min_groups: int, children: int
         "apiVersion": "/".join(COMPOSITE),
         "kind": "CompositePodGroup",
         "metadata": {"name": name, "namespace": gangs.namespace},
-        "spec": {"schedulingPolicy": {"gang": {"minGroupCount": min_groups}}},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+            "workloadRef": {"workloadName": name, "templateName": name},
+        },
     }
     gangs.plane.custom.create_namespaced_custom_object(*COMPOSITE, gangs.namespace, "compositepodgroups", body)
     names = [f"{name}-g{index}" for index in range(children)]
