@@ -129,3 +129,14 @@ def test_the_tree_shows_in_the_podgroup_report_the_web_page_and_the_plugin() -> 
     page = client.get("/ui/podgroups/team-a/g1").get_data(as_text=True)
     assert "CompositePodGroup team-a/job, all or nothing" in page and 'href="/ui/podgroups/team-a/g2"' in page
     assert "Scheduled with   CompositePodGroup team-a/job, all or nothing" in render_podgroup(report)
+
+
+def test_children_beyond_min_group_count_are_refused_when_the_queue_cannot_take_them() -> None:
+    """kube-scheduler places as many children of a composite as fit, greedily: a third child in a queue that
+    holds two is refused, and the tree's hold covers the two."""
+    engine = tree(8)
+    for name, group in (("g0-0", "g0"), ("g0-1", "g0"), ("g1-0", "g1"), ("g1-1", "g1")):
+        assert filter_(engine, name, group).passed
+    for name in ("g2-0", "g2-1"):
+        assert filter_(engine, name, "g2").passed == []
+        assert engine.reservations.totals() == {OD: 8}

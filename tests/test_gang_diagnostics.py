@@ -47,7 +47,7 @@ def test_a_refused_gang_member_shows_the_group_verdict() -> None:
     assert 'href="/ui/podgroups/team-a/train"' in page and "refused as a group" in page
     table = render_table(pod)  # what `kubectl dra-quota explain` and `dra-extender explain` print
     assert "PodGroup team-a/train (gang, minCount 4): 4 present, 0 placed" in table and "Refused as a group" in table
-    assert "ClusterQueue team-a  flavor (none fits)" in table
+    assert "ClusterQueue team-a  flavor (none: the group does not fit)" in table
 
 
 def test_a_gang_in_progress_shows_what_it_holds() -> None:

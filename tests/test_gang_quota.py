@@ -564,3 +564,24 @@ def test_the_condition_turning_true_keeps_the_hold_until_the_members_show_placed
     assert held(engine) == {} and engine.gangs.view("team-a/train", 0).outcome == "won"
     single = filter_(engine, gpu_pod("single"))
     assert single.passed and set(single.passed) <= set(rack_nodes(engine, "spot"))
+
+
+def test_members_beyond_min_count_are_refused_on_their_own_and_leave_the_hold() -> None:
+    """kube-scheduler tries every pod of a group in its cycle, more than minCount when there are: members asked
+    before count as they are, so a member beyond minCount that the queue cannot take is refused, the group's
+    hold for the others stays, and the queue never holds more than it has."""
+    engine = gang(6, min_count=3)
+    pods = add_members(engine, 5)
+    for obj in pods[:3]:
+        assert filter_(engine, obj).passed
+    assert held(engine) == {OD: 6}
+    for obj in pods[3:]:
+        decision = filter_(engine, obj)
+        assert decision.passed == [] and decision.gang is not None and decision.gang.extra
+        assert held(engine) == {OD: 6}
+    engine = gang(8, min_count=3)
+    pods = add_members(engine, 5)
+    for obj in pods[:4]:
+        assert filter_(engine, obj).passed
+    assert held(engine) == {OD: 8}  # four asked and passed: kube-scheduler binds the four
+    assert not filter_(engine, pods[4]).passed

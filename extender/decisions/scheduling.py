@@ -174,6 +174,7 @@ def _decide_for_group(
         shape=lambda member: member_shape_in(snapshot, member, gang.group_claims),
         estimate=estimate,
         carries_group_claims=bool(group_entries) and bool(gang.claims_demand),
+        pod_uid=pod.uid,
     )
 
 

@@ -239,8 +239,18 @@ class GangAttempts:
         """The member's need, and `ledger` (already without the pod's own charge) without what the ledger holds
         for its group: the group is judged whole, against everything but itself."""
         need = self.need(view.snapshot, pod, group, view.context, group_claims=group_claims)
-        held = self.held_for(self.tree(view.snapshot, group).key, reservations)
-        need = replace(need, held=held)
+        tree = self.tree(view.snapshot, group)
+        held = self.held_for(tree.key, reservations)
+        attempt = self._attempts.get(tree.key)
+        asked: dict[FlavorSet, dict[str, Amounts]] = {}
+        if attempt is not None:
+            # placed members are usage's now: only those still waiting are part of the group's charge as asked
+            placed_uids = {member.uid for member in tree_members(view.snapshot, tree) if placed(member)}
+            asked = {
+                flavors: {uid: own for uid, own in branch.own.items() if uid not in placed_uids}
+                for flavors, branch in attempt.branches.items()
+            }
+        need = replace(need, held=held, asked=asked)
         known = view.context.cluster_queues
         return need, ledger.with_usage_deltas((q, f, r, -amount) for (q, f, r), amount in held.items() if q in known)
 
@@ -279,7 +289,10 @@ class GangAttempts:
             attempt.last_refusal = gang.waiting
             released += self._lose(attempt, reservations, snapshot, "fewer members than minCount")
             return released
-        if gang.refused:
+        if gang.refused and gang.extra:
+            # a member beyond minCount refused on its own: the members asked before it still make the group
+            attempt.last_refusal = gang.refused
+        elif gang.refused:
             attempt.last_refusal = gang.refused
             asked = set(node_names)
             ended = [key for key, branch in attempt.branches.items() if branch.nodes & asked or not branch.nodes]

@@ -311,7 +311,11 @@ def add_composite(gangs: GangScenario, name: str, min_groups: int, children: int
             "apiVersion": "/".join(SCHEDULING),
             "kind": "PodGroup",
             "metadata": {"name": child, "namespace": gangs.namespace},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": members}}, "parentCompositePodGroupName": name},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": members}},
+                "parentCompositePodGroupName": name,
+                "workloadRef": {"workloadName": name, "templateName": "worker"},
+            },
         }
         gangs.plane.custom.create_namespaced_custom_object(*SCHEDULING, gangs.namespace, "podgroups", group)
     wait_until(

@@ -88,6 +88,10 @@ class GangNeed:
     # what the group's attempt holds now (its one reservation), by flavor and resource: a group already judged
     # whole in the flavor this pod takes is not judged again (kube-scheduler asks about its members back to back)
     held: Mapping[QuotaKey, Fraction] = field(default_factory=dict)
+    # members of the group (or tree) already asked about in the attempt, by the flavors they were judged in:
+    # pod uid -> its own charge there. kube-scheduler has assumed them in this placement, so they are part of
+    # the group's charge as they are, and only the rest of minCount is estimated
+    asked: Mapping[frozenset[tuple[str, str]], Mapping[str, Mapping[QuotaKey, Fraction]]] = field(default_factory=dict)
 
     @property
     def needed(self) -> int:
@@ -121,6 +125,9 @@ class GangQuota:
     counted: Counted = Counted()
     refused: str = ""  # the group-level refusal, "" when the group fits
     waiting: str = ""  # the group waits for members it does not have yet ("" when it has minCount)
+    # the pod is beyond minCount: members asked before it make the group whole, so its refusal is its own and
+    # leaves what the attempt holds for them
+    extra: bool = False
 
     @property
     def whole(self) -> dict[QuotaKey, Fraction]:
@@ -175,6 +182,7 @@ class _Counter:
     own_shape: Hashable
     shape: Callable[[Pod], Hashable]
     estimate: MemberEstimate
+    asked: frozenset[str] = frozenset()  # members asked already: counted as they are, not estimated
     estimates: dict[Hashable, Charges | None] = field(default_factory=dict)
 
     def size(self, counted: Counted) -> Fraction:
@@ -186,6 +194,8 @@ class _Counter:
         free = alike_count = 0
         unlike: list[Charges] = []
         for member in pending:
+            if member.uid in self.asked:
+                continue
             if charges_nothing(member, group_claims):
                 free += 1
                 continue
@@ -214,9 +224,16 @@ class _Counter:
     def child(self, child: ChildNeed) -> Counted | None:
         """The cheapest way to complete one child of a composite; None when it cannot be completed here."""
         if not child.composite:
-            counted, candidates = self.members(child.needed, child.pending, child.group_claims)
-            return counted if candidates >= child.needed else None
+            wanted = max(0, child.needed - sum(1 for member in child.pending if member.uid in self.asked))
+            counted, candidates = self.members(wanted, child.pending, child.group_claims)
+            return counted if candidates >= wanted else None
         return self.children(child.groups_needed, child.children)
+
+    def complete(self, child: ChildNeed) -> bool:
+        """The child is whole with the members asked already (kube-scheduler has them assumed)."""
+        if not child.composite:
+            return child.needed - sum(1 for member in child.pending if member.uid in self.asked) <= 0
+        return sum(1 for grandchild in child.children if self.complete(grandchild)) >= child.groups_needed
 
     def children(self, wanted: int, children: Sequence[ChildNeed]) -> Counted | None:
         """The cheapest `wanted` of `children`, each completed its cheapest way; None when fewer can be."""
@@ -245,6 +262,7 @@ def decide_gang_quota(
     shape: Callable[[Pod], Hashable],
     estimate: MemberEstimate,
     carries_group_claims: bool,
+    pod_uid: str = "",
 ) -> GangQuota:
     """`first`: the pod's own decision (against a ledger without what the group's attempt holds); `decide`: the
     same decision with the rest of the gang's charge on every node. `shape(member)` (member_shape): members of
@@ -268,12 +286,25 @@ def decide_gang_quota(
         for resource, amount in per_pod_charge(reservation).items()
     }
     each = {resource: amount for resource, amount in each.items() if amount > 0}
-    counter = _Counter(each, own_shape, shape, estimate)
-    counted, candidates = counter.members(need.needed, need.pending, need.group_claims)
-    if candidates < need.needed:
+    asked = {
+        uid: charge
+        for uid, charge in need.asked.get(frozenset((q, f) for q, f, _ in reservation), {}).items()
+        if uid != pod_uid
+    }
+    counter = _Counter(each, own_shape, shape, estimate, frozenset(asked))
+    asked_here = sum(1 for member in need.pending if member.uid in asked)
+    needed = max(0, need.needed - asked_here)
+    # the group (or a composite above it) is whole without this pod: it is a member kube-scheduler tries beyond
+    # what minCount (minGroupCount) needs
+    extra_member = need.min_count - need.placed - asked_here <= 0 or any(
+        sum(1 for sibling in level.siblings if counter.complete(sibling)) >= level.groups_needed + 1
+        for level in need.tree
+    )
+    counted, candidates = counter.members(needed, need.pending, need.group_claims)
+    if candidates < needed:
         refused = (
             f"PodGroup {need.group_key} (gang, minCount {need.min_count}) cannot be completed on these nodes: "
-            f"{need.needed} more members needed besides this pod, {candidates} can take devices here"
+            f"{needed} more members needed besides this pod, {candidates} can take devices here"
         )
         return GangQuota(_reject(first, refused, CATEGORY_GANG), need, {}, {}, {}, counted, refused)
     for level in need.tree:
@@ -286,7 +317,9 @@ def decide_gang_quota(
             return GangQuota(_reject(first, refused, CATEGORY_GANG), need, {}, {}, {}, counted, refused)
         counted = _sum((counted, others))
     extra: dict[str, Fraction] = {}
-    for charge in counted.unlike:
+    # members asked before count as they were charged, less the group's claims (held once, by this pod or below)
+    asked_charges = (_less(per_pod_charge(own), need.claims_demand) for own in asked.values())
+    for charge in (*counted.unlike, *asked_charges):
         for resource, amount in charge.items():
             extra[resource] = extra.get(resource, Fraction(0)) + amount
     if not carries_group_claims:
@@ -310,10 +343,11 @@ def decide_gang_quota(
         return GangQuota(
             whole, need, own, _minus(whole.reservation, own), _in_flavors(claims, whole.reservation), counted
         )
-    refused = _refusal_text(need, each, counted, whole)
+    refused = _refusal_text(need, each, counted, whole, len(asked))
     unresolvable = _unresolvable(whole)
     category = CATEGORY_QUOTA_NEVER if unresolvable else CATEGORY_GANG
-    return GangQuota(_reject(first, refused, category, unresolvable=unresolvable), need, {}, {}, {}, counted, refused)
+    rejection = _reject(first, refused, category, unresolvable=unresolvable)
+    return GangQuota(rejection, need, {}, {}, {}, counted, refused, extra=extra_member)
 
 
 def _reject(first: QuotaDecision, summary: str, category: str, *, unresolvable: bool = False) -> QuotaDecision:
@@ -348,6 +382,10 @@ def _claims_part(reservation: Mapping[QuotaKey, Fraction], demand: Charges) -> d
     return part
 
 
+def _less(charge: Charges, claims: Charges) -> dict[str, Fraction]:
+    return {r: amount - claims.get(r, Fraction(0)) for r, amount in charge.items() if amount > claims.get(r, 0)}
+
+
 def _minus(left: Mapping[QuotaKey, Fraction], right: Mapping[QuotaKey, Fraction]) -> dict[QuotaKey, Fraction]:
     result = {key: amount - right.get(key, Fraction(0)) for key, amount in left.items()}
     return {key: amount for key, amount in result.items() if amount > 0}
@@ -376,7 +414,7 @@ def _describe(charge: Charges) -> str:
     return ", ".join(f"{format_quantity(amount)} {resource}" for resource, amount in sorted(charge.items()))
 
 
-def _refusal_text(need: GangNeed, each: Charges, counted: Counted, whole: QuotaDecision) -> str:
+def _refusal_text(need: GangNeed, each: Charges, counted: Counted, whole: QuotaDecision, asked: int) -> str:
     why = ""
     if whole.pod_rejection is not None:
         why = whole.pod_rejection.summary
@@ -384,6 +422,7 @@ def _refusal_text(need: GangNeed, each: Charges, counted: Counted, whole: QuotaD
         rejection = whole.refused_groups[0][0].rejection
         why = rejection.summary if rejection is not None else ""
     placed = f", {need.placed} placed" if need.placed else ""
+    placed += f", {asked} passed in this attempt" if asked else ""
     tree = f" in CompositePodGroup {need.tree[-1].key}" if need.tree else ""
     if not counted.unlike:
         rest = f"{counted.alike} more of {_describe(each)} each"
