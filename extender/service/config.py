@@ -156,6 +156,10 @@ class LeaderSection:
 @dataclass(frozen=True, slots=True)
 class BindSection:
     enabled: bool = option("enabled", False)
+    # bind answers only for pods of these schedulers (spec.schedulerName), and only on a node the extender's own
+    # filter passed the pod on (service/bind_proofs.py) within filterMaxAgeSeconds.
+    scheduler_names: tuple[str, ...] = option("schedulerNames", ("dra-quota-scheduler",), parse=_names)
+    filter_max_age_seconds: float = option("filterMaxAgeSeconds", 600.0, minimum=1)
 
 
 @dataclass(frozen=True, slots=True)
