@@ -306,6 +306,8 @@ def check_exposure(config: ExtenderConfig, listen: str, diagnostics_listen: str)
             f"--listen {listen} is not a loopback address: kube-scheduler's verbs off loopback need client "
             "certificates pinned to kube-scheduler (tls.clientCAFile and tls.clientNames); or listen on 127.0.0.1"
         )
+    if tls.client_ca_file and not tls.client_names:
+        log.warning("tls.clientCAFile without tls.clientNames: any certificate of that CA may call the verbs")
     people = diagnostics_listen or listen
     if not is_loopback(people) and config.diagnostics.auth.mode != "kubernetes":
         raise ConfigError(

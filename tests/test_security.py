@@ -217,6 +217,13 @@ def test_a_host_name_not_listed_is_refused_on_diagnostics_only() -> None:
     for host in ("localhost:9091", "127.0.0.1:9091", "[::1]:9091", "10.1.2.3", "dra.example.com", "x.corp:80"):
         assert client.get("/ui/pods", headers={"Host": host}).status_code == 200, host
     assert host_refusal("", ()) is not None
+    # the metrics listener (the pod IP, reached by name through the API server's service proxy) serves nothing to
+    # rebind to: the kubectl plugin still learns there that diagnostics are elsewhere
+    metrics = create_app(
+        engine_for(quota_objects()), serve_scheduling=False, serve_diagnostics=False, serve_metrics=True
+    ).test_client()
+    elsewhere = metrics.get("/diagnostics/queues", headers={"Host": "dra-quota-scheduler-metrics.kube-system.svc"})
+    assert elsewhere.status_code == 404 and elsewhere.get_json()["reason"]
 
 
 # --- bounded work -----------------------------------------------------------------------------------------------

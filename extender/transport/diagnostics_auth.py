@@ -8,8 +8,9 @@ including a path no handler serves, is a request for people's data and goes thro
 
 1. **the people gate**: at most `diagnostics.concurrency` such requests at once in the process (429 beyond), so
    that reviews, explains and page renders can never take the worker threads kube-scheduler's verbs need;
-2. **the Host check** (DNS rebinding): the Host header must be an IP literal, ``localhost``, or a name in
-   `diagnostics.allowedHosts`; a web page on a name its author controls, pointed at 127.0.0.1, is refused;
+2. **the Host check** (DNS rebinding), on a listener that serves diagnostics: the Host header must be an IP
+   literal, ``localhost``, or a name in `diagnostics.allowedHosts`; a web page on a name its author controls,
+   pointed at 127.0.0.1, is refused;
 3. **the cross-site check** for anything but GET and HEAD: a browser's ``Sec-Fetch-Site`` must not be
    ``cross-site`` or ``same-site``, and ``Origin`` (or, without one, ``Referer``) must name this very host: a
    page elsewhere cannot post to an operator's port-forward. Clients that are not browsers send neither header
@@ -66,7 +67,9 @@ def guard_people_requests() -> Response | None:
             response.headers["Retry-After"] = "1"
             return response
         g.people_gate = gate
-    refusal = host_refusal(request.host, current_app.extensions.get("dra_allowed_hosts", ()))
+    refusal = None
+    if current_app.config.get("DRA_SERVES_DIAGNOSTICS"):  # a listener without them has nothing to rebind to
+        refusal = host_refusal(request.host, current_app.extensions.get("dra_allowed_hosts", ()))
     status = 400  # as a server answers a Host it does not serve
     if refusal is None and request.method not in SAFE_METHODS:
         refusal = cross_site_refusal()
