@@ -33,7 +33,7 @@ from flask import Response, current_app, g, render_template, request
 
 from extender.transport.request_io import error_response
 
-# Endpoints (blueprint.view) and blueprints that stay open: probes, the API document, scrapes, the verbs.
+# The blueprints that stay open: the probes and the API document (health), scrapes (metrics), the verbs.
 OPEN_BLUEPRINTS = frozenset(("health", "metrics", "scheduling"))
 # The web view's login page: open, it only takes a token into the browser's cookie (transport/views.py).
 OPEN_ENDPOINTS = frozenset(("web.login", "web.logout"))
