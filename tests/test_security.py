@@ -101,8 +101,9 @@ def test_everything_people_read_needs_a_token(method: str, path: str) -> None:
     assert client.open(path, method=method).status_code == 401
     assert client.open(path, method=method, headers={"Authorization": "Bearer nope"}).status_code == 403
     assert client.open(path, method=method, headers={"Authorization": "Basic dXNlcjpwYXNz"}).status_code == 401
-    allowed = client.open(path, method=method, headers=BEARER).status_code
-    assert allowed not in (401, 403), (method, path, allowed)
+    allowed = client.open(path, method=method, headers=BEARER)
+    assert allowed.status_code not in (401, 403), (method, path, allowed.status_code)
+    assert allowed.headers["X-Content-Type-Options"] == "nosniff" and allowed.headers["Cache-Control"] == "no-store"
     assert (GOOD, path, method.lower()) in authorizer.asked
 
 

@@ -21,7 +21,12 @@ from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from extender.service import SchedulingService
-from extender.transport.diagnostics_auth import Authorizer, guard_people_requests, release_people_gate
+from extender.transport.diagnostics_auth import (
+    Authorizer,
+    guard_people_requests,
+    people_response_headers,
+    release_people_gate,
+)
 from extender.transport.diagnostics_routes import diagnostics
 from extender.transport.error_answers import bad_request, http_error, unexpected_error
 from extender.transport.foreground import foreground_for
@@ -121,6 +126,7 @@ def create_app(
     app.before_request(_start_timer)
     app.before_request(guard_people_requests)  # deny by default: only probes, /metrics and the verbs are open
     app.after_request(_observe)
+    app.after_request(people_response_headers)
     app.teardown_request(_end_in_flight)
     app.teardown_request(release_people_gate)
     app.register_error_handler(WireError, bad_request)

@@ -81,6 +81,15 @@ def guard_people_requests() -> Response | None:
     return _authorize()
 
 
+def people_response_headers(response: Response) -> Response:
+    """What people read is neither cached by browsers and proxies nor sniffed into another type (the web view adds
+    its Content-Security-Policy, transport/views.py)."""
+    if request.blueprint not in OPEN_BLUEPRINTS:
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    return response
+
+
 def release_people_gate(_error: BaseException | None) -> None:
     gate = g.pop("people_gate", None)
     if gate is not None:
