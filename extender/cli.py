@@ -305,10 +305,12 @@ def listener_settings(
     tls = config.tls
     probe = (listen, bool(tls.cert_file))
     authorizer = _diagnostics_authorizer(service, config)
+    check_exposure(config, listen, diagnostics_listen)
     shared: dict[str, Any] = {
         "metrics": ExtenderMetrics(service, foreground_for(service.store)),
         "in_flight": InFlight(),
         "explain_gate": threading.BoundedSemaphore(config.diagnostics.explain.concurrency),
+        "people_gate": threading.BoundedSemaphore(config.diagnostics.concurrency),
     }
     app = create_app(
         service,
@@ -326,6 +328,7 @@ def listener_settings(
             tls.key_file,
             tls.client_ca_file,
             direct=app.extensions.get("dra_scheduling_verbs"),
+            client_names=tls.client_names,
         )
     ]
     if diagnostics_listen:
@@ -339,6 +342,30 @@ def listener_settings(
     return listeners
 
 
+def check_exposure(config: ExtenderConfig, listen: str, diagnostics_listen: str) -> None:
+    """Refuse to serve what only kube-scheduler, or only people with a token, may reach on an address others
+    reach: kube-scheduler's verbs (a forged filter holds quota, a forged bind places any pod) listen on anything
+    but loopback only with client certificates pinned to kube-scheduler's identity (tls.clientCAFile and
+    tls.clientNames); the diagnostics and the web view (every tenant's pods, quota and devices) only with
+    diagnostics.auth.mode kubernetes. The metrics listener serves only /metrics and the probes."""
+    from extender.transport.server import is_loopback
+
+    tls = config.tls
+    if not is_loopback(listen) and not (tls.client_ca_file and tls.client_names):
+        raise ConfigError(
+            f"--listen {listen} is not a loopback address: kube-scheduler's verbs off loopback need client "
+            "certificates pinned to kube-scheduler (tls.clientCAFile and tls.clientNames); or listen on 127.0.0.1"
+        )
+    if tls.client_ca_file and not tls.client_names:
+        log.warning("tls.clientCAFile without tls.clientNames: any certificate of that CA may call the verbs")
+    people = diagnostics_listen or listen
+    if not is_loopback(people) and config.diagnostics.auth.mode != "kubernetes":
+        raise ConfigError(
+            f"diagnostics on {people} are not on loopback: set diagnostics.auth.mode: kubernetes (a token "
+            "checked by the API server), or listen on 127.0.0.1 and use kubectl port-forward"
+        )
+
+
 def _diagnostics_authorizer(service: SchedulingService, config: ExtenderConfig) -> Any:
     """diagnostics.auth.mode kubernetes: tokens reviewed by the API server the live source watches."""
     if config.diagnostics.auth.mode != "kubernetes":
@@ -348,7 +375,8 @@ def _diagnostics_authorizer(service: SchedulingService, config: ExtenderConfig) 
         raise ConfigError("diagnostics.auth.mode: kubernetes needs a live cluster (--kubeconfig or --in-cluster)")
     from extender.transport.access_review import AccessReviewer
 
-    return AccessReviewer(api_config, cache_seconds=config.diagnostics.auth.cache_seconds)
+    auth = config.diagnostics.auth
+    return AccessReviewer(api_config, cache_seconds=auth.cache_seconds, audiences=auth.audiences)
 
 
 def _read_gunicorn_config(path: str) -> dict[str, Any]:

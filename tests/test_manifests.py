@@ -23,11 +23,11 @@ from tests.support.manifest_checks import (
     ALL_CHECKS,
     BIND,
     CONFIG,
+    EXTENDER_ACCOUNT,
     KUBECTL,
     MANIFESTS,
     REQUEUE_CLASS,
     RESTRICT,
-    SERVICE_ACCOUNT,
     Doc,
     base_docs,
     check_extender_role,
@@ -100,7 +100,7 @@ def test_bind_component_is_the_only_grant_of_pods_binding() -> None:
         ([""], ["pods/binding"], ["create"])
     ]
     binding = one(docs, "ClusterRoleBinding")
-    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [SERVICE_ACCOUNT]
+    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [EXTENDER_ACCOUNT], "the extender's own"
     replaced = {g["name"]: (g["behavior"], g["files"]) for g in component["configMapGenerator"]}
     assert replaced == {
         "dra-extender-config": ("replace", ["extender.yaml"]),
@@ -132,6 +132,13 @@ def test_configs_agree_with_the_deployment() -> None:
     assert lease_role["metadata"]["namespace"] == election["resourceNamespace"]
     assert lease_role["rules"][0]["resourceNames"] == [election["resourceName"]]
     assert [p["schedulerName"] for p in scheduler_config["profiles"]] == ["dra-quota-scheduler"]
+    # the extender binds pods of the profile it serves, and reads its leader's Lease
+    assert extender_config["bind"]["schedulerNames"] == [p["schedulerName"] for p in scheduler_config["profiles"]]
+    lease = f"{election['resourceNamespace']}/{election['resourceName']}"
+    assert lease == ExtenderConfig().leader.lease
+    assert one(base_docs(), "Role", "dra-quota-extender:lease")["rules"][0]["resourceNames"] == [
+        election["resourceName"]
+    ]
     assert [e["urlPrefix"] for e in scheduler_config["extenders"]] == ["http://127.0.0.1:8888"]
     kueue_configmap = extender_config.get("quota", {}).get("kueueConfigMap", {})
     assert kueue_configmap.get("name", DEFAULT_KUEUE_CONFIGMAP[1]) == DEFAULT_KUEUE_CONFIGMAP[1]

@@ -14,6 +14,7 @@ from extender import cli, kubectl_plugin
 from extender.cli import EXIT_INPUT
 from extender.transport.app import create_app
 from extender.transport.strict_objects import (
+    AliasRefusedError,
     DuplicateFieldError,
     StrictDecodingError,
     check,
@@ -123,7 +124,9 @@ def test_kube_schedulers_pods_stay_lenient() -> None:
 def test_a_field_given_twice_is_refused_with_its_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """PyYAML keeps the last of two equal keys silently; kube-apiserver refuses a duplicate field."""
     text = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: team-a\n  name: q\nspec:\n  containers: []\n"
-    assert load_documents("a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n") == [{"a": {"b": 1}, "c": {"b": 2}}]  # merge keys
+    assert load_documents("c:\n  <<: {b: 1, d: 3}\n  b: 2\n") == [{"c": {"b": 2, "d": 3}}]  # merge keys
+    with pytest.raises(AliasRefusedError, match=r"alias \*x refused"):  # aliases are refused, merged or not
+        load_documents("a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n")
     with pytest.raises(DuplicateFieldError):
         load_documents(text)
     twice = tmp_path / "twice.yaml"

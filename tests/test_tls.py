@@ -30,7 +30,8 @@ def openssl(*args: str, cwd: Path) -> None:
 
 
 def make_pki(directory: Path) -> None:
-    """A CA, a server certificate for 127.0.0.1, a client certificate from the CA and one self-signed."""
+    """A CA, a server certificate for 127.0.0.1, two client certificates from the CA (CN client, and CN
+    kube-scheduler with a DNS SAN) and one self-signed."""
     openssl(
         "req",
         "-x509",
@@ -47,7 +48,11 @@ def make_pki(directory: Path) -> None:
         "/CN=test-ca",
         cwd=directory,
     )
-    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+    for name, extension in (
+        ("server", "subjectAltName=IP:127.0.0.1"),
+        ("client", "extendedKeyUsage=clientAuth"),
+        ("kube-scheduler", "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:kube-scheduler.kube-system"),
+    ):
         openssl(
             "req",
             "-newkey",
@@ -224,3 +229,62 @@ def test_a_certificate_rotated_in_place_is_served_without_a_restart(tls_server):
         after = served_serial(directory, port)
     assert after != before, "the rotated certificate was not picked up"
     assert filter_over_tls(port, client_context(directory, "client")) == 200
+
+
+@pytest.fixture(scope="module")
+def pinned_server(tmp_path_factory):
+    """The verbs on every address (0.0.0.0), which serve allows only with client certificates pinned to
+    kube-scheduler's identity (tls.clientNames)."""
+    directory = tmp_path_factory.mktemp("pinned")
+    make_pki(directory)
+    port, diagnostics_port = free_port(), free_port()
+    config = directory / "extender.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "tls": {
+                    "certFile": str(directory / "server.crt"),
+                    "keyFile": str(directory / "server.key"),
+                    "clientCAFile": str(directory / "ca.crt"),
+                    "clientNames": ["kube-scheduler.kube-system"],
+                },
+                "diagnostics": {"listen": f"127.0.0.1:{diagnostics_port}"},
+            }
+        )
+    )
+    log = (directory / "server.log").open("w")
+    process = subprocess.Popen(
+        [str(BIN), "serve", "--config", str(config), "--listen", f"0.0.0.0:{port}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", diagnostics_port, timeout=2)
+            connection.request("GET", "/readyz")
+            if connection.getresponse().status == 200:
+                break
+        except OSError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        raise AssertionError((directory / "server.log").read_text())
+    yield directory, port
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def test_off_loopback_only_the_pinned_identity_calls_the_verbs(pinned_server):
+    """Any certificate of the CA is not kube-scheduler's: only the one naming tls.clientNames (here a DNS SAN) is
+    served; another of the same CA is answered 403 and closed, one of another CA fails the handshake."""
+    directory, port = pinned_server
+    assert filter_over_tls(port, client_context(directory, "kube-scheduler")) == 200
+    try:
+        status = filter_over_tls(port, client_context(directory, "client"))
+    except (ConnectionError, OSError):  # the 403 raced with the request still being written
+        status = 403
+    assert status == 403
+    with pytest.raises((ssl.SSLError, ConnectionError, OSError)):
+        filter_over_tls(port, client_context(directory, "rogue"))
+    assert "refused a client certificate naming client" in (directory / "server.log").read_text()

@@ -50,6 +50,7 @@ _PARSED: dict[str, Schema] = {
     "_file": {"type": "string", "description": "a file path, or empty"},
     "_log_level": {"type": "string", "pattern": "^(" + "|".join(_any_case(level) for level in LOG_LEVELS) + ")$"},
     "_auth_mode": {"enum": ["none", "kubernetes"]},
+    "_names": {"type": ["array", "null"], "items": {"type": "string", "minLength": 1}},
     "_mappings": {
         "type": ["array", "null"],
         "maxItems": MAX_DEVICE_CLASS_MAPPINGS,
@@ -95,11 +96,13 @@ def section_schema(section: type) -> Schema:
     if section is FeaturesSection:
         schema["allOf"] = [_dependency(gate, needs) for gate, needs in sorted(GATE_DEPENDENCIES.items())]
     if section is TlsSection:
-        # certFile and keyFile go together; clientCAFile needs them (parse_config's cross-option checks)
+        # certFile and keyFile go together; clientCAFile needs them, clientNames needs clientCAFile (parse_config's
+        # cross-option checks)
         schema["allOf"] = [
             _needs_non_empty("certFile", "keyFile"),
             _needs_non_empty("keyFile", "certFile"),
             _needs_non_empty("clientCAFile", "certFile"),
+            _needs_non_empty("clientNames", "clientCAFile", listed=True),
         ]
     return schema
 
@@ -115,8 +118,9 @@ def _dependency(gate: str, needs: str) -> Schema:
     return {"if": when_off, "then": then}
 
 
-def _needs_non_empty(option: str, needs: str) -> Schema:
-    set_ = {"properties": {option: {"minLength": 1}}, "required": [option]}
+def _needs_non_empty(option: str, needs: str, *, listed: bool = False) -> Schema:
+    """`option` given (a non-empty string, or with `listed` a non-empty list) needs `needs` non-empty."""
+    set_ = {"properties": {option: {"minItems": 1} if listed else {"minLength": 1}}, "required": [option]}
     return {"if": set_, "then": {"properties": {needs: {"minLength": 1}}, "required": [needs]}}
 
 

@@ -79,6 +79,14 @@ def _file(value: Any, where: str) -> str:
     return value
 
 
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise ConfigError(f"{where}: must be a list of non-empty strings, got {value!r}")
+    return tuple(v.strip() for v in value)
+
+
 def _log_level(value: Any, where: str) -> str:
     level = str(value).upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -148,6 +156,10 @@ class LeaderSection:
 @dataclass(frozen=True, slots=True)
 class BindSection:
     enabled: bool = option("enabled", False)
+    # bind answers only for pods of these schedulers (spec.schedulerName), and only on a node the extender's own
+    # filter passed the pod on (service/bind_proofs.py) within filterMaxAgeSeconds.
+    scheduler_names: tuple[str, ...] = option("schedulerNames", ("dra-quota-scheduler",), parse=_names)
+    filter_max_age_seconds: float = option("filterMaxAgeSeconds", 600.0, minimum=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +193,9 @@ def _auth_mode(value: Any, where: str) -> str:
 class DiagnosticsAuthSection:
     mode: str = option("mode", "none", parse=_auth_mode)
     cache_seconds: float = option("cacheSeconds", 60.0, minimum=0)
+    # TokenReview spec.audiences: empty for the API server's own audiences (any token that works against the
+    # API server); set, only tokens minted for one of these (kubectl create token --audience ...).
+    audiences: tuple[str, ...] = option("audiences", (), parse=_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +206,11 @@ class DiagnosticsSection:
     max_connections: int = option("maxConnections", 64, minimum=1)
     max_body_bytes: int = option("maxBodyBytes", 256 * 1024, minimum=1024)
     yaml_max_bytes: int = option("yamlMaxBytes", 64 * 1024, minimum=0)
+    # At most this many requests for diagnostics, the web view and explains at once in the process (429 beyond):
+    # the rest of the worker threads stay free for kube-scheduler's verbs.
+    concurrency: int = option("concurrency", 4, minimum=1)
+    # Host names (besides IP addresses and localhost) the diagnostics answer to; ".example.com" with subdomains.
+    allowed_hosts: tuple[str, ...] = option("allowedHosts", (), parse=_names)
     explain: ExplainSection = option("explain", ExplainSection())
     auth: DiagnosticsAuthSection = option("auth", DiagnosticsAuthSection())
 
@@ -221,6 +241,9 @@ class TlsSection:
     cert_file: str = option("certFile", "", parse=_file)
     key_file: str = option("keyFile", "", parse=_file)
     client_ca_file: str = option("clientCAFile", "", parse=_file)  # set: only clients with a cert from this CA
+    # The identities kube-scheduler's client certificate may carry (subject CN or a DNS/URI SAN); with
+    # clientCAFile, any other certificate of the CA is refused. Required when the verbs listen off loopback.
+    client_names: tuple[str, ...] = option("clientNames", (), parse=_names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,6 +419,8 @@ def parse_config(raw: Any) -> ExtenderConfig:
         raise ConfigError("tls: certFile and keyFile go together")
     if tls.client_ca_file and not tls.cert_file:
         raise ConfigError("tls.clientCAFile needs tls.certFile and tls.keyFile (client certificates need TLS)")
+    if tls.client_names and not tls.client_ca_file:
+        raise ConfigError("tls.clientNames needs tls.clientCAFile (the names are those of client certificates)")
     return config
 
 

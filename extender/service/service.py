@@ -34,6 +34,7 @@ from extender.decisions.quota.workload_holds import (
 )
 from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
+from extender.service.bind_proofs import BindProofs
 from extender.service.config import ExtenderConfig
 from extender.service.drift import UnplacedWorkload, unplaced_workloads
 from extender.service.errors import BindError, NotLeadingError, NotSyncedError
@@ -107,6 +108,8 @@ class SchedulingService:
         self._reconciled_snapshot: ClusterSnapshot | None = None
         self.gone_pods = GonePods()  # pods the view showed deleted: a reservation for one is let go
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
+        # what bind checks first: the extender's own filter passed the pod on the node (kept while bind is on)
+        self.bind_proofs = BindProofs(max_age_seconds=config.bind.filter_max_age_seconds, clock=clock)
         self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
         self.restored_reservations = 0  # taken over from the journal at start
         # Of those, the pods whose reservation has not been let go yet, and how the others were let go: one
@@ -428,7 +431,9 @@ class SchedulingService:
         self.require_synced()
         snapshot = self.snapshot()
         if not needs_our_decision(pod, snapshot):
-            return self._decide(snapshot, pod, node_names, view=None)
+            passed = self._decide(snapshot, pod, node_names, view=None)
+            self._remember_for_bind(pod, passed)
+            return passed
         not_leading = self.leadership() if self.leadership is not None else ""
         if not_leading:
             raise NotLeadingError(not_leading)
@@ -463,7 +468,28 @@ class SchedulingService:
                     self.parked.park(decision.failures.category_counts(), view)
         self.history.remember_filter(identity, decision)
         self.history.record("filter", Ranking(decision, {}), started)
+        self._remember_for_bind(pod, decision)
         return decision
+
+    def _remember_for_bind(self, pod: Pod, decision: PodDecision) -> None:
+        if self.config.bind.enabled:
+            self.bind_proofs.remember(pod_id(pod), pod.key, pod.scheduler_name, decision)
+
+    def bind_refusal(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Why the extender will not bind this pod to `node` ("" when it will): only a pod of a scheduler it
+        binds for (bind.schedulerNames), on a node its own filter passed the pod on (service/bind_proofs.py),
+        and, where the view holds the pod, the very pod filtered (same UID and scheduler name)."""
+        key = f"{namespace}/{name}"
+        names = self.config.bind.scheduler_names
+        refusal = self.bind_proofs.refusal(uid or key, key, node, names)
+        if refusal:
+            return refusal
+        current = self.snapshot().pods.get(key)
+        if current is not None and uid and current.uid and current.uid != uid:
+            return f"pod {key} has UID {current.uid}, not {uid}"
+        if current is not None and current.scheduler_name not in names:
+            return f"pod {key} names scheduler {current.scheduler_name!r}, not one this extender binds for"
+        return ""
 
     def rank_ahead(self, decision: PodDecision) -> Ranking | None:
         """prioritize's ranking of a filter decision, made once filter's answer is out (the transport calls this
@@ -531,6 +557,11 @@ class SchedulingService:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind through the API; on success hold exactly the charge of the node chosen, on failure nothing."""
         identity = uid or f"{namespace}/{name}"
+        # The proofs are kept while the verb is served (bind.enabled): a bind the extender did not filter for is
+        # refused before anything else, and what it holds for the pod (the filter's reservation, if any) stays.
+        refusal = self.bind_refusal(namespace, name, uid, node) if self.config.bind.enabled else ""
+        if refusal:
+            raise BindError(f"not binding {namespace}/{name} to {node}: {refusal}")
         problem = self.sync_problem()
         if problem:
             # The reservation may stand on an incomplete view: let it go, kube-scheduler retries the pod.

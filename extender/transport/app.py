@@ -6,7 +6,8 @@ kube-scheduler's verbs (transport/scheduling_routes.py), `diagnostics` what peop
 (transport/metrics_routes.py), `health` the probes and the API document both listeners answer
 (transport/health_routes.py). With a separate diagnostics listener the process builds two apps around one
 service, each with the blueprints it serves. Handlers only parse, call the service and format; request metrics
-are taken in request hooks (here), who may read diagnostics is decided in one (transport/diagnostics_auth.py),
+are taken in request hooks (here), who may read anything but the probes, /metrics and the verbs is decided in one
+(transport/diagnostics_auth.py),
 and one error handler per kind of failure turns it into a clear status and message (transport/error_answers.py).
 filter and prioritize mostly bypass all of this: transport/verb_fast_path.py wraps the app's WSGI entry.
 """
@@ -20,7 +21,12 @@ from flask import Flask, Response, current_app, g, request
 from werkzeug.exceptions import HTTPException
 
 from extender.service import SchedulingService
-from extender.transport.diagnostics_auth import Authorizer, authorize_diagnostics
+from extender.transport.diagnostics_auth import (
+    Authorizer,
+    guard_people_requests,
+    people_response_headers,
+    release_people_gate,
+)
 from extender.transport.diagnostics_routes import diagnostics
 from extender.transport.error_answers import bad_request, http_error, unexpected_error
 from extender.transport.foreground import foreground_for
@@ -50,6 +56,7 @@ TIMED_ENDPOINTS = {
     "web.nodes": "web",
     "web.node": "web",
     "web.queues": "web",
+    "web.login": "web",
 }
 SCHEDULING_ENDPOINTS = frozenset(("scheduling.filter_verb", "scheduling.prioritize_verb", "scheduling.bind_verb"))
 
@@ -84,6 +91,7 @@ def create_app(
     serve_metrics: bool | None = None,
     in_flight: InFlight | None = None,
     explain_gate: threading.BoundedSemaphore | None = None,
+    people_gate: threading.BoundedSemaphore | None = None,
     self_probe: tuple[str, bool] | None = None,
     authorizer: Authorizer | None = None,
 ) -> Flask:
@@ -91,7 +99,8 @@ def create_app(
     kube-scheduler's verbs and health, and the diagnostics listener everything else (people and Prometheus);
     a metrics listener (serve_scheduling=False, serve_diagnostics=False, serve_metrics=True) only /metrics and
     the probes, so it can face the pod network while the diagnostics listener stays on loopback.
-    The two apps of one process share `metrics`, `in_flight` and `explain_gate`, and the service's
+    The two apps of one process share `metrics`, `in_flight`, `explain_gate` and `people_gate` (the bound on
+    diagnostics requests at once, transport/diagnostics_auth.py), and the service's
     ForegroundWork (transport/foreground.py); the diagnostics app's /livez probes the scheduling listener at
     `self_probe` (address, TLS)."""
     app = Flask("dra-extender")
@@ -105,15 +114,21 @@ def create_app(
     app.extensions["dra_explain_gate"] = explain_gate or threading.BoundedSemaphore(
         service.config.diagnostics.explain.concurrency
     )
+    app.extensions["dra_people_gate"] = people_gate or threading.BoundedSemaphore(
+        service.config.diagnostics.concurrency
+    )
+    app.extensions["dra_allowed_hosts"] = service.config.diagnostics.allowed_hosts
     if self_probe is not None:
         app.extensions["dra_self_probe"] = self_probe
     if authorizer is not None:
         app.extensions["dra_authorizer"] = authorizer
     _register_blueprints(app, serve_scheduling, serve_diagnostics, serve_metrics)
     app.before_request(_start_timer)
-    app.before_request(authorize_diagnostics)
+    app.before_request(guard_people_requests)  # deny by default: only probes, /metrics and the verbs are open
     app.after_request(_observe)
+    app.after_request(people_response_headers)
     app.teardown_request(_end_in_flight)
+    app.teardown_request(release_people_gate)
     app.register_error_handler(WireError, bad_request)
     app.register_error_handler(HTTPException, http_error)
     app.register_error_handler(Exception, unexpected_error)

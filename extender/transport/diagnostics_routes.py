@@ -56,7 +56,16 @@ def _explain_posted_pod(service: SchedulingService, settings: DiagnosticsSection
     except ObjectError as error:
         raise WireError(f"Pod: {error.describe()}") from None
     nodes = request.args.getlist("node") or None
-    limit = settings.explain.max_nodes
+    explain_limits(service, nodes, settings.explain.max_nodes)
+    response = json_response(decision_json(service.explain(pod, nodes)))
+    for path in unknown:
+        response.headers.add("Warning", f'299 - "unknown field \\"{path}\\""')
+    return response
+
+
+def explain_limits(service: SchedulingService, nodes: list[str] | None, limit: int) -> None:
+    """diagnostics.explain.maxNodes, for this endpoint and the web view's what-if alike: at most `limit` nodes
+    named, and without names a cluster of at most `limit` nodes (an explain of every node otherwise)."""
     if nodes is not None and len(nodes) > limit:
         raise WireError(f"{len(nodes)} nodes asked about; the limit is {limit} (diagnostics.explain.maxNodes)")
     if nodes is None and len(cluster_nodes := service.snapshot().nodes) > limit:
@@ -64,10 +73,6 @@ def _explain_posted_pod(service: SchedulingService, settings: DiagnosticsSection
             f"the cluster has {len(cluster_nodes)} nodes, more than diagnostics.explain.maxNodes ({limit}): "
             "name the nodes to explain with ?node=NAME (repeatable)"
         )
-    response = json_response(decision_json(service.explain(pod, nodes)))
-    for path in unknown:
-        response.headers.add("Warning", f'299 - "unknown field \\"{path}\\""')
-    return response
 
 
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")

@@ -11,6 +11,7 @@ from flask import Response, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from extender.service import SchedulingService
+from extender.transport import strict_objects
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.wire import WireError
 
@@ -39,7 +40,8 @@ def request_body(*, yaml_allowed: bool = False, max_bytes: int | None = None, ya
     """The request body as data: JSON, or (where allowed) YAML when labelled so or when it is not JSON.
 
     YAML only up to `yaml_max_bytes`: PyYAML's parser is pure Python, slow and memory-hungry on large documents
-    (and recursive on deep ones); larger bodies must be JSON, which orjson parses in milliseconds."""
+    (and recursive on deep ones); larger bodies must be JSON, which orjson parses in milliseconds. YAML aliases
+    are refused (strict_objects.load_data): expanded, a few kilobytes of them are millions of nodes."""
     data = request.get_data(cache=False)
     if max_bytes is not None and len(data) > max_bytes:
         raise RequestEntityTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
@@ -55,11 +57,15 @@ def request_body(*, yaml_allowed: bool = False, max_bytes: int | None = None, ya
                 f"request body is not valid JSON ({error}); YAML is accepted only up to {yaml_max_bytes} bytes"
             ) from None
     try:
-        body = yaml.safe_load(data) if request.mimetype in YAML_TYPES else None
+        body = strict_objects.load_data(data) if request.mimetype in YAML_TYPES else None
         return body if body is not None else orjson.loads(data)
+    except strict_objects.AliasRefusedError as error:
+        raise WireError(f"request body: {strict_objects.yaml_problem(error)}") from None
     except (orjson.JSONDecodeError, yaml.YAMLError, RecursionError):  # PyYAML recurses on deep nesting
         try:
-            return yaml.safe_load(data)
+            return strict_objects.load_data(data)
+        except strict_objects.AliasRefusedError as error:
+            raise WireError(f"request body: {strict_objects.yaml_problem(error)}") from None
         except (yaml.YAMLError, RecursionError) as error:
             raise WireError(f"request body is neither JSON nor YAML: {error}") from None
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import ipaddress
 import logging
 import os
 import select
@@ -90,6 +91,8 @@ class ListenerSettings:
     client_ca_file: str = ""
     # kube-scheduler's verbs answered off the connection (transport/direct_http.py); None: all through gunicorn
     direct: DirectVerbs | None = None
+    # With client_ca_file: the identities a client certificate must name (subject CN, DNS or URI SAN); () any
+    client_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,15 @@ class _Listener:
         self.connections: set[BoundedConn] = set()
 
 
+def certificate_names(certificate: Mapping[str, Any]) -> set[str]:
+    """The identities of a verified peer certificate (ssl.SSLSocket.getpeercert): the subject's common names and
+    the DNS and URI subject alternative names, as kube-apiserver takes a client certificate's CN for the user
+    name (k8s.io/apiserver/pkg/authentication/request/x509 CommonNameUserConversion)."""
+    names = {value for rdn in certificate.get("subject", ()) for key, value in rdn if key == "commonName"}
+    names.update(value for kind, value in certificate.get("subjectAltName", ()) if kind in ("DNS", "URI"))
+    return names
+
+
 class BoundedConn(gthread.TConn):  # type: ignore[misc]  # gunicorn ships no type information
     """gthread's connection with per-listener TLS and bookkeeping for the listener's connection bound."""
 
@@ -171,7 +183,31 @@ class BoundedConn(gthread.TConn):  # type: ignore[misc]  # gunicorn ships no typ
         if self.parser is None:
             if self.listener.tls is not None:
                 self.sock = self.listener.tls.context().wrap_socket(self.sock, server_side=True)
+                self._check_client_name()
             self.parser = http.get_parser(self.cfg, self.sock, self.client)
+
+    def _check_client_name(self) -> None:
+        """Pinning: a certificate the CA signed is not enough, it must name one of the listener's clientNames
+        (kube-scheduler's identity). Any other is answered 403 and the connection closed (an OSError, which
+        gthread and the direct path both take as a client gone)."""
+        allowed = self.listener.settings.client_names
+        if not allowed:
+            return
+        names = certificate_names(self.sock.getpeercert() or {})
+        if names & set(allowed):
+            return
+        log.warning(
+            "refused a client certificate naming %s: not one of tls.clientNames (%s)",
+            ", ".join(sorted(names)) or "nothing",
+            ", ".join(allowed),
+        )
+        body = b'{"error":"this client certificate may not call the extender (tls.clientNames)"}'
+        with contextlib.suppress(OSError, ssl.SSLError):
+            self.sock.sendall(
+                b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+        raise OSError(errno.ENOTCONN, "client certificate not in tls.clientNames")
 
     def close(self, graceful: bool = False) -> None:
         self.listener.connections.discard(self)
@@ -257,16 +293,19 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
         super().init_process()
 
     def _listener_for(self, listener_socket: Any) -> _Listener:
+        """The listener a socket was bound for, told apart by its whole address (host and port): two listeners
+        may share a port on different addresses. An address no listener names (bound by a gunicorn config
+        file) serves nothing but 404s: never the verbs nor the diagnostics."""
         listener = self._by_socket.get(listener_socket)
         if listener is None:
             host, port = listener_socket.getsockname()[:2]
             settings = next(
-                (s for s in self.listeners.values() if int(s.address.rpartition(":")[2]) == port),
+                (s for s in self.listeners.values() if (host, port) in resolved_addresses(s.address)),
                 None,
             )
-            if settings is None:  # an address bound by a gunicorn config file: serve it like the first listener
-                first = next(iter(self.listeners.values()))
-                settings = ListenerSettings(f"{host}:{port}", first.app, first.max_connections)
+            if settings is None:
+                log.warning("%s:%s is not one of the extender's listeners: it answers 404 to everything", host, port)
+                settings = ListenerSettings(f"{host}:{port}", _not_served, 1)
             listener = self._by_socket[listener_socket] = _Listener(settings)
         return listener
 
@@ -441,8 +480,11 @@ class ExtenderWorker(gthread.ThreadWorker):  # type: ignore[misc]  # gunicorn sh
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
-        apps = {s.address.rpartition(":")[2]: s.app for s in self.listeners.values()}
-        self.wsgi = _Dispatch(apps, self.wsgi, self.limits.max_body_bytes)
+        apps: dict[tuple[str, str], WSGIApp] = {}
+        for listener_socket in self.sockets:
+            host, port = listener_socket.getsockname()[:2]
+            apps[(str(host), str(port))] = self._listener_for(listener_socket).settings.app
+        self.wsgi = _Dispatch(apps, self.limits.max_body_bytes)
 
 
 def _defer_accept(listener_socket: Any) -> None:
@@ -472,14 +514,36 @@ def _tls_pending(sock: Any) -> bool:
     return isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
 
 
-class _Dispatch:
-    """The WSGI app of the request's listener (gunicorn puts the listening socket's port in SERVER_PORT), called
-    with the request body already read (bounded, under the read deadline), so that the deadline watchdog can
-    tell a slow client from a slow answer."""
+def resolved_addresses(address: str) -> set[tuple[str, int]]:
+    """The (host, port) socket names a configured HOST:PORT binds (a name may resolve to several)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, ValueError):
+        return set()
+    return {(str(info[4][0]), int(info[4][1])) for info in infos}
 
-    def __init__(self, apps: Mapping[str, WSGIApp], default: WSGIApp, max_body_bytes: int) -> None:
+
+def is_loopback(address: str) -> bool:
+    """Whether a HOST:PORT listens on loopback only (every address it resolves to is 127.0.0.0/8 or ::1)."""
+    hosts = {host for host, _ in resolved_addresses(address)}
+    return bool(hosts) and all(ipaddress.ip_address(host.split("%")[0]).is_loopback for host in hosts)
+
+
+def _not_served(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    body = b'{"error":"this address is not one of the extender\'s listeners"}'
+    start_response("404 Not Found", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class _Dispatch:
+    """The WSGI app of the request's listener, told apart by the listening socket's whole address (gunicorn puts
+    its host and port in SERVER_NAME and SERVER_PORT), called with the request body already read (bounded, under
+    the read deadline), so that the deadline watchdog can tell a slow client from a slow answer."""
+
+    def __init__(self, apps: Mapping[tuple[str, str], WSGIApp], max_body_bytes: int) -> None:
         self.apps = dict(apps)
-        self.default = default
         self.max_body_bytes = max_body_bytes
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -495,7 +559,8 @@ class _Dispatch:
         given_id = environ.get("HTTP_X_REQUEST_ID")
         if given_id:
             name_request(given_id)
-        return self.apps.get(str(environ.get("SERVER_PORT", "")), self.default)(environ, start_response)
+        address = (str(environ.get("SERVER_NAME", "")), str(environ.get("SERVER_PORT", "")))
+        return self.apps.get(address, _not_served)(environ, start_response)
 
 
 class ExtenderServer(BaseApplication):  # type: ignore[misc]  # gunicorn ships no type information

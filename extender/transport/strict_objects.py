@@ -48,9 +48,33 @@ class DuplicateFieldError(yaml.constructor.ConstructorError):
     keep the last value silently."""
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader refusing a key given twice in one mapping (merge keys ``<<`` aside: their keys may
-    be overridden, as YAML defines)."""
+class AliasRefusedError(yaml.composer.ComposerError):
+    """A YAML document uses an alias (``*name``). Aliases are refused rather than expanded: a few hundred bytes of
+    anchors, each alias repeating the one before several times, expand to millions of nodes (the "billion laughs"
+    of XML), and everything after the parse (the strict field walk, the pod parse) walks the expanded tree.
+    kube-apiserver's YAML decoder (go-yaml, as sigs.k8s.io/yaml uses it) bounds the expansion by a ratio of
+    aliases to nodes instead (yaml.v2 decode.go ``allowedAliasRatio``); a person's Pod manifest has no use for
+    aliases, so refusing them outright is the simpler bound with the same effect."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only, no Python objects) that refuses aliases as they are composed, before
+    anything is expanded: the cost of a load is linear in the text."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # typeshed leaves it untyped
+            raise AliasRefusedError(
+                None, None, f"alias *{event.anchor} refused: YAML aliases are not accepted", event.start_mark
+            )
+        node: yaml.Node | None = super().compose_node(parent, index)
+        return node
+
+
+class _StrictLoader(_NoAliasLoader):
+    """The alias-refusing loader that also refuses a key given twice in one mapping (merge keys ``<<`` aside:
+    their keys may be overridden, as YAML defines; with aliases refused a merge key can only merge a mapping
+    written in place)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
@@ -66,8 +90,14 @@ class _StrictLoader(yaml.SafeLoader):
 
 def load_documents(text: str) -> list[Any]:
     """The non-empty documents of a YAML (or JSON) text a person wrote; a key given twice in one mapping is a
-    DuplicateFieldError (a yaml.YAMLError, with the line and column of the second one)."""
+    DuplicateFieldError, an alias an AliasRefusedError (both yaml.YAMLErrors, with the line and column)."""
     return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d]
+
+
+def load_data(text: str | bytes) -> Any:
+    """One YAML (or JSON) document sent to the extender, as data; aliases refused (AliasRefusedError), so that
+    the work of a load stays linear in the text's length."""
+    return yaml.load(text, Loader=_NoAliasLoader)  # a SafeLoader subclass: plain data only
 
 
 class StrictDecodingError(ValueError):

@@ -16,6 +16,7 @@ name with HTML in it stays text).
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
+import orjson
 import yaml
 from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -44,8 +46,11 @@ from extender.transport.diagnostics import (
     queue_rows,
     queues_json,
 )
+from extender.transport.diagnostics_auth import TOKEN_COOKIE, login_page
+from extender.transport.diagnostics_routes import explain_limits
 from extender.transport.request_io import current_service
 from extender.transport.web_rows import STATUS_LABELS, borrowing, pod_entries, pod_row, status_of, whatif_example
+from extender.transport.wire import WireError
 
 PODS_PER_PAGE = 100
 NODE_ROWS_PER_PAGE = 200  # ranked node table of one pod
@@ -264,11 +269,21 @@ def pod(namespace: str, name: str) -> tuple[str, int]:
     )
 
 
-def _parse_whatif(text: str) -> Pod:
+def _parse_whatif(text: str, yaml_max_bytes: int) -> Pod:
+    """The pasted Pod, decoded as POST /diagnostics/explain decodes its body: YAML (aliases refused) only up to
+    diagnostics.yamlMaxBytes, JSON beyond."""
     try:
-        documents = strict_objects.load_documents(text)  # a key given twice is refused, as kube-apiserver would
-    except (yaml.YAMLError, RecursionError) as error:
-        raise ValueError(f"not YAML: {error}") from None
+        # beyond the YAML bound, JSON only; a key given twice and aliases are refused (strict_objects.load_documents)
+        large = len(text.encode()) > yaml_max_bytes
+        documents = [orjson.loads(text)] if large else strict_objects.load_documents(text)
+    except orjson.JSONDecodeError as error:
+        raise ValueError(
+            f"not JSON ({error}); YAML is accepted only up to {yaml_max_bytes} bytes (diagnostics.yamlMaxBytes)"
+        ) from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"not YAML: {strict_objects.yaml_problem(error)}") from None
+    except RecursionError:
+        raise ValueError("not YAML: nested too deeply") from None
     pods_ = [d for d in documents if isinstance(d, dict) and d.get("kind", "Pod") == "Pod"]
     if not pods_:
         raise ValueError("the text holds no Pod")
@@ -288,15 +303,54 @@ def explain() -> tuple[str, int]:
         return _html("web/explain.html", manifest=request.args.get("pod", ""), nodes="", error="")
     text = request.form.get("pod", "")
     nodes_text = request.form.get("nodes", "")
+    service = current_service()
+    settings = service.config.diagnostics
+    # the gate POST /diagnostics/explain takes: at most diagnostics.explain.concurrency explains at once
+    gate: threading.BoundedSemaphore = current_app.extensions["dra_explain_gate"]
+    if not gate.acquire(blocking=False):
+        busy = f"Too many what-ifs in progress (at most {settings.explain.concurrency}); try again in a moment."
+        return _html("web/explain.html", 429, manifest=text, nodes=nodes_text, error=busy)
     try:
-        pod_ = _parse_whatif(text)
-    except ValueError as error:
-        return _html("web/explain.html", 400, manifest=text, nodes=nodes_text, error=str(error))
-    names = [n for n in nodes_text.replace(",", " ").split() if n] or None
-    decision = decision_json(current_service().explain(pod_, names))
+        try:
+            pod_ = _parse_whatif(text, settings.yaml_max_bytes)
+            names = [n for n in nodes_text.replace(",", " ").split() if n] or None
+            explain_limits(service, names, settings.explain.max_nodes)
+        except (ValueError, WireError) as error:
+            return _html("web/explain.html", 400, manifest=text, nodes=nodes_text, error=str(error))
+        decision = decision_json(service.explain(pod_, names))
+    finally:
+        gate.release()
     return _html(
         "web/pod.html", pod_key=pod_.key, manifest=text, nodes=nodes_text, whatif=True, **_ranking_context(decision)
     )
+
+
+@web.route("/login", methods=["GET", "POST"])
+def login() -> Any:
+    """With diagnostics.auth.mode kubernetes: a browser cannot add an Authorization header, so the token a person
+    pastes here is kept in a cookie (HttpOnly, SameSite=Strict, Secure over TLS, this address only) that the
+    auth hook (transport/diagnostics_auth.py) reviews as it would the header. The POST passes the hook's
+    cross-site check; the token is not reviewed here but on each page it opens."""
+    if request.method == "GET":
+        return login_page("", 200)
+    target = request.form.get("next", "")
+    if not target.startswith("/ui") or target.startswith("//"):  # this site's pages only: no open redirect
+        target = url_for("web.pods")
+    response = redirect(target, 303)
+    token = request.form.get("token", "").strip()
+    if not token:
+        return login_page("a token is required", 400)
+    response.set_cookie(
+        TOKEN_COOKIE, token, httponly=True, secure=request.is_secure, samesite="Strict", path="/", max_age=3600
+    )
+    return response
+
+
+@web.post("/logout")
+def logout() -> Any:
+    response = redirect(url_for("web.login"), 303)
+    response.delete_cookie(TOKEN_COOKIE, path="/", httponly=True, secure=request.is_secure, samesite="Strict")
+    return response
 
 
 # --- nodes --------------------------------------------------------------------------------------------------------

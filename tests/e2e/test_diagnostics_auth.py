@@ -1,5 +1,6 @@
 """diagnostics.auth.mode kubernetes against the real kube-apiserver: TokenReview + SubjectAccessReview with
-ServiceAccount tokens, one granted `get` on the non-resource URLs /diagnostics/*, one not."""
+ServiceAccount tokens, one granted `get` on the non-resource URLs /diagnostics/* (and get and post on the web
+view's /ui, /ui/*), one not; a token minted for the audience dra-extender."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def tokens(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
     rbac.create_cluster_role(
         {
             "metadata": {"name": role},
-            "rules": [{"nonResourceURLs": ["/diagnostics/*"], "verbs": ["get"]}],
-        }  # get only, not post
+            "rules": [
+                {"nonResourceURLs": ["/diagnostics/*"], "verbs": ["get"]},  # get only, not post
+                {"nonResourceURLs": ["/ui", "/ui/*"], "verbs": ["get", "post"]},  # the web view and its what-if
+            ],
+        }
     )
     rbac.create_cluster_role_binding(
         {
@@ -44,6 +48,10 @@ def tokens(control_plane: ControlPlane) -> Iterator[dict[str, str]]:
             name, namespace, {"spec": {"expirationSeconds": 3600}}
         )
         issued[name] = request.status.token
+    minted = control_plane.core.create_namespaced_service_account_token(
+        "reader", namespace, {"spec": {"expirationSeconds": 3600, "audiences": ["dra-extender"]}}
+    )
+    issued["reader-for-us"] = minted.status.token
     try:
         yield issued
     finally:
@@ -86,3 +94,35 @@ def test_token_and_access_reviews_decide_who_reads_diagnostics(
     )
     assert explain.status_code == 403 and "may not post /diagnostics/explain" in explain.get_json()["error"]
     reviewer.close()
+
+
+def test_the_web_view_is_behind_the_same_reviews(control_plane: ControlPlane, tokens: dict[str, str]) -> None:
+    """Every page, the stylesheet and the what-if form: no token 401, a token without RBAC for /ui 403, the
+    reader (nonResourceURLs /ui, /ui/*) served; the sign-in cookie works like the header."""
+    reviewer = AccessReviewer(load_kubeconfig(control_plane.kubeconfig), cache_seconds=60)
+    app = create_app(engine_for([]), serve_scheduling=False, authorizer=reviewer).test_client()
+    reader = {"Authorization": "Bearer " + tokens["reader"]}
+    stranger = {"Authorization": "Bearer " + tokens["stranger"]}
+    for path in ("/ui/pods", "/ui/nodes", "/ui/queues", "/ui/explain", "/ui/static/style.css", "/ui/"):
+        assert app.get(path).status_code == 401, path
+        assert app.get(path, headers=stranger).status_code == 403, path
+        assert app.get(path, headers=reader).status_code in (200, 302), path
+    pod = '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "d"}}'
+    assert app.post("/ui/explain", data={"pod": pod}).status_code == 401
+    assert app.post("/ui/explain", data={"pod": pod}, headers=stranger).status_code == 403
+    assert app.post("/ui/explain", data={"pod": pod}, headers=reader).status_code == 200
+    assert app.post("/ui/login", data={"token": tokens["reader"], "next": "/ui/queues"}).status_code == 303
+    assert app.get("/ui/queues").status_code == 200, "the cookie is reviewed as the header"
+    reviewer.close()
+
+
+def test_audiences_keep_api_server_tokens_and_ours_apart(control_plane: ControlPlane, tokens: dict[str, str]) -> None:
+    ours = AccessReviewer(load_kubeconfig(control_plane.kubeconfig), audiences=("dra-extender",))
+    assert ours.review(tokens["reader-for-us"], "/diagnostics/queues").allowed
+    refused = ours.review(tokens["reader"], "/diagnostics/queues")
+    assert not refused.allowed and refused.status == 401, refused
+    anyone = AccessReviewer(load_kubeconfig(control_plane.kubeconfig))
+    assert anyone.review(tokens["reader"], "/diagnostics/queues").allowed
+    assert not anyone.review(tokens["reader-for-us"], "/diagnostics/queues").allowed, "not an API server token"
+    ours.close()
+    anyone.close()

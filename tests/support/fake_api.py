@@ -30,6 +30,8 @@ from extender.state.store import ClusterStore
 from testkit import builders as b
 
 TOKEN = "test-token"
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 KUEUE = "kueue.x-k8s.io"
 DRA = "resource.k8s.io"
 DRA_PLURALS = ("resourceslices", "deviceclasses", "resourceclaims", "resourceclaimtemplates")
@@ -87,6 +89,12 @@ class FakeApiServer:
         self.bindings: list[dict[str, Any]] = []
         self.binding_failures: dict[tuple[str, str], tuple[int, str, str]] = {}
         self.continue_expired = False
+        # TokenReview and SubjectAccessReview (authentication.k8s.io/v1, authorization.k8s.io/v1): token -> (user
+        # name, the audiences it was minted for), and the (user, verb, path) triples allowed; a path ending in
+        # "*" is a prefix, as RBAC's nonResourceURLs. Every review posted is kept, in order.
+        self.review_tokens: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self.review_grants: set[tuple[str, str, str]] = set()
+        self.reviews: list[dict[str, Any]] = []
         self.closing = False
         self.httpd = _Listener(("127.0.0.1", 0), _handler_for(self))
         self.port = self.httpd.server_address[1]
@@ -317,6 +325,9 @@ def _handler_for(server: FakeApiServer) -> type[http.server.BaseHTTPRequestHandl
             body = orjson.loads(self.rfile.read(length)) if length else None
             if not self._authorised():
                 return
+            if url.path in (TOKEN_REVIEWS, ACCESS_REVIEWS):
+                self._review(url.path, body or {})
+                return
             route = _route([p for p in url.path.split("/") if p])
             if route is None or route[3] != "pods" or route[5] != "binding" or route[2] is None:
                 self._fail(405, "MethodNotAllowed", "only pods/binding can be created here")
@@ -328,6 +339,32 @@ def _handler_for(server: FakeApiServer) -> type[http.server.BaseHTTPRequestHandl
                 return
             server.bindings.append(body)
             self._send_json(201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+
+        def _review(self, path: str, body: dict[str, Any]) -> None:
+            spec = body.get("spec") or {}
+            server.reviews.append(body)
+            if path == TOKEN_REVIEWS:
+                found = server.review_tokens.get(str(spec.get("token", "")))
+                wanted = tuple(spec.get("audiences") or ("https://kubernetes.default.svc",))
+                if found is None or not set(found[1]) & set(wanted):
+                    status: dict[str, Any] = {"authenticated": False, "error": "invalid bearer token"}
+                else:
+                    status = {
+                        "authenticated": True,
+                        "user": {"username": found[0], "uid": "u-" + found[0], "groups": ["system:authenticated"]},
+                        "audiences": sorted(set(found[1]) & set(wanted)),
+                    }
+            else:
+                attributes = spec.get("nonResourceAttributes") or {}
+                verb, asked = attributes.get("verb", ""), attributes.get("path", "")
+                allowed = any(
+                    user == spec.get("user")
+                    and verb == granted_verb
+                    and (asked == granted or (granted.endswith("*") and asked.startswith(granted[:-1])))
+                    for user, granted_verb, granted in server.review_grants
+                )
+                status = {"allowed": allowed, "reason": "granted" if allowed else ""}
+            self._send_json(201, {**body, "status": status})
 
         # --- discovery ---
 

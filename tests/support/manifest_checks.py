@@ -23,7 +23,10 @@ READ_VERBS = {"get", "list", "watch"}
 EXTENDER_ROLE = "dra-quota-extender:read"
 REQUEUE_ROLE = "dra-quota-extender:requeue"
 REQUEUE_CLASS = "dra-extender-requeue"  # config/extender.yaml requeue.deviceClassName
-SERVICE_ACCOUNT = ("kube-system", "dra-quota-scheduler")
+SERVICE_ACCOUNT = ("kube-system", "dra-quota-scheduler")  # kube-scheduler's, the pod's
+EXTENDER_ACCOUNT = ("kube-system", "dra-quota-extender")  # the extender's own
+EXTENDER_TOKEN_SECRET = "dra-quota-extender-token"
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 KUBECTL = shutil.which("kubectl")
 
 Doc = dict[str, Any]
@@ -90,7 +93,7 @@ def check_extender_role(docs: list[Doc]) -> None:
     assert granted == {(info.group, info.plural) for info in KINDS}
     binding = one(docs, "ClusterRoleBinding", EXTENDER_ROLE)
     assert binding["roleRef"]["name"] == EXTENDER_ROLE
-    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [SERVICE_ACCOUNT]
+    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [EXTENDER_ACCOUNT]
 
 
 def check_least_privilege(docs: list[Doc]) -> None:
@@ -110,7 +113,7 @@ def check_least_privilege(docs: list[Doc]) -> None:
     assert "namespace" not in requeue_class["metadata"], "DeviceClass is cluster-scoped"
     assert requeue_class["spec"] == {"selectors": [{"cel": {"expression": "false"}}]}, "selects no device"
     binding = one(docs, "ClusterRoleBinding", REQUEUE_ROLE)
-    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [SERVICE_ACCOUNT]
+    assert [(s["namespace"], s["name"]) for s in binding["subjects"]] == [EXTENDER_ACCOUNT]
     for _, rule in rules(docs, "Role", "ClusterRole"):
         assert not {"pods/binding", "bindings", "*"} & set(rule["resources"]), rule
         assert "*" not in rule["verbs"] and "*" not in rule["apiGroups"]
@@ -128,11 +131,57 @@ def check_scheduler_roles(docs: list[Doc]) -> None:
         ("ClusterRoleBinding", "system:volume-scheduler"),
         ("RoleBinding", "extension-apiserver-authentication-reader"),
         ("RoleBinding", "dra-quota-scheduler:leader-election"),
-        ("ClusterRoleBinding", EXTENDER_ROLE),
     } <= bound
+    assert not [role for _, role in bound if role.startswith("dra-quota-extender:")], "the extender's roles are its own"
     sa = one(docs, "ServiceAccount", SERVICE_ACCOUNT[1])
     assert sa["metadata"]["namespace"] == SERVICE_ACCOUNT[0]
     assert pod_spec(docs)["serviceAccountName"] == SERVICE_ACCOUNT[1]
+
+
+def bound_roles(docs: Iterable[Doc], account: tuple[str, str]) -> set[tuple[str, str]]:
+    """(binding kind, role name) of every binding naming `account` among its subjects."""
+    return {
+        (d["kind"], d["roleRef"]["name"])
+        for d in docs
+        if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and account in [(s.get("namespace"), s["name"]) for s in d["subjects"] if s["kind"] == "ServiceAccount"]
+    }
+
+
+def _token_volume(spec: Mapping[str, Any], container_name: str) -> Doc:
+    mounts = [m for m in container(spec, container_name)["volumeMounts"] if m["mountPath"] == TOKEN_DIR]
+    assert len(mounts) == 1 and mounts[0].get("readOnly") is True, f"{container_name} mounts one token, read-only"
+    return next(v for v in spec["volumes"] if v["name"] == mounts[0]["name"])
+
+
+def check_one_identity_per_container(docs: list[Doc]) -> None:
+    """Least privilege in one pod: the pod's automatic token is off, kube-scheduler mounts the pod's projected
+    token (its ServiceAccount, bound to system:kube-scheduler), the extender the token of its own ServiceAccount,
+    which holds only the extender's roles; neither sees the other's."""
+    spec = pod_spec(docs)
+    assert spec["automountServiceAccountToken"] is False
+    for account in (SERVICE_ACCOUNT, EXTENDER_ACCOUNT):
+        sa = one(docs, "ServiceAccount", account[1])
+        assert sa["metadata"]["namespace"] == account[0] and sa["automountServiceAccountToken"] is False
+    scheduler = _token_volume(spec, "kube-scheduler")
+    sources = scheduler["projected"]["sources"]
+    assert [s["serviceAccountToken"] for s in sources if "serviceAccountToken" in s] == [
+        {"path": "token", "expirationSeconds": 3607}
+    ]
+    extender = _token_volume(spec, "extender")
+    assert extender["secret"]["secretName"] == EXTENDER_TOKEN_SECRET
+    secret = one(docs, "Secret", EXTENDER_TOKEN_SECRET)
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"]["kubernetes.io/service-account.name"] == EXTENDER_ACCOUNT[1]
+    assert secret["metadata"]["namespace"] == EXTENDER_ACCOUNT[0]
+    roles = bound_roles(docs, EXTENDER_ACCOUNT)
+    assert roles and all(role.startswith("dra-quota-extender:") for _, role in roles), roles
+    assert ("ClusterRoleBinding", EXTENDER_ROLE) in roles and ("RoleBinding", "dra-quota-extender:lease") in roles
+    lease = one(docs, "Role", "dra-quota-extender:lease")
+    assert lease["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["dra-quota-scheduler"],
+         "verbs": ["get"]}
+    ]  # fmt: skip
 
 
 def check_hardened_pod(docs: list[Doc]) -> None:
@@ -225,6 +274,7 @@ def check_only_metrics_face_the_pod_network(docs: list[Doc]) -> None:
 
 ALL_CHECKS = (
     check_only_metrics_face_the_pod_network,
+    check_one_identity_per_container,
     check_extender_role,
     check_least_privilege,
     check_scheduler_roles,
