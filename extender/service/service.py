@@ -22,7 +22,7 @@ from operator import is_
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.pod_decision import PodDecision
-from extender.decisions.quota.attribution import pending_charges, pod_usage, provisional_usage
+from extender.decisions.quota.attribution import claim_usage, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder
@@ -45,6 +45,7 @@ from extender.service.parking import ParkedPods
 from extender.service.pod_facts import await_named_claims, needs_our_decision, own_workload_key, pod_id
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reconciliation import GonePods, pods_to_reconcile, reservation_state
+from extender.state.bookings import CLAIM, POD, BookingMemory, booking_of_charges, gone_from_view
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
@@ -100,6 +101,9 @@ class SchedulingService:
         # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
+        # The queue and flavors each pod and allocated claim was charged in (state/bookings.py), in the journal
+        # next to the reservations.
+        self.bookings = BookingMemory(sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
         self.gangs = GangAttempts(config.reservations.gang_window_seconds)  # service/gang_attempts.py
         self._reconciled_snapshot: ClusterSnapshot | None = None
@@ -162,6 +166,8 @@ class SchedulingService:
                 workload=item.workload,
             )
         self.restored_reservations = len(restored)
+        for kind, uid, booking in self.journal.loaded_bookings:
+            self.bookings.book(kind, uid, booking, persist=False)
         if restored:
             log.info("restored %d reservations of the previous process from %s", len(restored), self.journal.path)
 
@@ -286,15 +292,34 @@ class SchedulingService:
         show bound, finished or deleted, or what expired (the third value: whether any did)."""
         context = self.quota_context(snapshot)
         matcher = self.matcher
-        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
+        reconciled = self._reconciled_version
+        changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
+        gone_pods, gone_claims = gone_from_view(self._reconciled_snapshot, snapshot, changes)
+        self.bookings.gone(POD, gone_pods)
+        for uid in gone_claims:
+            self.bookings.forget(CLAIM, uid)
+        rebooked_pods, rebooked_claims = self.bookings.take_changed()
+        bookings = self.bookings.view()
+        usage = self.usage_index.totals(
+            snapshot,
+            context,
+            lambda at, pod: pod_usage(at, pod, context, matcher=matcher, bookings=bookings),
+            lambda at, claim: claim_usage(at, claim, context, matcher=matcher, bookings=bookings),
+            touched_pods=rebooked_pods,
+            touched_claims=rebooked_claims,
+        )
+        for uid, booking in self.usage_index.take_bookings().items():
+            # what usage charged is what the claim keeps while allocated (no re-attribution needed)
+            self.bookings.book_once(CLAIM, uid, booking, notify=False)
         pending = self._pending_demand
         self.provisional_index.totals(
-            snapshot, context, lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher)
+            snapshot,
+            context,
+            lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher, bookings=bookings),
+            touched_pods=rebooked_pods,
         )
         expired = False
         # Only the reservations whose pods changed since the last reconcile can change state (and new ones).
-        reconciled = self._reconciled_version
-        changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
         touched = pods_to_reconcile(snapshot, changes)
         self.gone_pods.record(self._reconciled_snapshot, snapshot, changes)
         self._reconciled_version = snapshot.version
@@ -438,14 +463,16 @@ class SchedulingService:
             if decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
+                workload = own_workload_key(view, pod)
                 self.reservations.reserve(
                     identity,
                     pod.key,
                     decision.quota.cluster_queue,
                     decision.reservation,
-                    workload=own_workload_key(view, pod),
+                    workload=workload,
                     seen=in_view is not None and (not pod.uid or in_view.uid == pod.uid),
                 )
+                self._book(pod.uid, pod.key, decision.quota.cluster_queue, decision.reservation, workload)
             else:
                 self.reservations.release(identity)
                 if not decision.any_passed:  # refused everywhere: kube-scheduler parks the pod
@@ -552,7 +579,17 @@ class SchedulingService:
                     verdict.quota.charges,
                     workload=reservation.workload,
                 )
+                self._book(
+                    uid, reservation.pod_key, reservation.cluster_queue, verdict.quota.charges, reservation.workload
+                )
             self.reservations.confirm(identity, node)
+
+    def _book(self, uid: str, pod_key: str, cluster_queue: str, charges: Iterable[QuotaKey], workload: str) -> None:
+        """Remember the queue and flavors a pod was given quota in (state/bookings.py): its usage stays there once
+        it is bound, whatever its labels say then and whichever other flavors its node is in."""
+        booking = booking_of_charges(cluster_queue, charges, pod_key, workload)
+        if booking is not None and uid:
+            self.bookings.book(POD, uid, booking)
 
     # --- the one call into the decisions ------------------------------------------------------------------------
 
