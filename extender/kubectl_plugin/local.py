@@ -67,7 +67,7 @@ class LocalExtender(Extender):
         status = self._service.gang_status(namespace, name)
         if status is None:
             raise RefusedError(podgroup_unknown(namespace, name))
-        return podgroup_json(status)
+        return podgroup_json(status, self._service.group_claims(namespace, name))
 
     def close(self) -> None:
         self._service.stop()

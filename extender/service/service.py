@@ -35,7 +35,7 @@ from extender.decisions.quota.workload_holds import (
 from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
-from extender.service.drift import UnplacedWorkload, unplaced_workloads
+from extender.service.drift import AllocatedClaim, UnplacedWorkload, allocated_claims, unplaced_workloads
 from extender.service.errors import BindError, NotLeadingError, NotSyncedError
 from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -379,6 +379,7 @@ class SchedulingService:
             provisional=provisional,
             charged_pods=self.usage_index.charged_pods,
             holder_memo=self.holder_memo,
+            claim_entries=self.usage_index.claim_entries,
         )
 
     def _admission_holds(
@@ -407,6 +408,19 @@ class SchedulingService:
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
         return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
+
+    def group_claims(self, namespace: str, name: str) -> list[AllocatedClaim]:
+        """How the claims of PodGroup namespace/name are charged: the queue, and the member carrying each or its
+        own entry (for the PodGroup page; the drift report lists the ones no member carries)."""
+        with self.reservations.lock:
+            view = self._quota_view_locked()
+        group = view.snapshot.pod_groups.get(f"{namespace}/{name}")
+        found = []
+        for claim_name in sorted(group.claim_names() if group is not None else ()):
+            entry = self.usage_index.claim_entry(f"{namespace}/{claim_name}")
+            if entry is not None:
+                found.append((f"{namespace}/{claim_name}", entry))
+        return allocated_claims(found)
 
     def _pending_demand(
         self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext
@@ -629,6 +643,7 @@ class SchedulingService:
             if started is not None
             else None,
             gang=need,
+            bookings=self.bookings.view(),
         )
 
     def _gang_group(self, view: QuotaView, pod: Pod) -> PodGroup | None:

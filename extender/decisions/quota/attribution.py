@@ -224,6 +224,25 @@ def _group_of(snapshot: ClusterSnapshot, claim: ResourceClaim) -> str:
     return ""
 
 
+def foreign_claim(
+    snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, cluster_queue: str, bookings: BookingView = NO_BOOKINGS
+) -> str:
+    """Why the pod may not use one of its allocated claims ("" when it may): the claim counts against another
+    ClusterQueue than the pod's (`claim_charge`), and a pod never carries another queue's charge, so its use of
+    the devices would be charged to nobody of its own queue: a ride on another queue's quota. Sharing a claim
+    across queues is refused with this reason instead (docs/kueue.md: shared claims)."""
+    for claim, _key, _generated in _claims_of(snapshot, pod):
+        if claim is None or claim.allocation is None:
+            continue
+        charged = claim_charge(snapshot, claim, context, bookings).cluster_queue
+        if charged and charged != cluster_queue:
+            return (
+                f"claim {claim.key} is allocated and counts against ClusterQueue {charged}: a pod of "
+                f"ClusterQueue {cluster_queue} may not use it (a claim's devices count against one queue)"
+            )
+    return ""
+
+
 def _gone_pod_queue(uids: tuple[str, ...], context: QuotaContext, bookings: BookingView) -> str | None:
     for uid in uids:
         booking = bookings.pods.get(uid)

@@ -303,9 +303,16 @@ class UsageIndex:
             return found
 
     def claim_entries(self) -> list[tuple[str, ClaimUsage]]:
-        """(claim key, entry) of the allocated claims no pod carries, as of the last `totals`, by key."""
+        """(claim key, entry) of the allocated claims no pod carries, and of those with a problem, as of the last
+        `totals`, by claim key."""
         with self._lock:
-            return sorted((key, entry) for key, entry in self._by_claim.items() if not entry.carried)
+            found = [(key, entry) for key, entry in self._by_claim.items() if not entry.carried or entry.problem]
+        return sorted(found, key=lambda item: item[0])
+
+    def claim_entry(self, key: str) -> ClaimUsage | None:
+        """How the allocated claim `key` is charged (carried by a pod, or its own entry), as of the last `totals`."""
+        with self._lock:
+            return self._by_claim.get(key)
 
     def _workload_changed(self, key: str) -> None:
         if self._changed_workloads is not None:
