@@ -281,7 +281,14 @@ def claim_usage(
     node_name = allocation_node(snapshot, claim)
     if charge.carrier:
         return ClaimUsage(
-            None, charge.depends, node_name, charge.cluster_queue or "", charge.carrier, charge.group, carried=True
+            None,
+            charge.depends,
+            node_name,
+            charge.cluster_queue or "",
+            charge.carrier,
+            charge.group,
+            charge.problem,
+            carried=True,
         )
     cluster_queue = context.cluster_queues.get(charge.cluster_queue) if charge.cluster_queue else None
     source = charge.source
