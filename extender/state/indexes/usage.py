@@ -303,10 +303,15 @@ class UsageIndex:
             return found
 
     def claim_entries(self) -> list[tuple[str, ClaimUsage]]:
-        """(claim key, entry) of the allocated claims no pod carries, and of those with a problem, as of the last
-        `totals`, by claim key."""
+        """(claim key, entry) of the allocated claims counted on their own entries (no pod carries them), and of
+        those with a problem, as of the last `totals`, by claim key. Claims of no queue (pods Kueue does not
+        govern) are left out."""
         with self._lock:
-            found = [(key, entry) for key, entry in self._by_claim.items() if not entry.carried or entry.problem]
+            found = [
+                (key, entry)
+                for key, entry in self._by_claim.items()
+                if (not entry.carried and entry.usage is not None) or entry.problem
+            ]
         return sorted(found, key=lambda item: item[0])
 
     def claim_entry(self, key: str) -> ClaimUsage | None:
