@@ -182,11 +182,17 @@ class UsageIndex:
                         touched.update(self._pods_by_claim.get(claim_key, ()))
                         claims.add(claim_key)
             elif change.kind == "ResourceClaim":
+                # the pods using it: whether they are placed (in PreBind) depends on every claim of theirs
                 claims.add(change.key)
                 touched.update(self._pods_by_claim.get(change.key, ()))
+                old_entry = self._by_claim.get(change.key)
+                if old_entry is not None:
+                    touched.update(old_entry.depends)
                 claim = snapshot.claims.get(change.key)
                 if claim is not None:
                     touched.update(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for)
+                    if claim.owner_pod:
+                        touched.add(f"{claim.namespace}/{claim.owner_pod}")
             elif change.kind == "PodGroup":
                 # its claims (spec, status) decide which of its members' claims are the group's
                 touched.update(snapshot.group_members.get(change.key, ()))
@@ -207,17 +213,38 @@ class UsageIndex:
                 for owner in workload.owners if workload is not None else ():
                     touched.update(self._pods_by_owner.get(owner.uid, ()))
                 self._workload_changed(change.key)
+        if attribute_claim is not None:
+            # Claims first, each once: a claim whose carrier changed re-attributes the pod that carried it and the
+            # one that carries it now, and their claims are looked at too (to a fixed point: pure functions of
+            # one snapshot, so each answer is final).
+            expanded: set[str] = set()
+            done: set[str] = set()
+            due = set(touched)
+            while due:
+                for key in due:
+                    pod = snapshot.pods.get(key)
+                    if pod is not None:
+                        claims.update(_claim_keys(snapshot, pod))
+                    claims.update(self._claims_by_pod.get(key, ()))
+                    old_usage = self._by_pod.get(key)
+                    claims.update(old_usage.claims if old_usage is not None else ())
+                expanded |= due
+                carriers: set[str] = set()
+                for key in claims - done:
+                    claim = snapshot.claims.get(key)
+                    entry = attribute_claim(snapshot, claim) if claim is not None and claim.allocation else None
+                    old = self._by_claim.get(key)
+                    old_carrier = old.pod if old is not None and old.carried else ""
+                    new_carrier = entry.pod if entry is not None and entry.carried else ""
+                    if old_carrier != new_carrier:
+                        carriers.update(carrier for carrier in (old_carrier, new_carrier) if carrier)
+                    self._set_claim(key, entry)
+                done |= claims
+                touched |= carriers
+                due = carriers - expanded
         for key in touched:
             pod = snapshot.pods.get(key)
-            if pod is not None:
-                claims.update(_claim_keys(snapshot, pod))
-            claims.update(self._claims_by_pod.get(key, ()))
             self._set_pod(key, attribute(snapshot, pod) if pod is not None else None)
-        if attribute_claim is not None:
-            for key in claims:
-                claim = snapshot.claims.get(key)
-                usage = attribute_claim(snapshot, claim) if claim is not None and claim.allocation else None
-                self._set_claim(key, usage)
         self._version = snapshot.version
 
     def _set_pod(self, key: str, usage: PodUsage | None) -> None:
