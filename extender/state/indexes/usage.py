@@ -233,8 +233,8 @@ class UsageIndex:
                 for key in claims - done:
                     claim = snapshot.claims.get(key)
                     entry = attribute_claim(snapshot, claim) if claim is not None and claim.allocation else None
-                    old = self._by_claim.get(key)
-                    old_carrier = old.pod if old is not None and old.carried else ""
+                    previous = self._by_claim.get(key)
+                    old_carrier = previous.pod if previous is not None and previous.carried else ""
                     new_carrier = entry.pod if entry is not None and entry.carried else ""
                     if old_carrier != new_carrier:
                         carriers.update(carrier for carrier in (old_carrier, new_carrier) if carrier)
