@@ -20,7 +20,7 @@ binding cycle; writing it to the API server would add a write per pod on the sch
 grant), and a write that failed or lagged would leave the same gap. The journal is per listen address, like
 kube-scheduler's own memory of what it assumed. What it cannot cover (a replica taking over with an empty
 journal, pods bound before the extender ran) falls back to Kueue's admission, then the pod's labels and the
-first flavor holding its node; the drift report lists bound pods charged that way.
+first flavor holding its node; a claim keeps what it was first charged in from then on.
 """
 
 from __future__ import annotations
