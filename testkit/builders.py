@@ -149,6 +149,7 @@ def claim(
     admin_results: bool = False,
     owner_uid: str = "",
     pod_claim_name: str = "",
+    owner_name: str = "x",
 ) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
@@ -157,7 +158,7 @@ def claim(
         "spec": claim_spec(requests, constraints),
     }
     if owner_uid:
-        obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": owner_uid}]
+        obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner_name, "uid": owner_uid}]
     if pod_claim_name:
         obj["metadata"]["annotations"] = {"resource.kubernetes.io/pod-claim-name": pod_claim_name}
     status: dict[str, Any] = {}

@@ -86,10 +86,14 @@ def test_binding_replaces_the_hold_and_finishing_releases_it() -> None:
     assert view.ledger.available(*KEY) == 2  # never twice: usage replaced the hold
     assert filter_pod(engine, gpu_pod("outsider")).passed  # the other 2 are free
     engine.reservations.release("uid-team-a-outsider")
-    # Kueue keeps a Workload charged until it finishes: its pod done first puts the hold back ...
+    # Kueue keeps a Workload charged until it finishes: its pod done, its claim still allocated counts for it ...
     engine.store.apply(
         "Pod", "MODIFIED", dict(pod, spec=dict(pod["spec"], nodeName="on-demand-0"), status={"phase": "Succeeded"})
     )
+    view = engine.quota_view()
+    assert view.usage == {KEY: 2} and view.admitted_holds == {}
+    # ... and once the claim is deallocated the hold is back
+    engine.store.apply("ResourceClaim", "DELETED", b.claim("w-0-gpu", "team-a", [b.exact_request("gpu", 2)]))
     assert engine.quota_view().admitted_holds == {KEY: 2}
     # ... until the Workload is Finished
     engine.store.apply("Workload", "MODIFIED", admitted(2, finished=True))
@@ -111,8 +115,10 @@ def test_pod_outside_kueue_first_then_the_admitted_workload_is_refused() -> None
     refused = filter_pod(engine, job_pod("w-0"))
     assert refused.passed == []
     assert "quota exhausted" in refused.verdicts["on-demand-0"].reason
-    # the outsider leaves: the Workload's pod fits, and the hold alone counts again
+    # the outsider leaves and its claim is deallocated: the Workload's pod fits, and the hold alone counts again
     engine.store.apply("Pod", "DELETED", outsider)
+    assert filter_pod(engine, job_pod("w-0")).passed == []  # its devices are still allocated
+    engine.store.apply("ResourceClaim", "DELETED", b.claim("outsider-gpu", "team-a", [b.exact_request("gpu", 2)]))
     assert sorted(filter_pod(engine, job_pod("w-0")).passed) == ["on-demand-0", "on-demand-1"]
 
 

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.decisions.quota.attribution import pod_usage
-from extender.state.indexes.usage import UsageIndex
 from testkit import builders as b
-from tests.support.quota import base_objects
+from tests.support.quota import base_objects, recount_usage
 from tests.support.scenarios import RESOURCE, engine_for
 
 GPU = ("team-a", "on-demand", RESOURCE)
@@ -44,9 +42,7 @@ def member(name: str, **extra: Any) -> dict[str, Any]:
 
 def usage_of(engine: Any) -> dict[Any, Any]:
     view = engine.quota_view()
-    context = view.context
-    fresh = UsageIndex().totals(view.snapshot, context, lambda at, pod: pod_usage(at, pod, context))
-    assert dict(view.usage) == dict(fresh)  # the index, event by event, agrees with a recount
+    assert dict(view.usage) == recount_usage(engine)  # the index, event by event, agrees with a recount
     return dict(view.usage)
 
 
@@ -62,16 +58,19 @@ def test_a_group_claim_shared_by_three_pods_is_charged_once() -> None:
 def test_the_charge_passes_on_as_members_come_and_go() -> None:
     engine = engine_for([*base_objects({"on-demand": {"nominal": 6}}), group_claim()])
     engine.store.apply("Pod", "ADDED", member("p2", nominated_node="on-demand-0"))
-    assert usage_of(engine) == {}  # a nominated pod is provisional usage, not usage
+    # allocated and reserved for the group: it counts, on its own entry while no member is bound
+    assert usage_of(engine) == {GPU: 2}
     engine.store.apply("Pod", "ADDED", member("p3", node_name="on-demand-0"))
     engine.store.apply("Pod", "ADDED", member("p1", node_name="on-demand-0"))
     assert usage_of(engine) == {GPU: 2}
     engine.store.apply("Pod", "MODIFIED", member("p1", node_name="on-demand-0", phase="Succeeded"))
     assert usage_of(engine) == {GPU: 2}  # p3 takes it over at once
     engine.store.apply("Pod", "DELETED", member("p3", node_name="on-demand-0"))
-    assert usage_of(engine) == {}  # nobody bound holds it: p2 is only nominated
+    assert usage_of(engine) == {GPU: 2}  # nobody bound holds it (p2 is only nominated): the claim itself does
     engine.store.apply("Pod", "MODIFIED", member("p2", node_name="on-demand-0"))
     assert usage_of(engine) == {GPU: 2}
+    engine.store.apply("ResourceClaim", "DELETED", group_claim())  # the PodGroup deleted: the controller's turn
+    assert usage_of(engine) == {}
 
 
 def test_a_claim_the_podgroup_names_is_the_groups_before_it_is_reserved() -> None:

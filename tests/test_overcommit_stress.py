@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from extender.decisions.quota.attribution import pod_usage
+from extender.decisions.quota.attribution import claim_usage, pod_usage
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.service.history import DecisionHistory
 from extender.service.quota_view import add_amounts
@@ -367,7 +367,15 @@ class Cluster:
         view = engine.quota_view()  # reconciled and summed under the reservation lock
         snapshot, context = view.snapshot, view.context
         incremental = dict(view.usage)
-        fresh = dict(UsageIndex().totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context)))
+        bookings = engine.bookings.view()
+        fresh = dict(
+            UsageIndex().totals(
+                snapshot,
+                context,
+                lambda at, pod: pod_usage(at, pod, context, bookings=bookings),
+                lambda at, claim: claim_usage(at, claim, context, bookings=bookings),
+            )
+        )
         total = add_amounts(view.usage, view.reserved)
         self.tally.add("checkpoints")
         problems = []

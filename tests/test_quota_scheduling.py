@@ -10,7 +10,7 @@ from extender.decisions.ranking import score_nodes
 from extender.state.core import parse_pod
 from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
-from tests.support.quota import allocated_claim, base_objects, filter_pod
+from tests.support.quota import allocated_claim, base_objects, filter_pod, recount_usage
 from tests.support.scenarios import (
     RESOURCE,
     cluster_queue,
@@ -191,6 +191,9 @@ def test_usage_counts_bound_pods_by_node_flavor():
     assert not filter_pod(engine, gpu_pod("p2")).passed
     finished = dict(pod, status={"phase": "Succeeded"})
     engine.store.apply("Pod", "MODIFIED", finished)
+    # finished, its claim still allocated: the devices count until the controller deallocates them
+    assert engine.quota_view().usage == {("team-a", "on-demand", RESOURCE): 2}
+    engine.store.apply("ResourceClaim", "DELETED", claim)
     assert engine.quota_view().usage == {}
 
 
@@ -557,9 +560,6 @@ def test_a_shared_claim_stays_charged_while_any_consumer_runs():
     the others: the charge must pass on at once (were it to lapse until the claim's event, a filter in between
     would hand the same quota out again). Pods arriving in any order against reservedFor's order charge the
     claim once, and the index agrees with a recount."""
-    from extender.decisions.quota.attribution import pod_usage
-    from extender.state.indexes.usage import UsageIndex
-
     gpu = ("team-a", "on-demand", RESOURCE)
 
     def shared(reserved: list[str]) -> dict:
@@ -577,9 +577,7 @@ def test_a_shared_claim_stays_charged_while_any_consumer_runs():
 
     def usage(engine) -> dict:
         view = engine.quota_view()
-        context = view.context
-        fresh = UsageIndex().totals(view.snapshot, context, lambda at, pod: pod_usage(at, pod, context))
-        assert dict(view.usage) == dict(fresh)
+        assert dict(view.usage) == recount_usage(engine)  # the index, event by event, agrees with a recount
         return dict(view.usage)
 
     engine = engine_for([*base_objects({"on-demand": {"nominal": 2}}), shared(["p1", "p2", "p3"])])
@@ -599,8 +597,11 @@ def test_a_shared_claim_stays_charged_while_any_consumer_runs():
     engine.store.apply("Pod", "ADDED", consumer("p2"))  # a pod of the same name the claim no longer names
     assert usage(engine) == {gpu: 1}
 
-    engine.store.apply("Pod", "DELETED", consumer("p3"))  # nobody running holds the claim any more
-    assert usage(engine) == {}
+    engine.store.apply("Pod", "DELETED", consumer("p3"))  # nobody running holds the claim any more ...
+    assert usage(engine) == {gpu: 1}  # ... but it is allocated: it stays charged where it was booked
+    assert not filter_pod(engine, gpu_pod("two-more", template="two")).passed
+    engine.store.apply("ResourceClaim", "MODIFIED", b.claim("shared", "team-a", [b.exact_request("gpu", 1)]))
+    assert usage(engine) == {}  # the controller deallocated it
 
 
 def test_a_reconcile_looks_only_at_the_reservations_whose_pods_changed(monkeypatch):

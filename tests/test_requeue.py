@@ -89,6 +89,9 @@ def test_quota_freed_by_an_event_our_view_saw_late_requeues_parked_pods() -> Non
     assert "dra_extender_parked_pods 1.0" in metrics and "dra_extender_requeues_total 0.0" in metrics
     service.store.apply("Pod", "DELETED", holder)
     service.quota_view()
+    assert calls == [], "its claim is still allocated: still charged"
+    service.store.apply("ResourceClaim", "DELETED", claim)  # the resourceclaim controller's part
+    service.quota_view()
     assert calls == [1]
     metrics = create_app(service).test_client().get("/metrics").get_data(as_text=True)
     assert "dra_extender_parked_pods 0.0" in metrics and "dra_extender_requeues_total 1.0" in metrics
@@ -156,6 +159,7 @@ def test_the_view_keeper_requeues_without_a_verb() -> None:
     try:
         assert not service.filter(parse_pod(gpu_pod("waiter", template="two")), NODES).passed
         service.store.apply("Pod", "DELETED", holder)
+        service.store.apply("ResourceClaim", "DELETED", claim)
         service.store.snapshot()  # what a watch event's apply is followed by (the source publishes a snapshot)
         deadline = time.monotonic() + 5
         while not calls and time.monotonic() < deadline:

@@ -39,6 +39,7 @@ from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import HolderLookup
 from extender.decisions.quota.verdicts import QuotaDecision
 from extender.decisions.scoring import STRATEGIES, STRATEGY_ANNOTATION, STRATEGY_MOST, ScoringWeights
+from extender.state.bookings import NO_BOOKINGS, BookingView
 from extender.state.core import Pod
 from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.snapshot import ClusterSnapshot
@@ -76,6 +77,7 @@ def decide_pod(
     deadline: float | None = None,
     holders: HolderLookup | None = None,
     gang: GangNeed | None = None,
+    bookings: BookingView = NO_BOOKINGS,
 ) -> PodDecision:
     """The pod's verdict on each of `node_names`: the devices it needs (allocator per node), then quota on the
     nodes the devices allow. `deadline` (a time.perf_counter() instant): nodes the allocator has not reached by
@@ -118,6 +120,7 @@ def decide_pod(
             same_counts=devices.settled is not None,
             holders=holders,
             group=rest_of_gang,
+            bookings=bookings,
         )
 
     quota = quota_for()

@@ -78,7 +78,7 @@ class LocalExtender(Extender):
         status = self._service.gang_status(namespace, name)
         if status is None:
             raise RefusedError(podgroup_unknown(namespace, name))
-        report = podgroup_json(status)
+        report = podgroup_json(status, self._service.group_claims(namespace, name))
         cli.note_gates_off(self._service, group_key)
         report["verdictNow"] = self._what_if_members(report["members"])
         return report

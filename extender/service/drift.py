@@ -6,17 +6,25 @@ are not placed yet (Kueue's long-standing "admitted but unschedulable" case, whe
 have no free devices) and when pods outside Kueue's management use a queue's devices. This module names the
 first case with the node-level reason Kueue cannot see; the per-queue numbers are in the QuotaView rows
 (transport/diagnostics.py queue_rows).
+
+It also lists the allocated claims no running pod carries (`allocated_claims`): their devices count against the
+queue they were booked in (decisions/quota/attribution.py claim_charge) although no pod of that queue shows
+them (Kueue's own usage does not count them), and the claims whose users are a mistake (a PodGroup whose
+members name different ClusterQueues).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from extender.decisions.quota.verdicts import CATEGORY_FLAVOR
 from extender.decisions.ranking import Ranking
 from extender.state.core import Pod
+from extender.state.indexes.usage import ClaimUsage
+from extender.state.reservations import QuotaKey
 from extender.state.snapshot import ClusterSnapshot
 
 MAX_WORKLOADS_EXPLAINED = 10  # each explanation ranks every node for one pod
@@ -81,3 +89,33 @@ def unplaced_workloads(snapshot: ClusterSnapshot, explain: Callable[[Pod], Ranki
             )
         )
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedClaim:
+    """An allocated claim as usage charges it, for the drift report and the PodGroup page."""
+
+    claim: str  # namespace/name
+    cluster_queue: str  # the queue charged ("" when none is known: counted nowhere, see `problem`)
+    charges: Mapping[QuotaKey, Fraction]  # what its own entry counts (empty when a pod carries it)
+    node: str
+    carried_by: str  # the pod whose usage counts it ("" when its own entry does)
+    follows: str  # the pod whose queue and flavors its own entry follows ("" when none is left)
+    pod_group: str
+    problem: str
+
+
+def allocated_claims(entries: Iterable[tuple[str, ClaimUsage]]) -> list[AllocatedClaim]:
+    return [
+        AllocatedClaim(
+            claim=key,
+            cluster_queue=entry.cluster_queue,
+            charges=dict(entry.usage.amounts) if entry.usage is not None else {},
+            node=entry.node,
+            carried_by=entry.pod if entry.carried else "",
+            follows="" if entry.carried else entry.pod,
+            pod_group=entry.group,
+            problem=entry.problem,
+        )
+        for key, entry in entries
+    ]

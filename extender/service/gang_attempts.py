@@ -140,6 +140,7 @@ class Attempt:
     conditions: dict[str, GroupCondition | None]
     cluster_queue: str = ""
     binding: bool = False  # kube-scheduler wrote PodGroupInitiallyScheduled=True: the members are being bound
+    booked: set[str] = field(default_factory=set)  # members whose placement was handed to the service to book
     branches: dict[FlavorSet, Branch] = field(default_factory=dict)
     # pod uid -> pod key: members asked about in the attempt (and reservations of members a previous process held)
     members: dict[str, str] = field(default_factory=dict)
@@ -191,6 +192,9 @@ class GangAttempts:
         self._attempts: dict[str, Attempt] = {}
         self._adopted = False
         self._ended: dict[str, AttemptView] = {}  # group key -> its last attempt, as it ended (bounded below)
+        # members seen placed with the branch their node is in: (pod uid, pod key, ClusterQueue, own charge), for
+        # the service to book (state/bookings.py: their usage stays in the flavor of the placement that won)
+        self._placed_bookings: list[tuple[str, str, str, Amounts]] = []
         self.lost = 0
         self.won = 0
 
@@ -409,6 +413,8 @@ class GangAttempts:
             )
             attempt.binding = attempt.binding or scheduled
             if len(placed_members) >= attempt.min_count:
+                self._keep_winner(attempt, placed_members)
+                self._book_placed(attempt, placed_members)
                 self.won += 1
                 released += self._end(attempt, reservations)
             elif gone or any(condition.status == "False" for condition in changed.values()):
@@ -417,11 +423,26 @@ class GangAttempts:
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
             elif placed_members:
                 self._keep_winner(attempt, placed_members)
+                self._book_placed(attempt, placed_members)
                 before = reservations.get(hold_id(attempt.group_key))
                 hold = attempt.hold(member.uid for member in placed_members)
                 if before is not None and dict(before.charges) != hold:
                     self._hold(attempt, (member.uid for member in placed_members), reservations)
         return released
+
+    def _book_placed(self, attempt: Attempt, placed_members: list[Pod]) -> None:
+        """Each placed member's charge in the branch its node is in, once, for the service to book."""
+        for member in placed_members:
+            node = member.node_name or member.nominated_node_name
+            for branch in attempt.branches.values():
+                own = branch.own.get(member.uid)
+                if own and node in branch.nodes and member.uid not in attempt.booked:
+                    attempt.booked.add(member.uid)
+                    self._placed_bookings.append((member.uid, member.key, attempt.cluster_queue, dict(own)))
+
+    def take_bookings(self) -> list[tuple[str, str, str, Amounts]]:
+        taken, self._placed_bookings = self._placed_bookings, []
+        return taken
 
     @staticmethod
     def _keep_winner(attempt: Attempt, placed_members: list[Pod]) -> None:

@@ -16,6 +16,7 @@ from fractions import Fraction
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder, HolderLookup
+from extender.state.indexes.usage import ClaimUsage
 from extender.state.reservations import QuotaKey, Reservation
 from extender.state.snapshot import ClusterSnapshot
 
@@ -54,6 +55,9 @@ class QuotaView:
     # the service's memo of the holders derived from one charged_pods answer (by the answer's identity, kept in
     # the value so the id cannot be reused meanwhile): views come and go per call, the bound pods rarely change
     holder_memo: dict[tuple[QuotaKey, int], tuple[object, dict[str, Holder]]] | None = None
+    # (claim key, entry) of the allocated claims no pod carries (counted in `usage` on their own entries) and of
+    # those with a problem: asked by diagnostics only (state/indexes/usage.py claim_entries)
+    claim_entries: Callable[[], Sequence[tuple[str, ClaimUsage]]] | None = None
 
     @property
     def reservations(self) -> tuple[Reservation, ...]:

@@ -22,7 +22,7 @@ from operator import is_
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.pod_decision import PodDecision
-from extender.decisions.quota.attribution import pending_charges, pod_usage, provisional_usage
+from extender.decisions.quota.attribution import claim_usage, pending_charges, pod_usage, provisional_usage
 from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder
@@ -36,7 +36,7 @@ from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.bind_proofs import BindProofs
 from extender.service.config import ExtenderConfig
-from extender.service.drift import UnplacedWorkload, unplaced_workloads
+from extender.service.drift import AllocatedClaim, UnplacedWorkload, allocated_claims, unplaced_workloads
 from extender.service.errors import BindError, NotLeadingError, NotSyncedError
 from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -46,6 +46,7 @@ from extender.service.parking import ParkedPods
 from extender.service.pod_facts import await_named_claims, needs_our_decision, own_workload_key, pod_id
 from extender.service.quota_view import QuotaView, add_amounts
 from extender.service.reconciliation import GonePods, pods_to_reconcile, reservation_state
+from extender.state.bookings import CLAIM, POD, BookingMemory, booking_of_charges, gone_from_view
 from extender.state.core import Pod
 from extender.state.indexes.admission_holds import AdmissionHoldIndex
 from extender.state.indexes.usage import UsageIndex
@@ -101,6 +102,9 @@ class SchedulingService:
         # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
+        # The queue and flavors each pod and allocated claim was charged in (state/bookings.py), in the journal
+        # next to the reservations.
+        self.bookings = BookingMemory(sink=journal)
         self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
         self.gangs = GangAttempts(  # service/gang_attempts.py
             config.reservations.gang_window_seconds, composites=self.options.workload.composite_pod_group
@@ -167,6 +171,8 @@ class SchedulingService:
                 workload=item.workload,
             )
         self.restored_reservations = len(restored)
+        for kind, uid, booking in self.journal.loaded_bookings:
+            self.bookings.book(kind, uid, booking, persist=False)
         if restored:
             log.info("restored %d reservations of the previous process from %s", len(restored), self.journal.path)
 
@@ -291,14 +297,33 @@ class SchedulingService:
         show bound, finished or deleted, or what expired (the third value: whether any did)."""
         context = self.quota_context(snapshot)
         matcher = self.matcher
-        usage = self.usage_index.totals(snapshot, context, lambda at, pod: pod_usage(at, pod, context, matcher=matcher))
-        pending = self._pending_demand
-        self.provisional_index.totals(
-            snapshot, context, lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher)
-        )
-        # Only the reservations whose pods changed since the last reconcile can change state (and new ones).
         reconciled = self._reconciled_version
         changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
+        gone_pods, gone_claims = gone_from_view(self._reconciled_snapshot, snapshot, changes)
+        self.bookings.gone(POD, gone_pods)
+        for uid in gone_claims:
+            self.bookings.forget(CLAIM, uid)
+        rebooked_pods, rebooked_claims = self.bookings.take_changed()
+        bookings = self.bookings.view()
+        usage = self.usage_index.totals(
+            snapshot,
+            context,
+            lambda at, pod: pod_usage(at, pod, context, matcher=matcher, bookings=bookings),
+            lambda at, claim: claim_usage(at, claim, context, matcher=matcher, bookings=bookings),
+            touched_pods=rebooked_pods,
+            touched_claims=rebooked_claims,
+        )
+        for uid, booking in self.usage_index.take_bookings().items():
+            # what usage charged is what the claim keeps while allocated (no re-attribution needed)
+            self.bookings.book_once(CLAIM, uid, booking, notify=False)
+        pending = self._pending_demand
+        self.provisional_index.totals(
+            snapshot,
+            context,
+            lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher, bookings=bookings),
+            touched_pods=rebooked_pods,
+        )
+        # Only the reservations whose pods changed since the last reconcile can change state (and new ones).
         touched = pods_to_reconcile(snapshot, changes)
         self.gone_pods.record(self._reconciled_snapshot, snapshot, changes)
         self._reconciled_version = snapshot.version
@@ -311,6 +336,8 @@ class SchedulingService:
         )
         if self.options.workload.gangs:
             released += self.gangs.settle(snapshot, self.reservations)
+            for uid, pod_key, cluster_queue, charges in self.gangs.take_bookings():
+                self._book(uid, pod_key, cluster_queue, charges, "")
         self._count_released(released)
         expired = any(why == "expired" for _, why in released)
         return context, usage, expired
@@ -363,6 +390,7 @@ class SchedulingService:
             provisional=provisional,
             charged_pods=self.usage_index.charged_pods,
             holder_memo=self.holder_memo,
+            claim_entries=self.usage_index.claim_entries,
         )
 
     def _admission_holds(
@@ -391,6 +419,19 @@ class SchedulingService:
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
         return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
+
+    def group_claims(self, namespace: str, name: str) -> list[AllocatedClaim]:
+        """How the claims of PodGroup namespace/name are charged: the queue, and the member carrying each or its
+        own entry (for the PodGroup page; the drift report lists the ones no member carries)."""
+        with self.reservations.lock:
+            view = self._quota_view_locked()
+        group = view.snapshot.pod_groups.get(f"{namespace}/{name}")
+        found = []
+        for claim_name in sorted(group.claim_names() if group is not None else ()):
+            entry = self.usage_index.claim_entry(f"{namespace}/{claim_name}")
+            if entry is not None:
+                found.append((f"{namespace}/{claim_name}", entry))
+        return allocated_claims(found)
 
     def _pending_demand(
         self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext
@@ -454,14 +495,16 @@ class SchedulingService:
             elif decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
+                workload = own_workload_key(view, pod)
                 self.reservations.reserve(
                     identity,
                     pod.key,
                     decision.quota.cluster_queue,
                     decision.reservation,
-                    workload=own_workload_key(view, pod),
+                    workload=workload,
                     seen=in_view is not None and (not pod.uid or in_view.uid == pod.uid),
                 )
+                self._book(pod.uid, pod.key, decision.quota.cluster_queue, decision.reservation, workload)
             else:
                 self.reservations.release(identity)
                 if not decision.any_passed:  # refused everywhere: kube-scheduler parks the pod
@@ -594,7 +637,17 @@ class SchedulingService:
                     verdict.quota.charges,
                     workload=reservation.workload,
                 )
+                self._book(
+                    uid, reservation.pod_key, reservation.cluster_queue, verdict.quota.charges, reservation.workload
+                )
             self.reservations.confirm(identity, node)
+
+    def _book(self, uid: str, pod_key: str, cluster_queue: str, charges: Iterable[QuotaKey], workload: str) -> None:
+        """Remember the queue and flavors a pod was given quota in (state/bookings.py): its usage stays there once
+        it is bound, whatever its labels say then and whichever other flavors its node is in."""
+        booking = booking_of_charges(cluster_queue, charges, pod_key, workload)
+        if booking is not None and uid:
+            self.bookings.book(POD, uid, booking)
 
     # --- the one call into the decisions ------------------------------------------------------------------------
 
@@ -634,6 +687,7 @@ class SchedulingService:
             if started is not None
             else None,
             gang=need,
+            bookings=self.bookings.view(),
         )
 
     def _gang_group(self, view: QuotaView, pod: Pod) -> PodGroup | None:

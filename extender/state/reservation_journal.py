@@ -19,6 +19,10 @@ more than twice the live records plus COMPACT_SLACK lines. A SIGKILL cannot lose
 cache outlives the process); a torn last line is skipped on replay. A machine crash can lose writes, but takes
 kube-scheduler's memory with it. Expiry instants are stored as wall-clock time: the ledger's monotonic clock
 does not survive a restart.
+
+The same file keeps the bookings (state/bookings.py: the queue and flavors each pod and each allocated claim was
+charged in), as "book" and "unbook" lines: they outlive their reservations (a bound pod's charge stays in the
+flavor it was booked in) and are replayed by `load` into `loaded_bookings`.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from extender.state.bookings import Booking
 from extender.state.reservations import QuotaKey, Reservation
 
 log = logging.getLogger(__name__)
@@ -114,6 +119,7 @@ class ReservationJournal:
         self._live: dict[str, dict[str, Any]] = {}  # pod uid -> its last record, for compaction
         self._lines = 0
         self.writes = 0
+        self.loaded_bookings: list[tuple[str, str, Booking]] = []  # (kind, uid, booking) replayed by `load`
 
     # --- the previous process's records -------------------------------------------------------------------
 
@@ -146,13 +152,18 @@ class ReservationJournal:
     def _replay(self, lines: list[bytes]) -> list[JournaledReservation]:
         """The records still held at the end of the file, and not expired."""
         records: dict[str, dict[str, Any]] = {}
+        bookings: dict[tuple[str, str], dict[str, Any]] = {}
         skipped = 0
         for line in lines:
             if not line:
                 continue
             try:
                 record = orjson.loads(line)
-                if record["op"] == "put":
+                if record["op"] == "book":
+                    bookings[(str(record["kind"]), str(record["uid"]))] = record
+                elif record["op"] == "unbook":
+                    bookings.pop((str(record["kind"]), str(record["uid"])), None)
+                elif record["op"] == "put":
                     records[str(record["podUID"])] = record
                 else:
                     records.pop(str(record["podUID"]), None)
@@ -160,6 +171,20 @@ class ReservationJournal:
                 skipped += 1  # a torn last line (killed mid-write) or a foreign one
         if skipped:
             log.warning("skipped %d unreadable lines of the reservation journal %s", skipped, self.path)
+        self.loaded_bookings = []
+        for (kind, uid), record in bookings.items():
+            try:
+                booking = Booking(
+                    str(record["clusterQueue"]),
+                    tuple((str(resource), str(flavor)) for resource, flavor in record["flavors"]),
+                    str(record.get("key", "")),
+                    str(record.get("workload", "")),
+                )
+            except (ValueError, KeyError, TypeError):
+                log.warning("skipped an unreadable booking in the journal %s", self.path)
+                continue
+            self.loaded_bookings.append((kind, uid, booking))
+            self._live[f"{kind}:{uid}"] = record  # kept through the compaction at the first write
         now = self._wall_clock()
         loaded = []
         for record in records.values():
@@ -209,6 +234,25 @@ class ReservationJournal:
     def delete(self, pod_uid: str) -> None:
         if self._live.pop(pod_uid, None) is not None:
             self._append({"op": "delete", "podUID": pod_uid})
+
+    # --- BookingSink ------------------------------------------------------------------------------------------
+
+    def book(self, kind: str, uid: str, booking: Booking) -> None:
+        record = {
+            "op": "book",
+            "kind": kind,
+            "uid": uid,
+            "key": booking.key,
+            "clusterQueue": booking.cluster_queue,
+            "flavors": [list(pair) for pair in booking.flavors],
+            "workload": booking.workload,
+        }
+        self._live[f"{kind}:{uid}"] = record
+        self._append(record)
+
+    def unbook(self, kind: str, uid: str) -> None:
+        if self._live.pop(f"{kind}:{uid}", None) is not None:
+            self._append({"op": "unbook", "kind": kind, "uid": uid})
 
     # --- the file -----------------------------------------------------------------------------------------
 

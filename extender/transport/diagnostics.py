@@ -17,7 +17,7 @@ from extender.decisions.pod_decision import NodeVerdict, PodDecision
 from extender.decisions.ranking import Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
-from extender.service.drift import UnplacedWorkload
+from extender.service.drift import AllocatedClaim, UnplacedWorkload, allocated_claims
 from extender.state.dra.devices import Device, DeviceKey
 from extender.state.inventory import PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
@@ -412,8 +412,25 @@ def unplaced_json(unplaced: Sequence[UnplacedWorkload]) -> list[dict[str, Any]]:
     ]
 
 
+def allocated_claims_json(claims: Sequence[AllocatedClaim]) -> list[dict[str, Any]]:
+    return [
+        {
+            "claim": item.claim,
+            "clusterQueue": item.cluster_queue,
+            "charges": charges_json(item.charges),
+            "node": item.node,
+            "carriedBy": item.carried_by,
+            "follows": item.follows,
+            "podGroup": item.pod_group,
+            "problem": item.problem,
+        }
+        for item in claims
+    ]
+
+
 def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> dict[str, Any]:
-    """The queues' numbers, and (when given) the admitted Workloads whose pods are not placed, with why."""
+    """The queues' numbers, the admitted Workloads whose pods are not placed (when given), with why, and the
+    allocated claims no running pod carries (counted in usage on their own: docs/kueue.md)."""
     context = view.context
     by_queue: dict[str, list[dict[str, Any]]] = {}
     for cq_name, flavor, resource, numbers in queue_rows(view):
@@ -451,6 +468,9 @@ def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> d
         ],
         "clusterQueues": queues,
         "admittedNotPlaced": unplaced_json(unplaced),
+        "allocatedClaimsWithoutPod": allocated_claims_json(
+            allocated_claims(view.claim_entries() if view.claim_entries is not None else ())
+        ),
     }
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from flask import Blueprint, Response, render_template
 
+from extender.service.drift import AllocatedClaim
 from extender.service.gang_attempts import GangStatus
 from extender.state.podgroups.podgroup import INITIALLY_SCHEDULED
-from extender.transport.diagnostics import charges_json
+from extender.transport.diagnostics import allocated_claims_json, charges_json
 from extender.transport.request_io import current_service, error_response, json_response
 from extender.transport.views import _headers, _state_footer
 
@@ -20,7 +21,8 @@ podgroups.context_processor(_state_footer)  # the web view's footer, on the PodG
 podgroups.after_request(_headers)  # and its security headers
 
 
-def podgroup_json(status: GangStatus) -> dict[str, Any]:
+def podgroup_json(status: GangStatus, claims: list[AllocatedClaim] | None = None) -> dict[str, Any]:
+    """`claims`: how the group's allocated claims are charged (service.group_claims)."""
     group = status.group
     condition = group.conditions.get(INITIALLY_SCHEDULED) if group is not None else None
     attempt = status.attempt
@@ -31,6 +33,8 @@ def podgroup_json(status: GangStatus) -> dict[str, Any]:
         "minCount": group.min_count if group is not None else None,
         "clusterQueues": list(status.cluster_queues),
         "claims": sorted(group.claim_names()) if group is not None else [],
+        # the queue each allocated group claim counts against, and the member carrying it or its own entry
+        "claimCharges": allocated_claims_json(claims or []),
         "condition": None
         if condition is None
         else {"status": condition.status, "reason": condition.reason, "message": condition.message},
@@ -77,15 +81,17 @@ def podgroup_json(status: GangStatus) -> dict[str, Any]:
 
 @podgroups.get("/diagnostics/podgroups/<namespace>/<name>")
 def podgroup_diagnostics(namespace: str, name: str) -> Response:
-    status = current_service().gang_status(namespace, name)
+    service = current_service()
+    status = service.gang_status(namespace, name)
     if status is None:
         return error_response(f"PodGroup {namespace}/{name} is not known to the extender", 404)
-    return json_response(podgroup_json(status))
+    return json_response(podgroup_json(status, service.group_claims(namespace, name)))
 
 
 @podgroups.get("/ui/podgroups/<namespace>/<name>")
 def podgroup_page(namespace: str, name: str) -> tuple[str, int]:
-    status = current_service().gang_status(namespace, name)
-    report = podgroup_json(status) if status is not None else None
+    service = current_service()
+    status = service.gang_status(namespace, name)
+    report = podgroup_json(status, service.group_claims(namespace, name)) if status is not None else None
     html = render_template("web/podgroup.html", name=f"{namespace}/{name}", report=report)
     return html, 200 if report is not None else 404

@@ -154,3 +154,22 @@ def fits_all(ledger: QuotaLedger, cluster_queue: str, flavor: str, requests: Map
 
 def with_usage_delta(ledger: QuotaLedger, cluster_queue: str, flavor: str, resource: str, delta) -> QuotaLedger:
     return ledger.with_usage_deltas(((cluster_queue, flavor, resource, delta),))
+
+
+def recount_usage(engine) -> dict[QuotaKey, Fraction]:
+    """Usage recounted from scratch over the engine's current view, with the bookings it holds: what the
+    incremental index must agree with."""
+    from extender.decisions.quota.attribution import claim_usage, pod_usage
+    from extender.state.indexes.usage import UsageIndex
+
+    view = engine.quota_view()
+    context = view.context
+    bookings = engine.bookings.view()
+    return dict(
+        UsageIndex().totals(
+            view.snapshot,
+            context,
+            lambda at, pod: pod_usage(at, pod, context, bookings=bookings),
+            lambda at, claim: claim_usage(at, claim, context, bookings=bookings),
+        )
+    )

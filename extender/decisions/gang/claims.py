@@ -5,7 +5,8 @@ name and source) binds to the PodGroup, not to the pod (k8s.io/dynamic-resource-
 resourceclaim.BindTo): the claim is generated once for the group (PodGroup.status.resourceClaimStatuses),
 allocated once and reserved for ``podgroups/<name>`` (resourceclaim.IsReservedForPod with
 acceptPodGroupReservation), and every member pod uses the same devices. Quota sees it the same way: the claim's
-devices are charged to the group's queue once, through one member.
+devices are charged to the group's queue once, through one bound member, or through the claim's own usage entry
+while no member is bound (decisions/quota/attribution.py claim_charge), for as long as the claim is allocated.
 """
 
 from __future__ import annotations
@@ -44,28 +45,24 @@ def uses_claim(pod: Pod, claim: ResourceClaim) -> bool:
     return any(ref.claim_name == claim.name or pod.claim_statuses.get(ref.name) == claim.name for ref in pod.claims)
 
 
-def group_claim_charger(snapshot: ClusterSnapshot, claim: ResourceClaim, group_key: str) -> str:
-    """The member pod a group claim is charged to: the first bound member using it (by key), else the first
-    nominated one; "" when no member is placed. Every member's attribution asks the same question of the same
-    view, so exactly one of them charges the claim; the usage index re-attributes a claim's pods together
-    when one of them comes, binds, finishes or goes (state/indexes/usage.py)."""
-    nominated = ""
+def group_claim_charger(
+    snapshot: ClusterSnapshot, claim: ResourceClaim, group_key: str, carries: Callable[[Pod], bool]
+) -> str:
+    """The member pod a group claim's charge is counted with: the first member using it (by key, not finished)
+    that `carries` accepts (decisions/quota/attribution.py claim_charge: bound or in PreBind, in the claim's
+    queue); "" when none does, and the claim's own usage entry counts it then (a PodGroup keeps its claim
+    allocated with no member placed: pods restarted by their Job, a suspend, a finished Job kept). A nominated
+    member never carries it: the claim is allocated, so usage counts it already, and moving the charge onto a
+    pod that only holds a reservation would leave a window where it counts nowhere. Every member's attribution
+    and the claim's own ask the same question of the same view, so exactly one of them charges the claim; the
+    usage index re-attributes a claim and its pods together when one of them comes, binds, finishes or goes
+    (state/indexes/usage.py)."""
     for member in snapshot.members_of(group_key):
         if member.is_terminal or not uses_claim(member, claim):
             continue
-        if member.node_name:
+        if carries(member):
             return member.key
-        if member.nominated_node_name and not nominated:
-            nominated = member.key
-    return nominated
-
-
-def charges_group_claim(snapshot: ClusterSnapshot, claim: ResourceClaim, pod: Pod) -> bool | None:
-    """None when `claim` is not a group claim of the pod's PodGroup; else whether this pod charges it."""
-    group_key = group_of_claim(snapshot, claim, pod)
-    if not group_key:
-        return None
-    return group_claim_charger(snapshot, claim, group_key) == pod.key
+    return ""
 
 
 def pending_group_claims(snapshot: ClusterSnapshot, pod: Pod) -> list[ClaimSpec]:

@@ -31,6 +31,7 @@ from extender.decisions.devices.extended_resources import (
 )
 from extender.decisions.devices.results import Allocation
 from extender.decisions.devices.selection import DeviceMatcher
+from extender.decisions.quota.attribution import foreign_claim
 from extender.decisions.quota.charges import (
     UNMAPPED_IGNORE,
     Charge,
@@ -66,6 +67,7 @@ from extender.decisions.quota.verdicts import (
     reject_pod,
 )
 from extender.decisions.quota.waiting_reasons import group_refusal
+from extender.state.bookings import NO_BOOKINGS, BookingView
 from extender.state.core import Node, Pod, Toleration
 from extender.state.kueue.cluster_queue import ClusterQueue
 from extender.state.kueue.local_queue import pod_queue_name
@@ -153,6 +155,7 @@ def decide_quota(
     same_counts: bool = False,
     holders: HolderLookup | None = None,
     group: GroupCharge | None = None,
+    bookings: BookingView = NO_BOOKINGS,
 ) -> QuotaDecision:
     """Quota verdicts for the device-feasible nodes (`allocations`), with flavors chosen Kueue's way.
 
@@ -174,6 +177,8 @@ def decide_quota(
     `group`: what the rest of the pod's gang needs besides it (GroupCharge), added to each node's charge, so that
     the flavor walk and the fit judge the whole group at once; the decision's `own_reservation` is then the
     pod's own part of its reservation, in the flavors the group's walk chose.
+    `bookings`: the queues allocated claims were booked in (attribution.py claim_charge): a pod using a claim
+    that counts against another ClusterQueue is refused on every node (`foreign_claim`).
     """
     if context is None or not context.enabled or not pod_queue_name(pod.labels):
         return NOT_GOVERNED
@@ -181,6 +186,9 @@ def decide_quota(
     if rejection is not None:
         return rejection
     assert cluster_queue is not None and ledger_for is not None
+    foreign = foreign_claim(snapshot, pod, context, cluster_queue.name, bookings)
+    if foreign:
+        return reject_pod(foreign, CATEGORY_QUEUE)
     extra, problem = extended_charges(extended, context.mappings)
     if problem:
         return reject_pod(problem, CATEGORY_UNMAPPED)

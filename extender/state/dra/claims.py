@@ -101,6 +101,9 @@ class ResourceClaim:
     reserved_for: tuple[ConsumerRef, ...]
     owner_uids: tuple[str, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # The name of the Pod among its owners (a claim generated for a pod's template entry, or kube-scheduler's claim
+    # for its extended resources), "" when a Pod owns none
+    owner_pod: str = ""
     # Not compared: a finalizer added or removed is no change to the view (ClusterStore._upsert)
     resource_version: str = field(default="", compare=False)
 
@@ -264,8 +267,16 @@ def parse_resource_claim(obj: Mapping[str, Any]) -> ResourceClaim:
         reserved_for=reserved,
         owner_uids=meta.owner_uids,
         annotations=meta.annotations,
+        owner_pod=_owner_pod_name(obj),
         resource_version=meta.resource_version,
     )
+
+
+def _owner_pod_name(obj: Mapping[str, Any]) -> str:
+    for _path, owner in map_items(get_map(obj, "metadata", ""), "ownerReferences", "metadata"):
+        if owner.get("kind") == "Pod" and isinstance(owner.get("name"), str):
+            return str(owner["name"])
+    return ""
 
 
 def parse_resource_claim_template(obj: Mapping[str, Any]) -> ResourceClaimTemplate:
