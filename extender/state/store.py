@@ -51,7 +51,8 @@ CHANGE_CHUNKS_KEPT = 64
 # objects of every kind, the pools and which nodes draw from them, the per-node versions, the claims' device
 # maps, Kueue's queue status. An event replaces O(log n) of a map and a snapshot takes the maps as they are, so
 # neither costs more at 65,000 nodes than at 5,000; copying a dict of one entry per node or pod would. A lookup
-# costs about 1.4 times a dict's (docs/performance.md), the price of a per-event cost independent of cluster size.
+# costs 1.4 to 2.5 times a dict's (docs/performance.md), the price of a per-event cost independent of cluster size.
+PERSISTENT_KINDS = frozenset(KINDS_BY_NAME)
 
 
 class ClusterStore:
@@ -62,7 +63,7 @@ class ClusterStore:
         self._changed = threading.Condition(self._lock)  # notified when a watch event or a list made a new version
         # What the watch threads and the view keeper step aside for; the server installs its own (state/pacing.py).
         self.pacing: BackgroundPacing = UNPACED
-        self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in KINDS_BY_NAME}
+        self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
         # pod key -> (the pod as stored, a newer resourceVersion it stands for): see pod_at_version.
         self._pod_versions: dict[str, tuple[Pod, str]] = {}
         self._version = 0
