@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import wait_until
-from tests.e2e.scenarios import KUEUE_GROUP, SYNC_TIMEOUT, Scenario, kueue_plane, scenario
+from tests.e2e.scenarios import KUEUE_GROUP, QUOTA_EXHAUSTED, SYNC_TIMEOUT, Scenario, kueue_plane, scenario
 
 __all__ = ["kueue_plane", "scenario"]  # fixtures used by this module's tests
 
@@ -80,12 +80,12 @@ def test_kueue_served_at_another_version_keeps_the_verbs_answered_without_a_rest
         # Kueue upgraded: only v1beta2 served
         serve(scenario, {"v1beta1": False, "v1beta2": True})
         moved(scenario, base + 2)
-        scenario.wait_extender_sees("one-gpu", queue, scenario.name)
+        # answered at v1beta2 with the quota's verdict (not "not synced"): the queue's one GPU is taken
         scenario.create_pod("over-quota", "one-gpu", queue)
         wait_until(
-            lambda: "over-quota" in scenario.failed_scheduling(),
+            lambda: any(QUOTA_EXHAUSTED in m for m in scenario.failed_scheduling().get("over-quota", [])),
             timeout=SYNC_TIMEOUT,
-            message="the pod over quota to be refused",
+            message="the pod over quota to be refused for quota",
         )
         assert "over-quota" not in scenario.bound()
         scenario.plane.core.delete_namespaced_pod("at-v1beta1", scenario.namespace, grace_period_seconds=0)
