@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test unit lint fmt bench bench-e2e bench-placement bench-placement-real differential clean image tools soak
+.PHONY: install deps run test unit lint fmt bench bench-scale bench-e2e bench-placement bench-placement-real differential clean image tools soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.compare_upstream
 	$(BIN)/python -m bench.web_bench
 	$(BIN)/python -m bench.gang_bench
+
+# The largest clusters: time to ready, memory, one event's and one verb's cost at 5k / 15k / 65k nodes (one
+# process per size; 65k needs about 3 GB). A subset: make bench-scale SCALE_ARGS="--sizes 5000:20000 15000:150000"
+bench-scale: $(STAMP)
+	$(BIN)/python -m bench.scale_bench $(SCALE_ARGS)
 
 # The end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing).
 bench-e2e: $(STAMP)

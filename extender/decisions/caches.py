@@ -48,10 +48,12 @@ from extender.state.dra.devices import Device
 from extender.state.indexes.device_room import DeviceRoomIndex, FitParts
 from extender.state.inventory import NodeDevices
 
-MAX_VERDICTS = 500_000
-MAX_NODE_LISTS = 200_000
+# Sized for the largest clusters (65,000 nodes x 8 devices): a memo clears itself wholesale when full, so one
+# smaller than the live set it serves would be cleared again every few pods and every filter would recompute.
+MAX_VERDICTS = 2_000_000  # 65,000 nodes x 8 devices x ~4 class signatures
+MAX_NODE_LISTS = 400_000  # 65,000 nodes x ~6 class signatures
 MAX_REQUEST_SHAPES = 10_000
-MAX_ALLOCATION_SCORES = 50_000  # 5000 nodes x 10 request shapes
+MAX_ALLOCATION_SCORES = 700_000  # 65,000 nodes x 10 request shapes
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,7 +114,7 @@ def _scores_by_group(
     the next pod of this shape."""
     groups = settled.scores.get(strategy, NO_SCORE_GROUPS)
     if len(groups.scored) != len(settled.allocations):
-        missing = settled.allocations.keys() - groups.scored
+        missing = set(settled.allocations).difference(groups.scored)
         allocation_of = settled.allocations.__getitem__
         found = {node: _score_parts(allocation_of(node), snapshot, node, caches, strategy) for node in missing}
         groups = settled.scores[strategy] = groups.with_nodes(found)

@@ -188,7 +188,7 @@ def _nothing_to_decide(
     Unknown nodes are still refused, never an error."""
     nodes = snapshot.nodes
     unknown: dict[str, NodeVerdict] = {}
-    if not nodes.keys() >= order.keys():
+    if not all(map(nodes.__contains__, order)):  # the snapshot's maps are persistent, not dicts
         unknown = {name: failed_verdict(unknown_node(name)) for name in order if name not in nodes}
     verdicts = NodeVerdicts(order, {}, {}, NodeFailures(unknown) if unknown else NO_FAILURES, asked)
     return PodDecision(pod.key, pod.uid, snapshot.version, verdicts, fast_path=True, strategy=strategy)

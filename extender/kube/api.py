@@ -35,20 +35,52 @@ class ApiConfigError(ValueError):
     """No usable API server configuration (missing kubeconfig, not running in a pod, ...)."""
 
 
+# metav1.CauseTypeResourceVersionTooLarge, and the cause message API servers 1.17.0-1.18.5 sent without a type
+# (client-go tools/cache/reflector.go, isTooLargeResourceVersionError).
+CAUSE_RESOURCE_VERSION_TOO_LARGE = "ResourceVersionTooLarge"
+TOO_LARGE_RESOURCE_VERSION_MESSAGE = "Too large resource version"
+
+
 class ApiError(Exception):
     """The API server answered with an error status; carries its Status message for people to read."""
 
-    def __init__(self, status: int, reason: str, message: str, *, method: str = "", path: str = "") -> None:
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        *,
+        method: str = "",
+        path: str = "",
+        causes: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.status = status
         self.reason = reason
         self.message = message
         self.method = method
         self.path = path
+        self.causes = causes  # (type, message) of the Status's details.causes
         super().__init__(self.describe())
 
     @property
     def gone(self) -> bool:
         return self.status == 410
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def resource_version_too_large(self) -> bool:
+        """The resourceVersion asked for is newer than the server's (etcd restored or migrated, a lagging watch
+        cache that gave up waiting): apiserver storage.NewTooLargeResourceVersionError, a 504 Timeout Status
+        with the ResourceVersionTooLarge cause."""
+        return too_large_resource_version(self.status, self.causes)
+
+    @property
+    def resource_version_unavailable(self) -> bool:
+        """Expired (410) or too large: only a list at the server's newest version can go on from here."""
+        return self.gone or self.resource_version_too_large
 
     def describe(self) -> str:
         where = f"{self.method} {self.path}: " if self.method else ""
@@ -66,6 +98,30 @@ def status_details(body: bytes) -> tuple[str, str]:
     if not isinstance(status, Mapping):
         return "", str(status)[:500]
     return str(status.get("reason") or ""), str(status.get("message") or "")
+
+
+def status_causes(status: object) -> tuple[tuple[str, str], ...]:
+    """(type, message) of each entry of a metav1.Status's details.causes; () for anything else."""
+    if not isinstance(status, Mapping):
+        return ()
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    if not isinstance(causes, list):
+        return ()
+    return tuple(
+        (str(cause.get("reason") or ""), str(cause.get("message") or ""))  # StatusCause.Type is "reason" in JSON
+        for cause in causes
+        if isinstance(cause, Mapping)
+    )
+
+
+def too_large_resource_version(code: object, causes: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a Status says the requested resourceVersion is ahead of the server, as client-go's
+    isTooLargeResourceVersionError decides (tools/cache/reflector.go): the ResourceVersionTooLarge cause, or, from
+    servers that set no cause type, a 504 whose cause message is "Too large resource version"."""
+    if any(kind == CAUSE_RESOURCE_VERSION_TOO_LARGE for kind, _ in causes):
+        return True
+    return code == 504 and any(message == TOO_LARGE_RESOURCE_VERSION_MESSAGE for _, message in causes)
 
 
 def load_kubeconfig(path: str | os.PathLike[str], *, context: str | None = None) -> Configuration:
@@ -166,7 +222,14 @@ class KubeApi:
             finally:
                 response.release_conn()
             reason, message = status_details(data or b"")
-            raise ApiError(response.status, reason or str(response.reason or ""), message, method=method, path=path)
+            raise ApiError(
+                response.status,
+                reason or str(response.reason or ""),
+                message,
+                method=method,
+                path=path,
+                causes=_causes_of(data or b""),
+            )
         return response
 
     def get_json(self, path: str, *, query: Mapping[str, str] | None = None, read_timeout: float | None = 60.0) -> Any:
@@ -188,6 +251,13 @@ class KubeApi:
         if not self._closed.is_set():
             self._closed.set()
             self._pool.clear()
+
+
+def _causes_of(body: bytes) -> tuple[tuple[str, str], ...]:
+    try:
+        return status_causes(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return ()
 
 
 def path_segment(value: str) -> str:

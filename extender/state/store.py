@@ -7,6 +7,7 @@ burst (on the next read), so neither a busy watch stream nor a busy scheduler pa
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections import defaultdict
@@ -46,12 +47,12 @@ log = logging.getLogger(__name__)
 # How many snapshots' worth of changes stay linked; consumers that fall further behind recompute from scratch.
 CHANGE_CHUNKS_KEPT = 64
 
-# Kinds that change with every binding (and with Kueue's admissions). The store keeps them, and the claims'
-# device maps, in persistent maps (immutables.Map, a hash array mapped trie): an event replaces O(log n) of
-# the map, and a snapshot takes the map as it is, where copying a dict would cost O(pods) or O(devices) per
-# snapshot after every binding. Lookups cost more than a dict's, so the maps read per candidate node (the
-# Nodes, each node's allocation version) stay dicts: they change rarely, or are one small int per node.
-PERSISTENT_KINDS = frozenset({"Pod", "ResourceClaim", "Workload"})
+# Everything a snapshot shares with the next is a persistent map (immutables.Map, a hash array mapped trie): the
+# objects of every kind, the pools and which nodes draw from them, the per-node versions, the claims' device
+# maps, Kueue's queue status. An event replaces O(log n) of a map and a snapshot takes the maps as they are, so
+# neither costs more at 65,000 nodes than at 5,000; copying a dict of one entry per node or pod would. A lookup
+# costs 1.4 to 2.5 times a dict's (docs/performance.md), the price of a per-event cost independent of cluster size.
+PERSISTENT_KINDS = frozenset(KINDS_BY_NAME)
 
 
 class ClusterStore:
@@ -62,27 +63,31 @@ class ClusterStore:
         self._changed = threading.Condition(self._lock)  # notified when a watch event or a list made a new version
         # What the watch threads and the view keeper step aside for; the server installs its own (state/pacing.py).
         self.pacing: BackgroundPacing = UNPACED
-        self._objects: dict[str, dict[str, Any]] = {kind: {} for kind in KINDS_BY_NAME if kind not in PERSISTENT_KINDS}
         self._persistent: dict[str, immutables.Map[str, Any]] = {kind: immutables.Map() for kind in PERSISTENT_KINDS}
         # pod key -> (the pod as stored, a newer resourceVersion it stands for): see pod_at_version.
         self._pod_versions: dict[str, tuple[Pod, str]] = {}
-        self._dirty_kinds: set[str] = set(KINDS_BY_NAME)
         self._version = 0
         self._snapshot: ClusterSnapshot | None = None
         self._pending_changes: list[Change] = []
         self._chunks: list[ChangeChunk] = []
         # indexes
         self._pool_slices: dict[PoolKey, dict[str, ResourceSlice]] = defaultdict(dict)
-        self._pools: dict[PoolKey, Pool] = {}
+        self._pools: immutables.Map[PoolKey, Pool] = immutables.Map()
         self._taint_rules: tuple[DeviceTaintRule, ...] = ()
-        self._local_pools: dict[str, set[PoolKey]] = defaultdict(set)
+        # node -> its node-local pools, sorted; a node without one has no entry
+        self._local_pools: immutables.Map[str, tuple[PoolKey, ...]] = immutables.Map()
         self._shared_pools: set[PoolKey] = set()
+        self._shared_pool_keys: tuple[PoolKey, ...] = ()  # _shared_pools sorted, redone when it changes
         self._shared_version = 0
-        self._local_versions: dict[str, int] = defaultdict(int)
+        # Per-node versions are stamps from one counter, so they never go backwards: a node's entry can be pruned
+        # when the node and its pools are gone, and a node of the same name coming back gets a stamp no cache
+        # ever saw. An absent entry reads as 0, which no stamp is.
+        self._stamps = itertools.count(1)
+        self._local_versions: immutables.Map[str, int] = immutables.Map()
         self._allocated: immutables.Map[DeviceKey, int] = immutables.Map()
-        # Bumped when an allocation on a node-local pool (or any shared pool) changes, so per-node caches of
+        # Stamped when an allocation on a node-local pool (or any shared pool) changes, so per-node caches of
         # free devices stay valid until their own node's devices change hands.
-        self._alloc_versions: dict[str, int] = defaultdict(int)
+        self._alloc_versions: immutables.Map[str, int] = immutables.Map()
         self._shared_alloc_version = 0
         self._claim_devices: dict[str, tuple[DeviceKey, ...]] = {}
         # Shares of devices that allow multiple allocations (results with a shareID), per device and per claim.
@@ -91,16 +96,12 @@ class ClusterStore:
         self._generated_claims: immutables.Map[tuple[str, str, str], str] = immutables.Map()
         # claim key -> its entries in _generated_claims, so a claim event touches only its own (not a scan of all)
         self._generated_by_claim: dict[str, tuple[tuple[str, str, str], ...]] = {}
-        # Whether alloc_versions changed since the last snapshot: a claim event that changes no allocation
-        # (reservedFor, conditions, a new unallocated claim) shares the last snapshot's copy.
-        self._allocations_dirty = True
         self._device_releases = 0  # see ClusterSnapshot.device_releases
         self._admitted_by_owner: immutables.Map[str, str] = immutables.Map()
         # PodGroup key (namespace/name) -> keys of the pods naming it in spec.schedulingGroup, whether or not the
         # PodGroup object exists (kube-scheduler waits for it; the members are known before)
         self._group_members: immutables.Map[str, frozenset[str]] = immutables.Map()
-        self._queue_status: dict[str, KueueQueueStatus] = {}
-        self._queue_status_dirty = True
+        self._queue_status: immutables.Map[str, KueueQueueStatus] = immutables.Map()
         self._node_devices_cache: dict[str, NodeDevicesCacheEntry] = {}
         self._pools_dirty = True
         self._kueue_enabled = True
@@ -127,20 +128,31 @@ class ClusterStore:
                 self._changed.notify_all()
 
     def replace(self, kind: str, raws: Iterable[Mapping[str, Any]]) -> list[ObjectError]:
-        """A fresh list of one kind replaces what was known (initial list, relist after 410 Gone).
+        """A fresh list of one kind replaces what was known (initial list, relist, a kind no longer served).
 
-        Malformed objects are skipped and returned, so one bad object cannot stop the extender from serving.
+        An object that cannot be parsed, for whatever reason (a malformed field, a parser that raises), is skipped
+        and returned as an error, the rule the watch path follows too (ResourceWatcher._apply): one bad object
+        never fails its kind, and a list and a watch agree that it is absent.
         """
         info = KINDS_BY_NAME[kind]
         parsed: dict[str, Any] = {}
+        queue_raws: dict[str, Mapping[str, Any]] = {}
         errors: list[ObjectError] = []
-        items: Iterable[Mapping[str, Any]] = list(raws) if kind == "ClusterQueue" else raws
-        for raw in items:
-            key = object_key(info, raw)
+        for raw in raws:
+            key = "?"
             try:
+                key = object_key(info, raw)
                 parsed[key] = info.parse(raw)
             except ObjectError as error:
                 errors.append(error.located(f"{kind} {key}"))
+                continue
+            except Exception as error:
+                log.debug("cannot parse %s %s", kind, key, exc_info=True)
+                failure = ObjectError("(object)", f"cannot be parsed: {type(error).__name__}: {error}")
+                errors.append(failure.located(f"{kind} {key}"))
+                continue
+            if kind == "ClusterQueue":
+                queue_raws[key] = raw
         with self._lock:
             for key in list(self._objects_of(kind)):
                 if key not in parsed:
@@ -149,11 +161,10 @@ class ClusterStore:
                 if self._objects_of(kind).get(key) is not obj:
                     self._upsert(info, key, obj)
             if kind == "ClusterQueue":
-                raw_by_key = {object_key(info, raw): raw for raw in items}
-                for key in set(self._queue_status) - set(parsed):
+                for key in [key for key in self._queue_status if key not in parsed]:
                     self._set_queue_status(key, None)
                 for key in parsed:
-                    self._set_queue_status(key, raw_by_key.get(key))
+                    self._set_queue_status(key, queue_raws.get(key))
             self._version += 1
             self._changed.notify_all()
         return errors
@@ -162,7 +173,6 @@ class ClusterStore:
         with self._lock:
             self._kueue_enabled = enabled
             self._version += 1
-            self._dirty_kinds.add("ClusterQueue")
 
     def set_synced(self, synced: bool) -> None:
         with self._lock:
@@ -171,12 +181,27 @@ class ClusterStore:
                 self._version += 1
 
     def _record(self, kind: str, key: str) -> None:
-        self._dirty_kinds.add(kind)
         self._pending_changes.append(Change(self._version + 1, kind, key))
 
-    def _objects_of(self, kind: str) -> Mapping[str, Any]:
-        persistent = self._persistent.get(kind)
-        return persistent if persistent is not None else self._objects[kind]
+    def _objects_of(self, kind: str) -> immutables.Map[str, Any]:
+        return self._persistent[kind]
+
+    def _stamp_local(self, node: str) -> None:
+        """The devices a node draws from changed (its pools, its labels, the node itself)."""
+        self._local_versions = self._local_versions.set(node, next(self._stamps))
+
+    def _prune_node(self, node: str) -> None:
+        """Forget the per-node entries of a node whose pools are all gone, and, once the Node is gone too, the rest:
+        nodes that come and go (autoscaled, uniquely named) leave nothing behind."""
+        if node in self._local_pools:
+            return
+        if node in self._alloc_versions:
+            self._alloc_versions = self._alloc_versions.delete(node)
+        if node in self._persistent["Node"]:
+            return
+        if node in self._local_versions:
+            self._local_versions = self._local_versions.delete(node)
+        self._node_devices_cache.pop(node, None)
 
     def _upsert(self, info: KindInfo, key: str, obj: Any) -> None:
         kind = info.kind
@@ -196,10 +221,7 @@ class ClusterStore:
         if kind == "Pod":
             self._pod_versions.pop(key, None)
             self._index_group_member(key, old.group_key if old is not None else "", obj.group_key)
-        if kind in PERSISTENT_KINDS:
-            self._persistent[kind] = self._persistent[kind].set(key, obj)
-        else:
-            self._objects[kind][key] = obj
+        self._persistent[kind] = self._persistent[kind].set(key, obj)
         self._record(kind, key)
         if kind == "ResourceSlice":
             if old is not None:
@@ -210,7 +232,7 @@ class ClusterStore:
         elif kind == "Workload":
             self._index_workload(key, old, obj)
         elif kind == "Node" and (old is None or old.labels != obj.labels):
-            self._local_versions[key] += 1
+            self._stamp_local(key)
             self._pools_dirty = True
         elif kind == "DeviceTaintRule":
             self._retaint_pools()
@@ -223,10 +245,7 @@ class ClusterStore:
         if kind == "Pod":
             self._pod_versions.pop(key, None)
             self._index_group_member(key, old.group_key, "")
-        if kind in PERSISTENT_KINDS:
-            self._persistent[kind] = self._persistent[kind].delete(key)
-        else:
-            del self._objects[kind][key]
+        self._persistent[kind] = self._persistent[kind].delete(key)
         self._record(kind, key)
         if kind == "ResourceSlice":
             self._unindex_slice(old)
@@ -235,8 +254,10 @@ class ClusterStore:
         elif kind == "Workload":
             self._index_workload(key, old, None)
         elif kind == "Node":
-            self._local_versions[key] += 1
+            self._stamp_local(key)
+            self._node_devices_cache.pop(key, None)
             self._pools_dirty = True
+            self._prune_node(key)
         elif kind == "DeviceTaintRule":
             self._retaint_pools()
 
@@ -255,7 +276,7 @@ class ClusterStore:
 
     def _retaint_pools(self) -> None:
         """DeviceTaintRules changed: every pool's devices are rebuilt with the rules' taints (rules are rare)."""
-        rules = tuple(self._objects["DeviceTaintRule"].values())
+        rules = tuple(self._persistent["DeviceTaintRule"].values())
         for rule in rules:
             if rule.unsupported_selector:
                 log.warning(
@@ -282,31 +303,44 @@ class ClusterStore:
         if self._taint_rules:
             slices = [apply_taint_rules(resource_slice, self._taint_rules) for resource_slice in slices]
         pool = build_pool(pool_key[0], pool_key[1], slices)
+        shared_before = len(self._shared_pools)
         for touched in (old, pool):
             if touched is None:
                 continue
             if touched.node_local:
-                self._local_pools[touched.node_local].discard(pool_key)
-                self._local_versions[touched.node_local] += 1
+                self._set_local_pool(touched.node_local, pool_key, False)
+                self._stamp_local(touched.node_local)
                 self._pending_changes.append(Change(self._version + 1, NODE_DEVICES, touched.node_local))
             else:
                 self._shared_pools.discard(pool_key)
                 self._shared_version += 1
         if pool is None:
-            self._pools.pop(pool_key, None)
+            if pool_key in self._pools:
+                self._pools = self._pools.delete(pool_key)
             self._pool_slices.pop(pool_key, None)
         else:
-            self._pools[pool_key] = pool
+            self._pools = self._pools.set(pool_key, pool)
             if pool.node_local:
-                self._local_pools[pool.node_local].add(pool_key)
+                self._set_local_pool(pool.node_local, pool_key, True)
             else:
                 self._shared_pools.add(pool_key)
+        if old is not None and old.node_local and (pool is None or pool.node_local != old.node_local):
+            self._prune_node(old.node_local)
+        if len(self._shared_pools) != shared_before:
+            self._shared_pool_keys = tuple(sorted(self._shared_pools))
         self._pools_dirty = True
+
+    def _set_local_pool(self, node: str, pool_key: PoolKey, present: bool) -> None:
+        keys = self._local_pools.get(node, ())
+        if present == (pool_key in keys):
+            return
+        keys = tuple(sorted((*keys, pool_key))) if present else tuple(key for key in keys if key != pool_key)
+        self._local_pools = self._local_pools.set(node, keys) if keys else self._local_pools.delete(node)
 
     def _touch_allocation(self, device_key: DeviceKey) -> None:
         pool = self._pools.get((device_key[0], device_key[1]))
         if pool is not None and pool.node_local:
-            self._alloc_versions[pool.node_local] += 1
+            self._alloc_versions = self._alloc_versions.set(pool.node_local, next(self._stamps))
             self._pending_changes.append(Change(self._version + 1, NODE_ALLOCATIONS, pool.node_local))
         else:
             self._shared_alloc_version += 1
@@ -331,10 +365,10 @@ class ClusterStore:
                 if result.share_id and not result.admin_access
             )
         previous_shares = self._claim_shares.pop(key, ())
-        if previous != current or previous_shares != shares:
-            self._allocations_dirty = True
-            if not set(previous) <= set(current) or not set(previous_shares) <= set(shares):
-                self._device_releases += 1
+        if (previous != current or previous_shares != shares) and (
+            not set(previous) <= set(current) or not set(previous_shares) <= set(shares)
+        ):
+            self._device_releases += 1
         if previous != current:
             for device_key in set(previous).symmetric_difference(current):
                 self._touch_allocation(device_key)
@@ -379,13 +413,15 @@ class ClusterStore:
         except ObjectError as error:
             log.warning("ignoring the status of ClusterQueue %s: %s", key, error.describe())
             status = None
+        except Exception as error:  # the same rule as for objects: what cannot be parsed is absent
+            log.warning("ignoring the status of ClusterQueue %s: %s: %s", key, type(error).__name__, error)
+            status = None
         if self._queue_status.get(key) == status:
             return
         if status is None:
-            del self._queue_status[key]
+            self._queue_status = self._queue_status.delete(key)
         else:
-            self._queue_status[key] = status
-        self._queue_status_dirty = True
+            self._queue_status = self._queue_status.set(key, status)
         self._pending_changes.append(Change(self._version + 1, "ClusterQueueStatus", key))
 
     def _index_workload(self, key: str, old: Workload | None, new: Workload | None) -> None:
@@ -427,22 +463,15 @@ class ClusterStore:
             current = self._snapshot
             if current is not None and current.version == self._version:
                 return current
-            objects: dict[str, Mapping[str, Any]] = {
-                kind: (
-                    dict(self._objects[kind]) if current is None or kind in self._dirty_kinds else current.objects[kind]
-                )
-                for kind in self._objects
-            }
-            objects.update(self._persistent)  # as they are: no write reaches a map once taken
-            self._dirty_kinds.clear()
-            queue_status_dirty, self._queue_status_dirty = self._queue_status_dirty, False
+            # Every map as it is: no write reaches a map once taken. O(kinds), whatever the cluster's size.
+            objects: dict[str, Mapping[str, Any]] = dict(self._persistent)
             if current is None or self._pools_dirty:
                 topology = DeviceTopology(
-                    pools=dict(self._pools),
-                    shared_pools=tuple(sorted(self._shared_pools)),
-                    local_pools={node: tuple(keys) for node, keys in self._local_pools.items() if keys},
+                    pools=self._pools,
+                    shared_pools=self._shared_pool_keys,
+                    local_pools=self._local_pools,
                     shared_version=self._shared_version,
-                    local_versions=dict(self._local_versions),
+                    local_versions=self._local_versions,
                 )
                 self._pools_dirty = False
             else:
@@ -458,22 +487,16 @@ class ClusterStore:
             if len(self._chunks) > CHANGE_CHUNKS_KEPT:
                 self._chunks.pop(0)
                 self._chunks[0].older = None
-            unchanged_claims = None if current is None or self._allocations_dirty else current
-            self._allocations_dirty = False
             snapshot = ClusterSnapshot(
                 version=self._version,
                 objects=objects,
                 topology=topology,
                 allocated=self._allocated,
                 shared_allocated=self._shared,
-                alloc_versions=(
-                    dict(self._alloc_versions) if unchanged_claims is None else unchanged_claims.alloc_versions
-                ),
+                alloc_versions=self._alloc_versions,
                 shared_alloc_version=self._shared_alloc_version,
                 generated_claims=self._generated_claims,
-                queue_status=(
-                    dict(self._queue_status) if current is None or queue_status_dirty else current.queue_status
-                ),
+                queue_status=self._queue_status,
                 admitted_workloads=self._admitted_by_owner,
                 group_members=self._group_members,
                 kueue_enabled=self._kueue_enabled,

@@ -34,6 +34,10 @@ def livez() -> Response:
     oldest = current_app.extensions["dra_in_flight"].oldest_seconds()
     if oldest > settings.stuck_request_seconds:
         problems.append(f"a scheduling request has been in flight for {oldest:.0f}s")
+    # The cluster view heals from whatever the API server does; only a thread of it that ended needs a restart.
+    view_problem = getattr(service.source, "liveness_problem", None)
+    if view_problem is not None and (problem := view_problem()):
+        problems.append(problem)
     probe = current_app.extensions.get("dra_self_probe")
     if probe is not None:
         address, tls = probe

@@ -264,6 +264,10 @@ _WATCH_COUNTERS = {
     "relists": ("dra_extender_watch_relists_total", "Full relists (initial, 410 Gone), per resource."),
     "reconnects": ("dra_extender_watch_reconnects_total", "Watch reconnects after errors, per resource."),
     "malformed": ("dra_extender_watch_malformed_total", "Objects skipped because they could not be parsed."),
+    "api_changes": (
+        "dra_extender_watch_api_changes_total",
+        "Collections moved to another served version, or retired, because their API stopped being served.",
+    ),
 }
 
 

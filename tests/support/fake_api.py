@@ -46,8 +46,8 @@ def default_groups() -> dict[str, dict[str, tuple[str, ...]]]:
 
 
 class ExpireMode(enum.Enum):
-    HTTP = "http"  # live watches are cut; the reconnect gets HTTP 410
-    EVENT = "event"  # live watches get an ERROR event with code 410
+    HTTP = "http"  # live watches are cut; the reconnect gets HTTP 410 (after restore(): 504 ResourceVersionTooLarge)
+    EVENT = "event"  # live watches get an ERROR event with code 410 (after restore(): the reconnect gets a 504 one)
 
 
 @dataclasses.dataclass
@@ -95,6 +95,7 @@ class FakeApiServer:
         self.review_tokens: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.review_grants: set[tuple[str, str, str]] = set()
         self.reviews: list[dict[str, Any]] = []
+        self.too_large_mode = ExpireMode.EVENT  # how a watch from a resourceVersion ahead of the server is refused
         self.closing = False
         self.httpd = _Listener(("127.0.0.1", 0), _handler_for(self))
         self.port = self.httpd.server_address[1]
@@ -230,6 +231,39 @@ class FakeApiServer:
         with self.cond:
             self.groups.setdefault(group, {})[version] = plurals
 
+    def stop_serving(self, group: str, version: str | None = None, change: Callable[[], None] = lambda: None) -> None:
+        """A CRD version (or, with no version, the whole group) no longer served: its live watches end, as the API
+        server tears down a CRD's storage, and every later request to it is answered 404. `change` runs under the
+        lock first (objects rewritten silently, the way the server converts them to the version still served)."""
+        with self.cond:
+            change()
+            versions = self.groups.get(group, {})
+            gone = set(versions) if version is None else {version}
+            plurals = {plural for v in gone for plural in versions.get(v, ())}
+            for v in gone:
+                versions.pop(v, None)
+            if not versions:
+                self.groups.pop(group, None)
+            for plural in plurals:
+                self._collection(plural).drop_generation += 1
+            self.cond.notify_all()
+
+    def restore(self, change: Callable[[], None] = lambda: None, *, back_by: int = 50, mode: ExpireMode) -> int:
+        """etcd restored from a backup under running clients: the cluster's resourceVersion goes back by `back_by`,
+        `change` alters objects silently (what the backup held), the history after the new resourceVersion is
+        gone and every live watch ends; a reconnect from a resourceVersion ahead of the server is refused with
+        504 ResourceVersionTooLarge, as an ERROR event or as the HTTP status (`mode`). Returns the new version."""
+        with self.cond:
+            self.rv -= back_by
+            change()
+            for collection in self.collections.values():
+                collection.log = [entry for entry in collection.log if entry[0] <= self.rv]
+                collection.compacted = min(collection.compacted, self.rv)
+                collection.drop_generation += 1
+            self.too_large_mode = mode
+            self.cond.notify_all()
+            return self.rv
+
     def _stamp(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         stored = copy.deepcopy(dict(obj))
         stored.setdefault("metadata", {})["resourceVersion"] = str(self._next_rv())
@@ -263,6 +297,17 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
         "reason": reason,
         "message": message,
     }
+
+
+def too_large_status(asked: int, current: int) -> dict[str, Any]:
+    """What apiserver's storage.NewTooLargeResourceVersionError becomes on the wire: a 504 Timeout Status with
+    the ResourceVersionTooLarge cause (StatusCause.Type is spelt "reason" in JSON)."""
+    status = _status(504, "Timeout", f"Timeout: Too large resource version: {asked}, current: {current}")
+    status["details"] = {
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    }
+    return status
 
 
 def _handler_for(server: FakeApiServer) -> type[http.server.BaseHTTPRequestHandler]:
@@ -484,12 +529,17 @@ def _handler_for(server: FakeApiServer) -> type[http.server.BaseHTTPRequestHandl
             with server.cond:
                 status = collection.watch_status
                 expire_mode = collection.expire_mode
+                too_large = too_large_status(since, server.rv) if since > server.rv else None
+                too_large_mode = server.too_large_mode
                 expired = since < collection.compacted
                 drop_generation = collection.drop_generation
                 expire_generation = collection.expire_generation
                 position = next((i for i, entry in enumerate(collection.log) if entry[0] > since), len(collection.log))
             if status is not None:
                 self._fail(status, "InternalError", "watches are failing (scripted)")
+                return
+            if too_large is not None and too_large_mode is ExpireMode.HTTP:
+                self._send_json(504, too_large)
                 return
             if expired and expire_mode is ExpireMode.HTTP:
                 self._fail(410, "Expired", f"too old resource version: {since} ({collection.compacted})")
@@ -498,6 +548,10 @@ def _handler_for(server: FakeApiServer) -> type[http.server.BaseHTTPRequestHandl
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            if too_large is not None:
+                self._send_frame({"type": "ERROR", "object": too_large})
+                self._chunk(b"")
+                return
             if expired:
                 self._send_frame(
                     {"type": "ERROR", "object": _status(410, "Expired", f"too old resource version: {since}")}

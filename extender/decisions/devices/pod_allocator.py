@@ -266,7 +266,7 @@ class PodAllocator:
         memo = self._memo = self.matcher.caches.settled.get(self._settled_key)
         if memo is None:
             shared = (self.snapshot.shared_alloc_version, self.snapshot.topology.shared_version)
-            known = SettledNodes(self.snapshot.version, shared, {}, {}, {})
+            known = SettledNodes.empty(self.snapshot.version, shared)
         else:
             known = memo.brought_to(self.snapshot)
         names = node_names if isinstance(node_names, list) else list(node_names)
@@ -278,14 +278,14 @@ class PodAllocator:
             # through): the allocations are one copy less the nodes not asked, and only the nodes not
             # remembered (the ones the last bindings changed) are looked at.
             allocations = dict(remembered)
-            if not remembered.keys() <= asked:  # a look per remembered node, no set built (the usual case: all asked)
-                for name in remembered.keys() - asked:
+            if not all(map(asked.__contains__, remembered)):  # a look per remembered node (usually: all asked)
+                for name in [name for name in remembered if name not in asked]:
                     del allocations[name]
             for name, shortfall in full.items():
                 if name in asked:
                     full_nodes.setdefault((shortfall.selectable, shortfall.free), []).append(name)
             if len(allocations) + sum(map(len, full_nodes.values())) < len(asked):
-                unknown = _in_order(asked - remembered.keys() - full.keys(), names)
+                unknown = _in_order((asked - remembered.keys()).difference(full.keys()), names)
         else:
             answer_of, full_of = remembered.get, full.get
             for name in names:  # once per node: a lookup and a store

@@ -6,13 +6,18 @@ previous pod of its shape until the node's allocations or devices change; kube-s
 node again. Upstream's scheduler plugin asks the allocator per node on every cycle
 (pkg/scheduler/framework/plugins/dynamicresources, Filter); remembering the answers per shape, and dropping
 only the nodes a snapshot's change list names (state/store.py NODE_CHANGE_KINDS), keeps a pod's per-node cost
-to a dict copy on the common path (devices/pod_allocator.py settle_remembered).
+to a dict copy on the common path (devices/pod_allocator.py settle_remembered). The answers are persistent maps
+(immutables.Map): a binding drops its node and a filter adds what it found in O(log n) each, so in the largest
+clusters, where kube-scheduler asks about a sample of the nodes (5 % at 65,000), a call costs what its sample
+does rather than a copy of every remembered node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, TypeVar
+
+import immutables
 
 from extender.decisions.devices.results import Allocation
 from extender.state.indexes.device_room import FitParts
@@ -54,6 +59,22 @@ class ScoreGroups(NamedTuple):
 
 
 NO_SCORE_GROUPS = ScoreGroups({}, frozenset())
+NO_ALLOCATIONS: immutables.Map[str, Allocation] = immutables.Map()
+NO_SHORTFALLS: immutables.Map[str, Shortfall] = immutables.Map()
+
+V = TypeVar("V")
+
+
+def _without(entries: immutables.Map[str, V], names: Iterable[str]) -> immutables.Map[str, V]:
+    """`entries` less `names`, in O(len(names) log n); the same map when it holds none of them."""
+    present = [name for name in names if name in entries]
+    if not present:
+        return entries
+    with entries.mutate() as mutation:
+        for name in present:
+            del mutation[name]
+        smaller = mutation.finish()
+    return smaller
 
 
 class SettledNodes(NamedTuple):
@@ -69,10 +90,14 @@ class SettledNodes(NamedTuple):
     version: int  # the snapshot version the answers hold at
     shared_versions: tuple[int, int]  # (allocations on, devices of) pools spanning nodes at that version
     # never changed: additions make a new SettledNodes
-    allocations: Mapping[str, Allocation]
-    shortfalls: Mapping[str, Shortfall]
+    allocations: immutables.Map[str, Allocation]
+    shortfalls: immutables.Map[str, Shortfall]
     # strategy -> the score groups of `allocations`' nodes (score_nodes publishes a completed value)
     scores: dict[str, ScoreGroups]
+
+    @staticmethod
+    def empty(version: int, shared_versions: tuple[int, int]) -> SettledNodes:
+        return SettledNodes(version, shared_versions, NO_ALLOCATIONS, NO_SHORTFALLS, {})
 
     def brought_to(self, snapshot: ClusterSnapshot) -> SettledNodes:
         """The answers that hold for `snapshot`: these less the nodes its change list names since; none when
@@ -82,32 +107,25 @@ class SettledNodes(NamedTuple):
             return self
         changes = snapshot.changes_since(self.version) if self.version < snapshot.version else None
         if changes is None or self.shared_versions != shared:
-            return SettledNodes(snapshot.version, shared, {}, {}, {})
+            return SettledNodes.empty(snapshot.version, shared)
         changed = {change.key for change in changes if change.kind in NODE_CHANGE_KINDS}
         if not changed:
             return self._replace(version=snapshot.version)
-        allocations, shortfalls = self.allocations, self.shortfalls
-        if not changed.isdisjoint(allocations):
-            allocations = dict(allocations)
-            for name in changed:
-                allocations.pop(name, None)
-        if not changed.isdisjoint(shortfalls):
-            shortfalls = dict(shortfalls)
-            for name in changed:
-                shortfalls.pop(name, None)
+        allocations, shortfalls = _without(self.allocations, changed), _without(self.shortfalls, changed)
         scores = {strategy: groups.without(changed) for strategy, groups in self.scores.items()}
         return SettledNodes(snapshot.version, shared, allocations, shortfalls, scores)
 
     def with_answers(self, found: Mapping[str, Allocation | Shortfall]) -> SettledNodes:
         if not found:
             return self
-        allocations, shortfalls = dict(self.allocations), dict(self.shortfalls)
-        for name, answer in found.items():
-            if type(answer) is Shortfall:
-                shortfalls[name] = answer
-                allocations.pop(name, None)
-            else:
-                allocations[name] = answer  # type: ignore[assignment]  # the other kind of answer
-                shortfalls.pop(name, None)
+        with self.allocations.mutate() as allocating, self.shortfalls.mutate() as short:
+            for name, answer in found.items():
+                if type(answer) is Shortfall:
+                    short[name] = answer
+                    allocating.pop(name, None)
+                else:
+                    allocating[name] = answer  # type: ignore[assignment]  # the other kind of answer
+                    short.pop(name, None)
+            allocations, shortfalls = allocating.finish(), short.finish()
         scores = {strategy: groups.without(set(found)) for strategy, groups in self.scores.items()}
         return self._replace(allocations=allocations, shortfalls=shortfalls, scores=scores)

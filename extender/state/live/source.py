@@ -3,7 +3,11 @@
 `start()` returns at once and everything that talks to the network runs in background threads, so an API
 server that is down when the extender starts shows up as "not ready" with a reason (and heals by itself)
 instead of a crash loop. Kinds the server does not serve yet (Kueue installed after the extender, a DRA API
-enabled later) are looked for periodically and picked up without a restart.
+enabled later) are looked for periodically and picked up without a restart. A collection that stops being
+served (404: Kueue uninstalled or upgraded past the version picked at start, an alpha API switched off) makes
+the source rediscover at once: the kind moves to another version it understands (relisted there), or it is
+retired (its objects dropped, the feature it feeds off, one log line, a counter and a reason in health()), so
+the view becomes ready again by itself, as a fresh process would.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -26,6 +31,7 @@ from extender.state.live.resources import (
     DRA_ABSENT_MESSAGE,
     KUEUE_ABSENT_MESSAGE,
     Discovery,
+    Resource,
     discover,
 )
 from extender.state.live.watcher import Backoff, ResourceStats, ResourceWatcher, WatchSettings
@@ -35,6 +41,7 @@ from extender.state.store import ClusterStore
 log = logging.getLogger(__name__)
 
 STOP_JOIN_SECONDS = 5.0
+KUEUE_RETIRED_MESSAGE = "Kueue CRDs no longer served: quota features off, Kueue objects dropped; devices still served"
 
 
 class LiveSource:
@@ -84,6 +91,9 @@ class LiveSource:
         self._discovery_error = ""
         self._reported_missing: dict[str, str] = {}
         self._started_at = 0.0
+        self._rediscover = threading.Event()  # a watcher was answered 404: its API may have changed
+        self._retired: dict[str, str] = {}  # plural -> the collection no longer served (health's reason)
+        self._api_changes: Counter[str] = Counter()  # plural -> moves to another version and retirements
 
     # --- ClusterSource ------------------------------------------------------------------------------------------
 
@@ -100,6 +110,7 @@ class LiveSource:
 
     def stop(self) -> None:
         self._stopping.set()
+        self._rediscover.set()
         with self._lock:
             watchers = list(self._watchers.values())
             supervisor = self._supervisor
@@ -161,12 +172,30 @@ class LiveSource:
             problems.append("waiting for the initial list of " + ", ".join(sorted(waiting)))
         if stale:
             problems.append(f"disconnected longer than {self.stale_grace_seconds:g}s: " + ", ".join(sorted(stale)))
+        with self._lock:
+            retired = sorted(self._retired.values())
         if problems:
             return SourceHealth(False, "; ".join(problems), freshness, longest)
         message = f"watching {len(watchers)} resources at {self.config.host}"
         if not kueue_enabled:
             message += f"; {KUEUE_ABSENT_MESSAGE}"
+        if retired:
+            message += "; no longer served, objects dropped: " + ", ".join(retired)
         return SourceHealth(True, message, freshness, longest)
+
+    def liveness_problem(self) -> str:
+        """Why only a restart would bring the view back ("" when nothing would): a watch thread or the supervisor
+        ended although nobody stopped it. Everything an API server does (errors, 404s, versions from the future)
+        heals without one, so /livez fails for this alone."""
+        with self._lock:
+            supervisor = self._supervisor
+            watchers = list(self._watchers.values())
+        if supervisor is None or self._stopping.is_set():
+            return ""
+        dead = sorted(watcher.name for watcher in watchers if watcher.died())
+        if not supervisor.is_alive():
+            dead.insert(0, "API discovery")
+        return f"cluster view threads ended: {', '.join(dead)}" if dead else ""
 
     # --- extras for the CLI, metrics and tests ------------------------------------------------------------------
 
@@ -194,9 +223,24 @@ class LiveSource:
         """A Binder on the same API server and credentials; callable as (namespace, pod, uid, node)."""
         return Binder(self.config)
 
+    def api_changes(self) -> dict[str, int]:
+        """Per collection (plural), how often it moved to another served version or was retired."""
+        with self._lock:
+            return dict(self._api_changes)
+
     def stats_dicts(self) -> dict[str, dict[str, Any]]:
-        """The same counters as plain dicts, for JSON diagnostics."""
-        return {name: asdict(stats) for name, stats in self.stats().items()}
+        """The same counters as plain dicts, for JSON diagnostics and metrics; a retired collection keeps an entry
+        with its `api_changes` and `served: False`."""
+        with self._lock:
+            changes = dict(self._api_changes)
+            retired = set(self._retired)
+        result: dict[str, dict[str, Any]] = {
+            name: {**asdict(stats), "api_changes": changes.get(name, 0), "served": True}
+            for name, stats in self.stats().items()
+        }
+        for name in retired - set(result):
+            result[name] = {"resource": name, "api_changes": changes.get(name, 0), "served": False}
+        return result
 
     # --- background work ----------------------------------------------------------------------------------------
 
@@ -214,17 +258,31 @@ class LiveSource:
                 continue
             self._apply_discovery(discovery, initial=True)
             break
-        while not self._stopping.wait(self.kueue_recheck_seconds):
+        backoff.reset()
+        while not self._stopping.is_set():
+            triggered = self._rediscover.wait(self.kueue_recheck_seconds)
+            if self._stopping.is_set():
+                break
+            self._rediscover.clear()
             with self._lock:
                 missing = self._discovery is not None and bool(self._discovery.missing)
-            if not missing:
+            if not (triggered or missing):
                 continue
             try:
                 discovery = self._discover()
             except Exception as error:
-                log.debug("API re-discovery failed: %s", error)
+                log.log(logging.WARNING if triggered else logging.DEBUG, "API re-discovery failed: %s", error)
+                if triggered:  # a collection answers 404: keep looking, with backoff, until discovery answers
+                    self._stopping.wait(backoff.next())
+                    self._rediscover.set()
                 continue
+            backoff.reset()
             self._apply_discovery(discovery, initial=False)
+
+    def _not_served(self, watcher: ResourceWatcher) -> None:
+        """A watcher's collection answered 404: rediscover now rather than at the next periodic check."""
+        log.warning("%s is not served any more; rediscovering the API", watcher.resource.describe())
+        self._rediscover.set()
 
     def _discover(self) -> Discovery:
         assert self._api is not None
@@ -233,35 +291,87 @@ class LiveSource:
         )
 
     def _apply_discovery(self, discovery: Discovery, *, initial: bool) -> None:
+        """Start a watcher per newly served kind; after the first discovery also move a kind whose version is no
+        longer served to the one now picked, and retire a kind no longer served at all."""
         store = self._store
         assert store is not None and self._api is not None
         started: list[ResourceWatcher] = []
+        stopped: list[ResourceWatcher] = []
+        moved: list[tuple[Resource, Resource]] = []
+        retired: list[Resource] = []
         with self._lock:
             if self._stopping.is_set():
                 return
             self._discovery = discovery
             self._discovery_error = ""
+            for kind, watcher in list(self._watchers.items()):
+                resource = discovery.resources.get(kind)
+                if initial or resource == watcher.resource:
+                    continue
+                del self._watchers[kind]
+                stopped.append(watcher)
+                self._api_changes[watcher.name] += 1
+                if resource is None:
+                    retired.append(watcher.resource)
+                    self._retired[watcher.name] = watcher.resource.describe()
+                else:
+                    moved.append((watcher.resource, resource))
             new = [resource for kind, resource in discovery.resources.items() if kind not in self._watchers]
             new_kueue = frozenset(r.kind for r in new if r.info.group == KUEUE_GROUP)
             for resource in new:
-                watcher = ResourceWatcher(self._api, resource, store, self.settings, on_listed=self._listed)
+                watcher = ResourceWatcher(
+                    self._api,
+                    resource,
+                    store,
+                    self.settings,
+                    on_listed=self._listed,
+                    on_not_served=self._not_served,
+                )
                 self._watchers[resource.kind] = watcher
+                self._retired.pop(watcher.name, None)
                 started.append(watcher)
+            kueue_retired = not initial and self._kueue_enabled and not discovery.kueue_available
             if initial:
                 self._initial_kinds = frozenset(r.kind for r in new)
                 self._kueue_enabled = discovery.kueue_available
-            elif new_kueue and not self._kueue_enabled:
+            elif kueue_retired:
+                self._kueue_enabled = False
+            elif new_kueue and not self._kueue_enabled and discovery.kueue_available:
                 self._kueue_pending = new_kueue
+            # A kind that went away can no longer hold up the first sync or quota being switched on.
+            self._initial_kinds &= frozenset(self._watchers)
+            self._kueue_pending = (
+                self._kueue_pending & frozenset(self._watchers) if discovery.kueue_available else frozenset()
+            )
+        for watcher in stopped:
+            watcher.stop()  # returns once the watcher can write no more, so its kind is ours to drop or hand on
         if initial:
             store.set_kueue_enabled(discovery.kueue_available)
             self._log_discovery(discovery)
         elif new_kueue and self._kueue_pending:
             log.warning("Kueue CRDs found: starting quota watchers for %s", ", ".join(sorted(new_kueue)))
+        if kueue_retired:
+            store.set_kueue_enabled(False)
+            log.error(KUEUE_RETIRED_MESSAGE)
+        for resource in retired:
+            store.replace(resource.kind, ())
+            self._reported_missing[resource.kind] = discovery.missing.get(resource.kind, "")  # said here, once
+            covered = kueue_retired and resource.info.group == KUEUE_GROUP
+            if not covered:
+                log.error("%s is no longer served: not watching it, its objects dropped", resource.describe())
+        for old, new_resource in moved:
+            log.warning(
+                "%s is no longer served: watching %s instead (relisting)", old.describe(), new_resource.describe()
+            )
+        if retired and not discovery.dra_available and any(r.info.group == RESOURCE_GROUP for r in retired):
+            log.error(DRA_ABSENT_MESSAGE)
         self._report_missing(discovery)
         if started:
             log.info("watching %s", ", ".join(watcher.resource.describe() for watcher in started))
         for watcher in started:
             watcher.start()
+        if stopped:
+            self._update_listed()
 
     def _log_discovery(self, discovery: Discovery) -> None:
         versions = {
@@ -294,6 +404,10 @@ class LiveSource:
             log.warning("not watching %s: %s", kind, reason)
 
     def _listed(self, watcher: ResourceWatcher) -> None:
+        self._update_listed()
+
+    def _update_listed(self) -> None:
+        """Announce the first sync and switch quota on once the kinds they wait for are listed."""
         store = self._store
         assert store is not None
         announce_synced = False

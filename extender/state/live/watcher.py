@@ -2,9 +2,13 @@
 client-go's Reflector does (tools/cache/reflector.go, ListAndWatch and watchHandler).
 
 The store must converge to exactly what a fresh list would give, whatever happens to the connection: a dropped
-stream resumes from the last resourceVersion seen (events or bookmarks), an expired one (410 Gone) is healed by
-a relist that replaces the kind wholesale, and a malformed object is treated as absent in both paths so that
-the two cannot disagree. Nothing an API server sends may end the thread; only `stop()` does.
+stream resumes from the last resourceVersion seen (events or bookmarks); a resourceVersion the server cannot
+serve, expired (410 Gone) or ahead of it (504 with the ResourceVersionTooLarge cause: etcd restored or migrated),
+is healed by a relist that replaces the kind wholesale, as the Reflector's setIsLastSyncResourceVersionUnavailable
+and relistResourceVersion do (our lists never name a resourceVersion, so every list is the quorum read client-go
+falls back to); a collection that is no longer served (404) is reported to the source, which rediscovers and
+moves or retires this watcher. An object that cannot be parsed, whatever the reason, is treated as absent in
+both paths so that the two cannot disagree. Nothing an API server sends may end the thread; only `stop()` does.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 import orjson
 import urllib3
 
-from extender.kube.api import ApiError, KubeApi, iter_lines
+from extender.kube.api import ApiError, KubeApi, iter_lines, status_causes, too_large_resource_version
 from extender.state.errors import ObjectError
 from extender.state.kinds import object_key
 from extender.state.live.resources import Resource, list_objects, normalise_item
@@ -81,7 +85,7 @@ class ResourceStats:
     events_applied: int  # ADDED/MODIFIED/DELETED applied to the store
     bookmarks: int
     malformed: int  # objects skipped because they could not be parsed
-    relists: int  # lists after the first (410 Gone, resync)
+    relists: int  # lists after the first (410 Gone, ResourceVersionTooLarge, resync)
     reconnects: int  # watch requests after the first
     errors: int  # failed requests and broken streams
     last_sync: float | None  # wall-clock time of the last list, event or bookmark
@@ -90,11 +94,15 @@ class ResourceStats:
 
 class _Outcome(enum.Enum):
     ENDED = "ended"  # the stream finished or broke; resume from the current resourceVersion
-    EXPIRED = "expired"  # 410 Gone: the resourceVersion is too old, relist
+    EXPIRED = "expired"  # 410 Gone or ResourceVersionTooLarge: the resourceVersion cannot be served, relist
 
 
 class WatchStreamError(Exception):
     """The watch stream carried something other than events (an ERROR event other than 410, bad framing)."""
+
+
+class NotServedError(Exception):
+    """The collection answered 404 (as a status or an ERROR event): its API version is no longer served."""
 
 
 class ResourceWatcher:
@@ -106,6 +114,7 @@ class ResourceWatcher:
         settings: WatchSettings,
         *,
         on_listed: Callable[[ResourceWatcher], None] = lambda watcher: None,
+        on_not_served: Callable[[ResourceWatcher], None] = lambda watcher: None,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.api = api
@@ -113,9 +122,13 @@ class ResourceWatcher:
         self.store = store
         self.settings = settings
         self._on_listed = on_listed
+        self._on_not_served = on_not_served
         self._rng = rng
         self._stopping = threading.Event()
         self._lock = threading.Lock()
+        # Held around every write to the store and by stop(): once stop() returns, this watcher writes no more,
+        # so the source can drop a retired kind's objects or hand the kind to a watcher of another version.
+        self._write_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._response: urllib3.BaseHTTPResponse | None = None
         self._started_at = time.monotonic()
@@ -149,8 +162,11 @@ class ResourceWatcher:
         self._thread.start()
 
     def stop(self) -> None:
+        """Ends the thread soon; when this returns no write of this watcher's reaches the store any more."""
         self._stopping.set()
         self._abort_response()
+        with self._write_lock:
+            pass  # a write in progress finishes; every later one sees _stopping under the lock
 
     def join(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -158,6 +174,10 @@ class ResourceWatcher:
 
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def died(self) -> bool:
+        """Started, not stopped, and its thread is gone: nothing but a new process brings this collection back."""
+        return self._thread is not None and not self._thread.is_alive() and not self._stopping.is_set()
 
     # --- reads for health and metrics ---------------------------------------------------------------------------
 
@@ -228,12 +248,21 @@ class ResourceWatcher:
             except ApiError as error:
                 if self._stopping.is_set():
                     break
-                if error.gone:
+                if error.resource_version_unavailable:
                     log.info("%s: %s; relisting", self.resource.describe(), error.describe())
                     need_list = True
                     self._pause_if_just_listed(backoff)
                     continue
                 self._failed(error.describe())
+                if error.not_found:
+                    self._on_not_served(self)
+                self._stopping.wait(backoff.next())
+                continue
+            except NotServedError as error:
+                if self._stopping.is_set():
+                    break
+                self._failed(str(error))
+                self._on_not_served(self)
                 self._stopping.wait(backoff.next())
                 continue
             except Exception as error:  # never let a network or server oddity end the thread
@@ -243,7 +272,6 @@ class ResourceWatcher:
                 self._stopping.wait(backoff.next())
                 continue
             if outcome is _Outcome.EXPIRED:
-                log.info("%s: watch expired (410 Gone); relisting", self.resource.describe())
                 need_list = True
                 self._pause_if_just_listed(backoff)
             elif productive:
@@ -270,9 +298,10 @@ class ResourceWatcher:
             page_size=self.settings.list_page_size,
             read_timeout=self.settings.request_timeout_seconds,
         )
-        if self._stopping.is_set():
-            return
-        errors = self.store.replace(self.resource.kind, items)
+        with self._write_lock:
+            if self._stopping.is_set():
+                return
+            errors = self.store.replace(self.resource.kind, items)
         for error in errors:
             log.warning("skipping malformed object from the API: %s", error.describe())
         first = not self._listed
@@ -352,9 +381,25 @@ class ResourceWatcher:
             log.warning("%s: %s event without an object; ignored", self.resource.describe(), event_type)
             return None
         if event_type == "ERROR":
-            if obj.get("code") == 410:
+            code = obj.get("code")
+            detail = f"{code} {obj.get('reason', '')}: {obj.get('message', '')}"
+            if code == 410:
+                log.info("%s: watch expired (%s); relisting", self.resource.describe(), detail)
                 return _Outcome.EXPIRED
-            raise WatchStreamError(f"ERROR event: {obj.get('code')} {obj.get('reason', '')}: {obj.get('message', '')}")
+            if too_large_resource_version(code, status_causes(obj)):
+                # The watch cache gave up waiting for a resourceVersion it has not reached (apiserver
+                # cacher/watch_cache.go waitUntilFreshAndBlock): etcd restored or migrated under a running client.
+                # Waiting for it would miss what the restore changed; the Reflector relists, and so do we.
+                log.warning(
+                    "%s: resourceVersion %s is ahead of the server (%s); relisting",
+                    self.resource.describe(),
+                    self.resource_version,
+                    detail,
+                )
+                return _Outcome.EXPIRED
+            if code == 404:
+                raise NotServedError(f"ERROR event: {detail}")
+            raise WatchStreamError(f"ERROR event: {detail}")
         resource_version = _resource_version(obj)
         if event_type == "BOOKMARK":
             with self._lock:
@@ -374,6 +419,12 @@ class ResourceWatcher:
         return None
 
     def _apply(self, event_type: str, obj: dict[str, Any]) -> bool:
+        with self._write_lock:
+            if self._stopping.is_set():
+                return True  # this watcher is being retired or replaced: its events no longer count
+            return self._apply_locked(event_type, obj)
+
+    def _apply_locked(self, event_type: str, obj: dict[str, Any]) -> bool:
         kind = self.resource.kind
         try:
             self.store.apply(kind, event_type, obj)
