@@ -44,11 +44,16 @@ def _children(
     snapshot: ClusterSnapshot, composite: CompositePodGroup
 ) -> tuple[list[PodGroup], list[CompositePodGroup]]:
     """The PodGroups and composites naming `composite` as their parent. A scan of the view's groups: PodGroups are
-    few next to the pods and nodes a verb looks at."""
+    few next to the pods and nodes a verb looks at. In key order."""
     key = composite.key
-    groups = [group for group in snapshot.pod_groups.values() if group.parent_key == key]
-    composites = [child for child in snapshot.composite_groups.values() if child.parent_key == key]
+    groups = sorted((group for group in snapshot.pod_groups.values() if group.parent_key == key), key=_by_key)
+    composites = sorted((child for child in snapshot.composite_groups.values() if child.parent_key == key), key=_by_key)
     return groups, composites
+
+
+def _by_key(group: PodGroup | CompositePodGroup) -> str:
+    """Children in key order, the order every tree decision walks them in (the view's maps keep none)."""
+    return group.key
 
 
 def _gang_parent(snapshot: ClusterSnapshot, parent_key: str) -> CompositePodGroup | None:
