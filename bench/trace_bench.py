@@ -30,6 +30,7 @@ import numpy as np
 from bench.trace_model import Cluster, TraceNode, TracePod, read_nodes, read_pods, stream, typical_shapes
 from bench.trace_policies import (
     ALL_POLICIES,
+    WHAT_IFS,
     BestFitPolicy,
     DotProductPolicy,
     ExtenderPolicy,
@@ -152,12 +153,13 @@ def policy_factory(name: str, workload: Sequence[TracePod]) -> Callable[[Cluster
     if name in simple:
         make = simple[name]
         return lambda _cluster: make()
-    if name == "FGD":
+    if name.startswith("FGD") and name in ("FGD", *WHAT_IFS):
         target = typical_shapes(workload)
-        return lambda cluster: FGDPolicy(cluster, target)
+        first_fit_gpu, random_ties = "first-fit" in name, "random-ties" in name
+        return lambda cluster: FGDPolicy(cluster, target, first_fit_gpu, random_ties)
     if name == "extender":
         return lambda _cluster: ExtenderPolicy(ExtenderScoring(unit_fit_values))
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(ALL_POLICIES)}")
+    raise ValueError(f"unknown policy {name!r}; known: {', '.join(ALL_POLICIES + WHAT_IFS)}")
 
 
 def trace_files(directory: Path, required: bool) -> Path | None:
@@ -172,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace-dir", type=Path, default=Path(os.environ.get("TRACE_DIR", TRACE_DIR)))
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
-    parser.add_argument("--policies", nargs="+", default=list(ALL_POLICIES))
+    parser.add_argument(
+        "--policies", nargs="+", default=list(ALL_POLICIES), choices=list(ALL_POLICIES + WHAT_IFS), metavar="POLICY"
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=list(DEFAULT_SEEDS))
     parser.add_argument("--pods", type=Path, help="another pod list of the trace's format (its workload: the name)")
     parser.add_argument("--nodes", type=Path, help="another node list (default: the trace's GPU nodes)")

@@ -354,11 +354,19 @@ def _sigmoid_score(before: FloatArray, after: FloatArray) -> FloatArray:
     return np.floor(100.0 / (1.0 + np.exp(-(before - after) / 1000.0)))
 
 
-def fgd_scorer(fragmentation: Fragmentation) -> RowScorer:
+def fgd_scorer(fragmentation: Fragmentation, first_fit_gpu: bool = False) -> RowScorer:
+    """FGD's score per node; for a share, on the GPU FGD picks (the best score, the first on ties) or, with
+    `first_fit_gpu`, on the GPU the DRA allocator would take (the first with room)."""
+
     def score(cluster: Cluster, rows: IntArray, shape: Shape) -> tuple[FloatArray, IntArray]:
         left, cpu, model = cluster.gpu_left[rows], cluster.cpu_left[rows], cluster.model[rows]
         before = fragmentation.of(left, cpu, model)
         cpu_after = cpu - shape.cpu
+        if shape.count == 1 and shape.milli < MILLI and first_fit_gpu:
+            chosen = np.argmax(left >= shape.milli, axis=1)
+            after_left = left.copy()
+            after_left[np.arange(len(rows)), chosen] -= shape.milli
+            return _sigmoid_score(before, fragmentation.of(after_left, cpu_after, model)), chosen
         if shape.count == 1 and shape.milli < MILLI:
             best = np.full(len(rows), -1.0)
             chosen = np.zeros(len(rows), dtype=np.int64)

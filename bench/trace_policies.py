@@ -175,15 +175,21 @@ class FGDPolicy(ScorePolicy):
 
     name = "FGD"
 
-    def __init__(self, cluster: Cluster, target: Sequence[tuple[Shape, float]]) -> None:
-        self.cache = ShapeCache(fgd_scorer(Fragmentation(cluster, target)))
-        self._gpu: dict[int, int] = {}
+    def __init__(
+        self,
+        cluster: Cluster,
+        target: Sequence[tuple[Shape, float]],
+        first_fit_gpu: bool = False,
+        random_ties: bool = False,
+    ) -> None:
+        self.cache = ShapeCache(fgd_scorer(Fragmentation(cluster, target), first_fit_gpu))
+        self.random_ties = random_ties
 
     def choose(
         self, cluster: Cluster, pod: TracePod, feasible: IntArray, rng: np.random.Generator
     ) -> tuple[int, list[int]]:
         scores, gpus = self.cache.get(cluster, shape_of(pod))
-        node = pick_best(scores[feasible], feasible, None)
+        node = pick_best(scores[feasible], feasible, rng if self.random_ties else None)
         if pod.shares:
             return node, [int(gpus[node])]
         return node, first_fit(cluster.gpu_left[node], pod)
@@ -250,12 +256,10 @@ def extender_totals(values: FloatArray, weights: scoring.ScoringWeights) -> Floa
     """The 0..10 totals prioritize answers for nodes with device-fit `values`: scaled over the nodes scored
     (scoring.fit_scale) and combined (scoring.combine), each distinct value once."""
     distinct, inverse = np.unique(values, return_inverse=True)
-    scale = scoring.fit_scale(float(v) for v in distinct)
+    plain = distinct.tolist()
+    scale = scoring.fit_scale(plain)
     totals = np.array(
-        [
-            scoring.combine(scoring.bare_fit(float(v)), 1.0, 1.0, scoring.STRATEGY_MOST, weights, scale).total
-            for v in distinct
-        ],
+        [scoring.combine(scoring.bare_fit(v), 1.0, 1.0, scoring.STRATEGY_MOST, weights, scale).total for v in plain],
         dtype=np.float64,
     )
     return totals[inverse]
@@ -278,15 +282,17 @@ def unit_fit_values(cluster: Cluster, rows: IntArray, shape: Shape) -> FloatArra
         used = np.zeros(rows.size)
         after = np.ones(rows.size)
         sizes = np.full(rows.size, float(MILLI * shape.count))
-    keys = np.stack([sizes, used, after, held_total, node_total], axis=1)
-    distinct, inverse = np.unique(keys, axis=0, return_inverse=True)
-    values = np.array(
-        [
-            scoring.unit_fit(size, used_share, after_share, held, total, scoring.STRATEGY_MOST).value
-            for size, used_share, after_share, held, total in distinct
-        ]
-    )
-    return values[inverse.reshape(-1)]
+    out = np.empty(rows.size)
+    columns = (sizes.tolist(), used.tolist(), after.tolist(), held_total.tolist(), node_total.tolist())
+    for position, key in enumerate(zip(*columns, strict=True)):
+        value = _UNIT_FITS.get(key)
+        if value is None:
+            value = _UNIT_FITS[key] = scoring.unit_fit(*key, scoring.STRATEGY_MOST).value
+        out[position] = value
+    return out
+
+
+_UNIT_FITS: dict[tuple[float, float, float, float, float], float] = {}  # a pure function's answers, by its inputs
 
 
 class ExtenderPolicy(ScorePolicy):
@@ -317,3 +323,6 @@ class ExtenderPolicy(ScorePolicy):
 PAPER_POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
 OUR_POLICIES = ("kube-scheduler", "extender")
 ALL_POLICIES = PAPER_POLICIES + OUR_POLICIES
+# What-ifs that take FGD apart (docs/trace.md): ties as kube-scheduler breaks them (at random, not by node name),
+# GPUs as the DRA allocator takes them (the first with room, not FGD's pick), and both.
+WHAT_IFS = ("FGD-random-ties", "FGD-first-fit", "FGD-first-fit-random-ties")
