@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +171,30 @@ def trace_files(directory: Path, required: bool) -> Path | None:
     return None
 
 
+def run_seeds(
+    nodes: Sequence[TraceNode], workload: str, pods: Sequence[TracePod], name: str, seeds: Sequence[int], ratio: float
+) -> list[RunResult]:
+    """One workload and policy over the seeds (a unit of work for --jobs)."""
+    capacity = sum(node.gpus for node in nodes) * 1000
+    make = policy_factory(name, pods)
+    return [run(nodes, stream(pods, capacity, ratio, seed), make, seed) for seed in seeds]
+
+
+def report(workload: str, name: str, seeds: Sequence[int], results: Sequence[RunResult], verbose: bool) -> None:
+    if verbose:
+        for seed, result in zip(seeds, results, strict=True):
+            print(
+                f"  {workload} {name} seed={seed} alloc@100={result.alloc_at[100]:.2f} "
+                f"alloc@130={result.alloc_at[130]:.2f} placed={result.placed} failed={result.failed} "
+                f"{result.seconds:.1f}s"
+            )
+    at100 = statistics.fmean(r.alloc_at[100] for r in results)
+    at130 = statistics.fmean(r.alloc_at[130] for r in results)
+    paper = PAPER.get(workload, {}).get(name)
+    note = f"  paper={paper[0]:.2f}/{paper[1]:.2f}" if paper else ""
+    print(f"trace {workload} {name} alloc@100={at100:.2f} alloc@130={at130:.2f} seeds={len(results)}{note}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace-dir", type=Path, default=Path(os.environ.get("TRACE_DIR", TRACE_DIR)))
@@ -181,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pods", type=Path, help="another pod list of the trace's format (its workload: the name)")
     parser.add_argument("--nodes", type=Path, help="another node list (default: the trace's GPU nodes)")
     parser.add_argument("--ratio", type=float, default=RATIO)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes (default: one per core)")
     parser.add_argument("--verbose", action="store_true", help="a line per seed as well")
     args = parser.parse_args(argv)
     pods_env = os.environ.get("TRACE_PODS")
@@ -192,31 +218,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         assert directory is not None
         workloads = {name: read_pods(directory / f"openb_pod_list_{name}.csv") for name in args.workloads}
-    capacity = sum(node.gpus for node in nodes) * 1000
     started = time.perf_counter()
-    for workload, pods in workloads.items():
-        streams = {seed: stream(pods, capacity, args.ratio, seed) for seed in args.seeds}
-        for name in args.policies:
-            make = policy_factory(name, pods)
-            results = []
-            for seed in args.seeds:
-                result = run(nodes, streams[seed], make, seed)
-                results.append(result)
-                if args.verbose:
-                    print(
-                        f"  {workload} {name} seed={seed} alloc@100={result.alloc_at[100]:.2f} "
-                        f"alloc@130={result.alloc_at[130]:.2f} placed={result.placed} failed={result.failed} "
-                        f"{result.seconds:.1f}s",
-                        flush=True,
-                    )
-            at100 = statistics.fmean(r.alloc_at[100] for r in results)
-            at130 = statistics.fmean(r.alloc_at[130] for r in results)
-            paper = PAPER.get(workload, {}).get(name)
-            note = f"  paper={paper[0]:.2f}/{paper[1]:.2f}" if paper else ""
-            print(
-                f"trace {workload} {name} alloc@100={at100:.2f} alloc@130={at130:.2f} seeds={len(results)}{note}",
-                flush=True,
-            )
+    work = [(workload, name) for workload in workloads for name in args.policies]
+    if args.jobs <= 1:
+        for workload, name in work:
+            results = run_seeds(nodes, workload, workloads[workload], name, args.seeds, args.ratio)
+            report(workload, name, args.seeds, results, args.verbose)
+    else:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [
+                pool.submit(run_seeds, nodes, workload, workloads[workload], name, args.seeds, args.ratio)
+                for workload, name in work
+            ]
+            for (workload, name), future in zip(work, futures, strict=True):  # in order, as each is done
+                report(workload, name, args.seeds, future.result(), args.verbose)
     print(f"# {time.perf_counter() - started:.0f} s", flush=True)
     return 0
 
