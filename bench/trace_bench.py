@@ -3,7 +3,7 @@ on its trace (Alibaba, 2023; ../shared/traces/openb-gpu-2023), with the paper's 
 kube-scheduler alone and kube-scheduler with the extender.
 
 Run: make bench-trace, or .venv/bin/python -m bench.trace_bench [--workloads default gpushare100 ...]
-     [--policies FGD extender ...] [--seeds 1 2 ...] [--pods FILE] [--nodes FILE] [--ratio 1.3]
+     [--policies FGD extender ...] [--seeds 1 2 ...] [--pods FILE] [--nodes FILE] [--ratio 1.3] [--jobs 2]
 
 Per workload and policy: the share of the cluster's GPUs allocated when the tasks that arrived asked for 100 % and
 for 130 % of them, the mean over the seeds, one line each:
