@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test unit lint fmt bench bench-scale bench-e2e bench-placement bench-placement-real differential clean image tools soak
+.PHONY: install deps run test unit lint fmt bench bench-scale bench-e2e bench-placement bench-placement-real bench-trace differential clean image tools soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ bench-e2e: $(STAMP)
 	$(BIN)/python -m bench.e2e_bench --floor
 
 # Placement quality (docs/placement.md): seeded streams placed three ways against the exact packing bound.
+# The production GPU trace (../shared/traces/openb-gpu-2023): the paper's policies, kube-scheduler, the extender.
+# A subset: make bench-trace TRACE_ARGS="--workloads default --seeds 101 102 --policies FGD extender";
+# another pod list of the trace's format: make bench-trace TRACE_PODS=path/to/openb_pod_list_x.csv
+bench-trace: $(STAMP)
+	TRACE_PODS=$(TRACE_PODS) $(BIN)/python -m bench.trace_bench $(TRACE_ARGS)
+
 # A subset: make bench-placement PLACEMENT_ARGS="--seeds 1 2 --shapes partitioned --pods 200"
 bench-placement: $(STAMP)
 	$(BIN)/python -m bench.placement_bench $(PLACEMENT_ARGS)

@@ -544,6 +544,16 @@ def main() -> None:
             f"(c)-(b) worst {worst_c_minus_b:+.3f}, (c) < (b) in {below} of {len(rows)}; "
             f"(b)'s gap closed by (c): median {closed_text}"
         )
+    print("\nfirst refusal, GPU memory / bound (d), drop mode; mean and worst over seeds; (c) against (a) per stream")
+    for name, rows in summary.items():
+        means = [statistics.fmean(row[i] for row in rows) for i in range(3)]
+        worst = [min(row[i] for row in rows) for i in range(3)]
+        below_a = sum(row[2] < row[0] for row in rows)
+        print(
+            f"{name:<12} mean (a) {means[0]:.3f} (b) {means[1]:.3f} (c) {means[2]:.3f}  "
+            f"worst (a) {worst[0]:.3f} (b) {worst[1]:.3f} (c) {worst[2]:.3f}  "
+            f"(c)-(a) worst {min(row[2] - row[0] for row in rows):+.3f}, (c) < (a) in {below_a} of {len(rows)}"
+        )
 
 
 if __name__ == "__main__":

@@ -121,6 +121,14 @@ def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitPart
         total, in_use = room.by_driver.get(driver, (0.0, 0.0))
         node_total += total
         node_used += in_use + growth
+    return _fit_parts(size_sum, kept, fill, left, node_total, node_used, strategy)
+
+
+def _fit_parts(
+    size_sum: float, kept: float, fill: float, left: float, node_total: float, node_used: float, strategy: str
+) -> FitParts:
+    """device_fit's value from what it adds up over the units drawn on (their size, the size kept whole, filled
+    and left idle) and the node's units of those drivers (their size, the size in use once the pod is in)."""
     node_fill = round(min(1.0, node_used / node_total), 2) if node_total else 1.0
     kept_whole, unit_fill = round(kept / size_sum, 2), round(fill / size_sum, 2)
     small_left = round(1.0 - min(1.0, left / LEFT_REFERENCE), 4)
@@ -129,6 +137,21 @@ def device_fit(allocation: Allocation, room: NodeRoom, strategy: str) -> FitPart
         return FitParts(round(1.0 - node_fill, 2), kept_whole, unit_fill, node_fill, small_left, small_unit)
     value = SMALL_LEFT_WEIGHT * small_left + SMALL_UNIT_WEIGHT * small_unit + NODE_FILL_WEIGHT * node_fill
     return FitParts(round(value, 6), kept_whole, unit_fill, node_fill, small_left, small_unit)
+
+
+def unit_fit(size: float, used: float, after: float, node_held: float, node_total: float, strategy: str) -> FitParts:
+    """device_fit for a pod that draws on units of one driver that are alike (`size` in all, each `used` before
+    and `after` the pod), on a node whose units of that driver have `node_total` in all with `node_held` in use:
+    the same value device_fit computes from the allocation and the room, from these numbers (what a model of a
+    cluster has without the objects)."""
+    kept = size if used > 0 or after >= FULL else 0.0
+    growth = size * max(0.0, after - used)
+    return _fit_parts(size, kept, size * after, size * (1.0 - after), node_total, node_held + growth, strategy)
+
+
+def bare_fit(value: float) -> FitParts:
+    """A device fit of `value` with no parts to show (what combine needs of a value computed elsewhere)."""
+    return FitParts(value, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def _first_available(allocation: Allocation) -> float:
