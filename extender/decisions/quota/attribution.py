@@ -28,12 +28,13 @@ from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.gang.claims import charges_group_claim
 from extender.decisions.quota.charges import UNMAPPED_IGNORE, counts_devices_only, device_charge, node_charges
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.workload_holds import own_workload
+from extender.decisions.quota.workload_holds import own_flavors, own_workload
 from extender.state.core import Pod
 from extender.state.dra.claims import ClaimSpec, ResourceClaim
 from extender.state.dra.devices import Device, consumed_by_name
 from extender.state.indexes.usage import PodUsage
 from extender.state.kueue.local_queue import pod_queue_name
+from extender.state.kueue.pod_workload import workload_refs
 from extender.state.reservations import QuotaKey
 from extender.state.snapshot import ClusterSnapshot
 
@@ -223,7 +224,7 @@ def pod_usage(
         tuple(claim_keys),
         tuple(amounts.items()),
         workload=workload.key if workload is not None else "",
-        owners=tuple(uid for uid in (pod.uid, *pod.owner_uids) if uid),
+        owners=workload_refs(pod),
     )
 
 
@@ -269,13 +270,8 @@ def provisional_usage(
 
 
 def _admitted_flavors(snapshot: ClusterSnapshot, pod: Pod, cq_name: str | None) -> dict[str, str]:
-    """The flavors Kueue admitted the pod's Workload to, by resource (when it was admitted to the pod's queue)."""
-    admitted: dict[str, str] = {}
-    workload = own_workload(snapshot, pod, cq_name)
-    if workload is not None and workload.admission is not None:
-        for assignment in workload.admission.pod_set_assignments:
-            admitted.update(assignment.flavors)
-    return admitted
+    """The flavors Kueue admitted the pod's own pod set to, by resource (when admitted to the pod's queue)."""
+    return own_flavors(snapshot, pod, cq_name)
 
 
 def _allocated_charges(

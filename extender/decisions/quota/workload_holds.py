@@ -26,6 +26,7 @@ from extender.decisions.devices.extended_resources import quota_resource
 from extender.decisions.quota.context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
 from extender.state.core import Pod
 from extender.state.dra.device_class import DeviceClass
+from extender.state.kueue.pod_workload import admitted_flavors_of_pod, pod_workload
 from extender.state.kueue.workload import Workload
 from extender.state.reservations import QuotaKey, add_signed
 from extender.state.snapshot import ClusterSnapshot
@@ -85,15 +86,29 @@ def _scaled(resource: str, amount: Fraction, admitted_count: int, left: int) -> 
     return Fraction(value // admitted_count * left) * unit
 
 
+def admitted_workload_of(snapshot: ClusterSnapshot, pod: Pod) -> Workload | None:
+    """The admitted Workload the pod belongs to, found as Kueue marks its pods (state/kueue/pod_workload.py:
+    the Workload it names, else the one its pod, owners or JobSet own), whatever its ClusterQueue."""
+    return pod_workload(pod, snapshot.workloads, snapshot.admitted_workloads)
+
+
 def own_workload(snapshot: ClusterSnapshot, pod: Pod, cluster_queue: str | None) -> Workload | None:
-    """The admitted Workload the pod belongs to (as its pod, or its Job's) when Kueue admitted it to the same
-    ClusterQueue the pod's queue points to: the one whose flavors and hold the pod's charges count against."""
+    """The admitted Workload the pod belongs to when Kueue admitted it to the same ClusterQueue the pod's queue
+    points to: the one whose flavors and hold the pod's charges count against."""
     if not cluster_queue:
         return None
-    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
+    workload = admitted_workload_of(snapshot, pod)
     if workload is None or workload.admission is None or workload.admission.cluster_queue != cluster_queue:
         return None
     return workload
+
+
+def own_flavors(snapshot: ClusterSnapshot, pod: Pod, cluster_queue: str | None) -> dict[str, str]:
+    """Resource -> flavor Kueue admitted the pod's own pod set to (its `kueue.x-k8s.io/podset`), when its
+    Workload was admitted to the pod's ClusterQueue; empty otherwise. Pod sets of one Workload may be in
+    different flavors: each pod is held to its own pod set's."""
+    workload = own_workload(snapshot, pod, cluster_queue)
+    return admitted_flavors_of_pod(workload, pod) if workload is not None else {}
 
 
 def remaining_hold(

@@ -34,7 +34,9 @@ class PodUsage:
     claims: tuple[str, ...]  # claim keys the attribution read (or expects), so their events re-attribute it
     amounts: tuple[tuple[QuotaKey, Fraction], ...]
     workload: str = ""  # key of the admitted Workload whose quota hold these amounts replace ("" for none)
-    owners: tuple[str, ...] = ()  # the pod's uid and owner uids: a Workload event re-attributes the pods it owns
+    # what a Workload is matched to the pod by (state/kueue/pod_workload.py workload_refs: the Workload keys the
+    # pod names, its uid, owner and JobSet uids): a Workload event re-attributes the pods it names or owns
+    owners: tuple[str, ...] = ()
     bound: bool = True  # False: counted on its nominated or in-flight node before the binding shows
 
 
@@ -133,6 +135,7 @@ class UsageIndex:
             elif change.kind == "Workload":
                 # its admission names the flavors its pods are charged in, and whose hold they replace
                 touched.update(self._pods_by_workload.get(change.key, ()))
+                touched.update(self._pods_by_owner.get(change.key, ()))  # the pods naming it
                 workload = snapshot.workloads.get(change.key)
                 for owner in workload.owners if workload is not None else ():
                     touched.update(self._pods_by_owner.get(owner.uid, ()))
