@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from extender.decisions.quota.verdicts import CATEGORY_FLAVOR
 from extender.decisions.ranking import Ranking
 from extender.state.core import Pod
+from extender.state.indexes.usage import PodUsage
 from extender.state.kueue.pod_workload import pod_workload
 from extender.state.snapshot import ClusterSnapshot
 
@@ -31,6 +32,20 @@ class UnplacedWorkload:
     pending_pods: tuple[str, ...]
     reason: str  # what most nodes say about the first pending pod ("" when not explained: over the limit)
     nodes_passing: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnchargedPod:
+    """A placed pod part of whose usage could not be charged: shown, never counted as 0 in silence."""
+
+    pod: str  # namespace/name
+    node: str
+    errors: tuple[str, ...]
+
+
+def uncharged_pods(errors: Mapping[str, PodUsage]) -> list[UnchargedPod]:
+    """The usage index's charge errors (state/indexes/usage.py charge_errors), by pod key."""
+    return [UnchargedPod(key, usage.node, usage.errors) for key, usage in sorted(errors.items())]
 
 
 def unplaced_workloads(snapshot: ClusterSnapshot, explain: Callable[[Pod], Ranking]) -> list[UnplacedWorkload]:

@@ -35,7 +35,7 @@ from extender.decisions.quota.workload_holds import (
 from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.config import ExtenderConfig
-from extender.service.drift import UnplacedWorkload, unplaced_workloads
+from extender.service.drift import UnchargedPod, UnplacedWorkload, uncharged_pods, unplaced_workloads
 from extender.service.errors import BindError, NotLeadingError, NotSyncedError
 from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -382,6 +382,11 @@ class SchedulingService:
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
         return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
+
+    def uncharged_pods(self) -> list[UnchargedPod]:
+        """Placed pods part of whose usage could not be charged, with why (service/drift.py), as of the last
+        quota view."""
+        return uncharged_pods(self.usage_index.charge_errors())
 
     def _pending_demand(
         self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext

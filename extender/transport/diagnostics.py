@@ -17,7 +17,7 @@ from extender.decisions.pod_decision import NodeVerdict, PodDecision
 from extender.decisions.ranking import Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
-from extender.service.drift import UnplacedWorkload
+from extender.service.drift import UnchargedPod, UnplacedWorkload
 from extender.state.dra.devices import Device, DeviceKey
 from extender.state.inventory import PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
@@ -410,8 +410,15 @@ def unplaced_json(unplaced: Sequence[UnplacedWorkload]) -> list[dict[str, Any]]:
     ]
 
 
-def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> dict[str, Any]:
-    """The queues' numbers, and (when given) the admitted Workloads whose pods are not placed, with why."""
+def uncharged_json(uncharged: Sequence[UnchargedPod]) -> list[dict[str, Any]]:
+    return [{"pod": item.pod, "node": item.node, "errors": list(item.errors)} for item in uncharged]
+
+
+def queues_json(
+    view: QuotaView, unplaced: Sequence[UnplacedWorkload] = (), uncharged: Sequence[UnchargedPod] = ()
+) -> dict[str, Any]:
+    """The queues' numbers, and (when given) the admitted Workloads whose pods are not placed, with why, and the
+    placed pods part of whose usage could not be charged, with why."""
     context = view.context
     by_queue: dict[str, list[dict[str, Any]]] = {}
     for cq_name, flavor, resource, numbers in queue_rows(view):
@@ -449,6 +456,7 @@ def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> d
         ],
         "clusterQueues": queues,
         "admittedNotPlaced": unplaced_json(unplaced),
+        "unchargedPods": uncharged_json(uncharged),
     }
 
 

@@ -215,7 +215,7 @@ def pod_usage(
     node_name = pod.node_name or in_flight_node(snapshot, pod)
     if not node_name:
         return None
-    claim_keys, amounts, _unallocated = _allocated_charges(snapshot, pod, context, node_name, matcher)
+    claim_keys, amounts, _unallocated, errors = _allocated_charges(snapshot, pod, context, node_name, matcher)
     if not claim_keys and not amounts:
         return None
     workload = own_workload(snapshot, pod, cluster_queue_of(pod, context))
@@ -225,6 +225,7 @@ def pod_usage(
         tuple(amounts.items()),
         workload=workload.key if workload is not None else "",
         owners=workload_refs(pod),
+        errors=errors,
     )
 
 
@@ -253,7 +254,7 @@ def provisional_usage(
     node_name = counted or nominated_node(pod)
     if not node_name:
         return None
-    claim_keys, allocated, unallocated = _allocated_charges(snapshot, pod, context, node_name, matcher)
+    claim_keys, allocated, unallocated, _errors = _allocated_charges(snapshot, pod, context, node_name, matcher)
     amounts: dict[QuotaKey, Fraction] = {} if counted else allocated
     cq_name = cluster_queue_of(pod, context)
     cluster_queue = context.cluster_queues.get(cq_name) if cq_name else None
@@ -276,9 +277,10 @@ def _admitted_flavors(snapshot: ClusterSnapshot, pod: Pod, cq_name: str | None) 
 
 def _allocated_charges(
     snapshot: ClusterSnapshot, pod: Pod, context: QuotaContext, node_name: str, matcher: DeviceMatcher | None
-) -> tuple[list[str], dict[QuotaKey, Fraction], bool]:
+) -> tuple[list[str], dict[QuotaKey, Fraction], bool, tuple[str, ...]]:
     """(claim keys read, charges of what is allocated on `node_name`, whether a claim is missing or not allocated
-    yet, the scheduler's extended-resource claim included)."""
+    yet, the scheduler's extended-resource claim included; why an allocated device could not be charged: a
+    mapping's counter or capacity it does not publish, which the drift report shows rather than charging 0)."""
     claim_keys: list[str] = []
     amounts: dict[QuotaKey, Fraction] = {}
     cq_name = cluster_queue_of(pod, context)
@@ -286,6 +288,7 @@ def _allocated_charges(
     node = snapshot.nodes.get(node_name)
     admitted = _admitted_flavors(snapshot, pod, cq_name)
     unallocated = bool(pod.extended_requests) and not pod.extended_claim_name  # its claim not written yet
+    errors: list[str] = []
     for claim, key, generated in _claims_of(snapshot, pod):
         if key:
             claim_keys.append(key)  # its arrival or change re-attributes this pod
@@ -317,14 +320,21 @@ def _allocated_charges(
                 if device is None:
                     resource = context.resource_for_class(class_name)
                     pairs = ((resource, Fraction(1)),) if resource and counts_devices_only(context, class_name) else ()
+                    if resource and not pairs:
+                        errors.append(
+                            f"claim {key or claim.name}: device {result.driver}/{result.pool}/{result.device} is not "
+                            f"published in any ResourceSlice, so its {resource} counter or capacity cannot be charged"
+                        )
                 else:
-                    pairs, _error = device_charge(
+                    pairs, error = device_charge(
                         device,
                         class_name,
                         context,
                         matcher,
                         consumed_capacity=consumed_by_name(result.consumed_capacity, result.driver) or None,
                     )
+                    if error:
+                        errors.append(f"claim {key or claim.name}: {error}")
             for resource, amount in pairs:
                 flavor = admitted.get(resource) or context.node_flavor(cluster_queue, resource, node, pod.tolerations)
                 if flavor is None:
@@ -348,4 +358,4 @@ def _allocated_charges(
                 continue
             quota_key = (cluster_queue.name, flavor, quota_name)
             amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
-    return claim_keys, amounts, unallocated
+    return claim_keys, amounts, unallocated, tuple(dict.fromkeys(errors))

@@ -38,6 +38,9 @@ class PodUsage:
     # pod names, its uid, owner and JobSet uids): a Workload event re-attributes the pods it names or owns
     owners: tuple[str, ...] = ()
     bound: bool = True  # False: counted on its nominated or in-flight node before the binding shows
+    # why part of what the pod holds could not be charged (a device without the mapping's counter or capacity):
+    # shown in the drift report, never silently counted as 0
+    errors: tuple[str, ...] = ()
 
 
 Attribute = Callable[[ClusterSnapshot, Pod], PodUsage | None]
@@ -61,6 +64,7 @@ class UsageIndex:
         self._pods_by_owner: dict[str, set[str]] = defaultdict(set)
         self._changed_workloads: set[str] | None = None
         self._unbound: dict[str, PodUsage] = {}  # pods counted before their binding shows, by pod key
+        self._errors: dict[str, PodUsage] = {}  # pods part of whose usage could not be charged, by pod key
         # which pods hold each quota key: the preemption oracle asks who holds what, only when a flavor does not fit
         self._pods_by_quota_key: dict[QuotaKey, set[str]] = defaultdict(set)
         # charged_pods' answers, each dropped when a pod holding its key changes: one tuple object per answer
@@ -86,6 +90,11 @@ class UsageIndex:
         with self._lock:
             return dict(self._unbound)
 
+    def charge_errors(self) -> dict[str, PodUsage]:
+        """Pods part of whose usage could not be charged (PodUsage.errors), by pod key, as of the last `totals`."""
+        with self._lock:
+            return dict(self._errors)
+
     def _recompute(self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute) -> None:
         self.full_recomputes += 1
         self._by_pod.clear()
@@ -95,6 +104,7 @@ class UsageIndex:
         self._pods_by_workload.clear()
         self._pods_by_owner.clear()
         self._unbound.clear()
+        self._errors.clear()
         self._pods_by_quota_key.clear()
         self._charged.clear()
         self._totals = {}
@@ -148,6 +158,7 @@ class UsageIndex:
     def _set_pod(self, key: str, usage: PodUsage | None) -> None:
         old = self._by_pod.pop(key, None)
         self._unbound.pop(key, None)
+        self._errors.pop(key, None)
         if old is not None:
             for claim_key in old.claims:
                 self._pods_by_claim[claim_key].discard(key)
@@ -173,6 +184,8 @@ class UsageIndex:
         self._by_pod[key] = usage
         if not usage.bound and usage.amounts:
             self._unbound[key] = usage
+        if usage.errors:
+            self._errors[key] = usage
         for claim_key in usage.claims:
             self._pods_by_claim[claim_key].add(key)
         self._pods_by_node[usage.node].add(key)
