@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from extender.decisions.quota.workload_holds import pod_set_hold
 from extender.state.core import parse_pod
 from extender.state.kueue.pod_workload import (
     JOBSET_UID_LABEL,
@@ -139,6 +140,30 @@ def test_two_pod_sets_in_different_flavors_each_bind_in_their_own() -> None:
     bound(engine, worker, "spot-0", ["gpu-0", "gpu-1"])
     view = engine.quota_view()
     assert view.usage == {OD: 2, SPOT: 2} and view.admitted_holds == {}
+
+
+def test_a_pod_set_taking_more_than_admitted_leaves_the_other_pod_sets_hold() -> None:
+    """Pod sets a and b admitted 2 GPUs each in one flavor; a's pod takes 4 (more than Kueue admitted it for):
+    a's hold is spent, b's 2 are still held for b's pod, never handed to the rest of the queue."""
+    workload = pod_sets_workload(
+        "two-sets", [("a", 1, 2, "on-demand"), ("b", 1, 2, "on-demand")], owner_kind="Job", owner_uid="uid-job"
+    )
+    engine = engine_for([*base_objects({"on-demand": {"nominal": 8}}), workload])
+    pod_a = b.owned_by(gpu_pod("two-sets-a", template="four"), "uid-job")
+    pod_a["metadata"]["labels"][POD_SET_LABEL] = "a"
+    engine.store.apply("Pod", "ADDED", pod_a)
+    bound(engine, pod_a, "on-demand-0", ["gpu-0", "gpu-1", "gpu-2", "gpu-3"])
+    view = engine.quota_view()
+    assert view.usage == {OD: 4} and view.admitted_holds == {OD: 2}
+    assert view.ledger.available(*OD) == 2
+
+
+def test_pod_set_hold_counts_usage_of_pods_naming_no_pod_set_against_the_sum() -> None:
+    key = ("cq", "f", RESOURCE)
+    admitted = {"a": {key: Fraction(2)}, "b": {key: Fraction(2)}}
+    assert pod_set_hold(admitted, {"a": {key: Fraction(5)}}) == {key: 2}
+    assert pod_set_hold(admitted, {"a": {key: Fraction(1)}, "": {key: Fraction(2)}}) == {key: 1}
+    assert pod_set_hold(admitted, {"": {key: Fraction(9)}}) == {}
 
 
 def test_pod_group_member_finds_the_group_workload_by_name() -> None:

@@ -27,10 +27,10 @@ from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_qu
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder
 from extender.decisions.quota.workload_holds import (
-    admitted_quota,
+    admitted_quota_by_pod_set,
     governed_resources,
     holds_with_reservations,
-    remaining_hold,
+    pod_set_hold,
 )
 from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
@@ -362,22 +362,16 @@ class SchedulingService:
         """What admitted Workloads hold beyond their pods' usage (the index, per event) and reservations."""
         governed: frozenset[str] | None = None
 
-        def admitted(workload: Workload) -> Mapping[QuotaKey, Fraction]:
+        def admitted(workload: Workload) -> Mapping[str, Mapping[QuotaKey, Fraction]]:
             nonlocal governed
             if workload.admission is None:
                 return {}
             if governed is None:
                 governed = governed_resources(context, snapshot.device_classes)
-            return admitted_quota(workload, context, governed)
+            return admitted_quota_by_pod_set(workload, context, governed)
 
-        holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, remaining_hold)
-        return holds_with_reservations(
-            holds.totals,
-            holds.by_workload,
-            holds.admitted,
-            self.usage_index.workload_usage,
-            self.reservations.workload_totals(),
-        )
+        holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, pod_set_hold)
+        return holds_with_reservations(holds.totals, holds.by_workload, self.reservations.workload_totals())
 
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""

@@ -34,7 +34,7 @@ from extender.state.dra.claims import ClaimSpec, ResourceClaim
 from extender.state.dra.devices import Device, consumed_by_name
 from extender.state.indexes.usage import PodUsage
 from extender.state.kueue.local_queue import pod_queue_name
-from extender.state.kueue.pod_workload import workload_refs
+from extender.state.kueue.pod_workload import pod_set_assignment, workload_refs
 from extender.state.reservations import QuotaKey
 from extender.state.snapshot import ClusterSnapshot
 
@@ -219,11 +219,13 @@ def pod_usage(
     if not claim_keys and not amounts:
         return None
     workload = own_workload(snapshot, pod, cluster_queue_of(pod, context))
+    own_pod_set = pod_set_assignment(workload, pod) if workload is not None else None
     return PodUsage(
         node_name,
         tuple(claim_keys),
         tuple(amounts.items()),
         workload=workload.key if workload is not None else "",
+        pod_set=own_pod_set.name if own_pod_set is not None else "",
         owners=workload_refs(pod),
         errors=errors,
     )

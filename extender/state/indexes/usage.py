@@ -34,6 +34,7 @@ class PodUsage:
     claims: tuple[str, ...]  # claim keys the attribution read (or expects), so their events re-attribute it
     amounts: tuple[tuple[QuotaKey, Fraction], ...]
     workload: str = ""  # key of the admitted Workload whose quota hold these amounts replace ("" for none)
+    pod_set: str = ""  # the Workload's pod set the pod belongs to ("" when its admission names none for it)
     # what a Workload is matched to the pod by (state/kueue/pod_workload.py workload_refs: the Workload keys the
     # pod names, its uid, owner and JobSet uids): a Workload event re-attributes the pods it names or owns
     owners: tuple[str, ...] = ()
@@ -57,10 +58,10 @@ class UsageIndex:
         self._pods_by_claim: dict[str, set[str]] = defaultdict(set)
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._totals: dict[QuotaKey, Fraction] = {}
-        # What the pods of each admitted Workload hold (the hold index subtracts it from what Kueue admitted),
-        # and which Workloads' sums changed since the hold index last asked (None: all of them).
-        self._by_workload: dict[str, dict[QuotaKey, Fraction]] = {}
+        # What the pods of each admitted Workload hold, by pod set (the hold index subtracts it from what Kueue
+        # admitted each pod set), and which Workloads' sums changed since the hold index last asked (None: all).
         self._pods_by_workload: dict[str, set[str]] = defaultdict(set)
+        self._by_pod_set: dict[str, dict[str, dict[QuotaKey, Fraction]]] = {}  # Workload -> pod set -> amounts
         self._pods_by_owner: dict[str, set[str]] = defaultdict(set)
         self._changed_workloads: set[str] | None = None
         self._unbound: dict[str, PodUsage] = {}  # pods counted before their binding shows, by pod key
@@ -100,7 +101,7 @@ class UsageIndex:
         self._by_pod.clear()
         self._pods_by_claim.clear()
         self._pods_by_node.clear()
-        self._by_workload.clear()
+        self._by_pod_set.clear()
         self._pods_by_workload.clear()
         self._pods_by_owner.clear()
         self._unbound.clear()
@@ -175,9 +176,12 @@ class UsageIndex:
                         del self._pods_by_quota_key[quota_key]
             if old.workload:
                 self._pods_by_workload[old.workload].discard(key)
-                add_signed(self._by_workload.setdefault(old.workload, {}), old.amounts, -1)
-                if not self._by_workload[old.workload]:
-                    del self._by_workload[old.workload]
+                pod_sets = self._by_pod_set.setdefault(old.workload, {})
+                add_signed(pod_sets.setdefault(old.pod_set, {}), old.amounts, -1)
+                if not pod_sets[old.pod_set]:
+                    del pod_sets[old.pod_set]
+                if not pod_sets:
+                    del self._by_pod_set[old.workload]
                 self._workload_changed(old.workload)
         if usage is None:
             return
@@ -197,7 +201,12 @@ class UsageIndex:
             self._pods_by_quota_key[quota_key].add(key)
         if usage.workload:
             self._pods_by_workload[usage.workload].add(key)
-            add_signed(self._by_workload.setdefault(usage.workload, {}), usage.amounts, 1)
+            pod_sets = self._by_pod_set.setdefault(usage.workload, {})
+            add_signed(pod_sets.setdefault(usage.pod_set, {}), usage.amounts, 1)
+            if not pod_sets[usage.pod_set]:
+                del pod_sets[usage.pod_set]
+            if not pod_sets:
+                del self._by_pod_set[usage.workload]
             self._workload_changed(usage.workload)
 
     def _workload_changed(self, key: str) -> None:
@@ -230,6 +239,14 @@ class UsageIndex:
                 found = self._charged[quota_key] = tuple(pods)
             return found
 
-    def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
+    def pod_set_usage(self, key: str) -> dict[str, dict[QuotaKey, Fraction]]:
+        """What the pods of Workload `key` hold, by their pod set (PodUsage.pod_set), as of the last `totals`."""
         with self._lock:
-            return dict(self._by_workload.get(key, {}))
+            return {pod_set: dict(amounts) for pod_set, amounts in self._by_pod_set.get(key, {}).items()}
+
+    def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
+        """What the pods of Workload `key` hold together, as of the last `totals`."""
+        total: dict[QuotaKey, Fraction] = {}
+        for amounts in self.pod_set_usage(key).values():
+            add_signed(total, amounts.items(), 1)
+        return total
