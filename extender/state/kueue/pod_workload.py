@@ -12,9 +12,10 @@ Pod). Kueue itself never walks that chain to find a pod's Workload; it marks the
   TopologyAwareScheduling is on (Beta, on by default): what Kueue's own TAS ungater and pod indexer read to find
   a pod's Workload (pkg/controller/tas/topology_ungater.go, pkg/controller/core/indexer IndexPodWorkloadSliceName);
 - `kueue.x-k8s.io/pod-group-name` (annotation, else label; pkg/util/pod GetPodGroupName): a pod group's Workload
-  is named after the group (pkg/controller/jobs/pod: plain pod groups, and LeaderWorkerSet, StatefulSet and
-  Deployment, whose integrations put their pods in groups);
-- a plain pod's Workload is owned by the pod itself, a batch Job's or MPIJob's by the pods' direct owner.
+  is named after the group (pkg/controller/jobs/pod: plain pod groups, and LeaderWorkerSet and StatefulSet,
+  whose integrations put their pods in groups);
+- a plain pod's Workload (a Deployment's pods are plain pods to Kueue) is owned by the pod itself, a batch
+  Job's or MPIJob's worker's by the pods' direct owner.
 
 So the Workload is found, in order: by the name the pod carries (workload annotation, then pod group name), in
 the pod's namespace; then among admitted Workloads by owner uid: the pod's own uid, its owners' uids, and the
