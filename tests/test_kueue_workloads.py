@@ -104,6 +104,19 @@ def test_a_workload_seen_after_its_bound_pod_takes_the_pods_usage_off_its_hold()
     assert view.usage == {OD: 2} and view.admitted_holds == {OD: 2}
 
 
+def test_drift_report_lists_a_jobsets_pending_pods_under_its_workload() -> None:
+    workload = pod_sets_workload(
+        "jobset-train", [("workers", 2, 4, "on-demand")], owner_kind="JobSet", owner_uid=JOBSET_UID
+    )
+    engine = engine_for([*base_objects({"on-demand": {"nominal": 4}}), workload])
+    for i in range(2):
+        engine.store.apply("Pod", "ADDED", jobset_pod(f"train-workers-{i}-0", JOB_UIDS[i], marks="jobset-uid"))
+    (unplaced,) = engine.unplaced_workloads(engine.snapshot())
+    assert unplaced.workload == "team-a/jobset-train"
+    assert unplaced.pending_pods == ("team-a/train-workers-0-0", "team-a/train-workers-1-0")
+    assert unplaced.nodes_passing == 2  # its own pods are not refused for its own hold
+
+
 def test_jobset_pod_without_kueue_marks_is_not_taken_for_its_workload() -> None:
     """Only the direct owner (a Job) and no mark: the JobSet's Workload is not this pod's, so the pod is judged
     against the hold like any other pod of the queue (what the marks above are for)."""
