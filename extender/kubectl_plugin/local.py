@@ -57,7 +57,7 @@ class LocalExtender(Extender):
         from extender.transport.diagnostics import queues_json
 
         view = self._service.quota_view()
-        return queues_json(view, self._service.unplaced_workloads(view.snapshot))
+        return queues_json(view, self._service.unplaced_workloads(view.snapshot), self._service.uncharged_pods())
 
     def node(self, name: str) -> dict[str, Any]:
         from extender.transport.diagnostics import node_json

@@ -26,6 +26,7 @@ QUEUES_HEADER = (
 )
 RESERVATIONS_HEADER = ("RESERVED FOR POD", "CLUSTERQUEUE", "NODE", "CHARGES", "EXPIRES-IN")
 UNPLACED_HEADER = ("ADMITTED, NOT PLACED", "CLUSTERQUEUE", "FLAVORS", "PENDING PODS", "WHY")
+UNCHARGED_HEADER = ("UNCHARGED POD", "NODE", "WHY")
 
 
 def padded_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
@@ -109,6 +110,11 @@ def render_queues(report: Mapping[str, Any]) -> str:
     if unplaced:
         lines.append("")
         lines.extend(padded_columns(UNPLACED_HEADER, _unplaced_rows(unplaced)))
+    uncharged = report.get("unchargedPods") or []
+    if uncharged:
+        lines.append("")
+        rows = [(u["pod"], u["node"], cell_text("; ".join(u["errors"]))) for u in uncharged]
+        lines.extend(padded_columns(UNCHARGED_HEADER, rows))
     return "\n".join(lines)
 
 

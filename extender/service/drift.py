@@ -23,7 +23,8 @@ from fractions import Fraction
 from extender.decisions.quota.verdicts import CATEGORY_FLAVOR
 from extender.decisions.ranking import Ranking
 from extender.state.core import Pod
-from extender.state.indexes.usage import ClaimUsage
+from extender.state.indexes.usage import ClaimUsage, PodUsage
+from extender.state.kueue.pod_workload import pod_workload
 from extender.state.reservations import QuotaKey
 from extender.state.snapshot import ClusterSnapshot
 
@@ -40,27 +41,45 @@ class UnplacedWorkload:
     nodes_passing: int
 
 
+@dataclass(frozen=True, slots=True)
+class UnchargedPod:
+    """A placed pod part of whose usage could not be charged: shown, never counted as 0 in silence."""
+
+    pod: str  # namespace/name
+    node: str
+    errors: tuple[str, ...]
+
+
+def uncharged_pods(errors: Mapping[str, PodUsage]) -> list[UnchargedPod]:
+    """The usage index's charge errors (state/indexes/usage.py charge_errors), by pod key."""
+    return [UnchargedPod(key, usage.node, usage.errors) for key, usage in sorted(errors.items())]
+
+
 def unplaced_workloads(snapshot: ClusterSnapshot, explain: Callable[[Pod], Ranking]) -> list[UnplacedWorkload]:
     """Admitted Workloads (not finished) with pods that are not bound, each with why its first pending pod does
     not fit (the most common per-node reason of the same decision filter would make)."""
-    pods_by_owner: dict[str, list[Pod]] = {}
+    pending_by_workload: dict[str, list[Pod]] = {}
     for pod in snapshot.pods.values():
         if pod.node_name or pod.is_terminal or pod.deleting:
             continue
-        for owner in (*pod.owner_uids, pod.uid):
-            pods_by_owner.setdefault(owner, []).append(pod)
+        found = pod_workload(pod, snapshot.workloads, snapshot.admitted_workloads)
+        if found is not None:
+            pending_by_workload.setdefault(found.key, []).append(pod)
     report: list[UnplacedWorkload] = []
     for workload in sorted(snapshot.workloads.values(), key=lambda w: w.key):
         admission = workload.admission
         if admission is None or workload.conditions.get("Finished", False):
             continue
-        pending = sorted(
-            {pod.key: pod for owner in workload.owners for pod in pods_by_owner.get(owner.uid, ())}.values(),
-            key=lambda p: p.key,
-        )
+        pending = sorted(pending_by_workload.get(workload.key, ()), key=lambda p: p.key)
         if not pending:
             continue
-        flavors = {resource: flavor for a in admission.pod_set_assignments for resource, flavor in a.flavors.items()}
+        # resource -> flavor; pod sets admitted to different flavors of one resource list them all
+        by_resource: dict[str, list[str]] = {}
+        for assignment in admission.pod_set_assignments:
+            for resource, flavor in assignment.flavors.items():
+                if flavor not in by_resource.setdefault(resource, []):
+                    by_resource[resource].append(flavor)
+        flavors = {resource: ",".join(names) for resource, names in by_resource.items()}
         reason, passing = "", 0
         if len(report) < MAX_WORKLOADS_EXPLAINED:
             ranking = explain(pending[0])

@@ -27,16 +27,23 @@ from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_qu
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder
 from extender.decisions.quota.workload_holds import (
-    admitted_quota,
+    admitted_quota_by_pod_set,
     governed_resources,
     holds_with_reservations,
-    remaining_hold,
+    pod_set_hold,
 )
 from extender.decisions.ranking import Ranking, score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service.bind_proofs import BindProofs
 from extender.service.config import ExtenderConfig
-from extender.service.drift import AllocatedClaim, UnplacedWorkload, allocated_claims, unplaced_workloads
+from extender.service.drift import (
+    AllocatedClaim,
+    UnchargedPod,
+    UnplacedWorkload,
+    allocated_claims,
+    uncharged_pods,
+    unplaced_workloads,
+)
 from extender.service.errors import BindError, NotLeadingError, NotSyncedError
 from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
@@ -399,22 +406,16 @@ class SchedulingService:
         """What admitted Workloads hold beyond their pods' usage (the index, per event) and reservations."""
         governed: frozenset[str] | None = None
 
-        def admitted(workload: Workload) -> Mapping[QuotaKey, Fraction]:
+        def admitted(workload: Workload) -> Mapping[str, Mapping[QuotaKey, Fraction]]:
             nonlocal governed
             if workload.admission is None:
                 return {}
             if governed is None:
                 governed = governed_resources(context, snapshot.device_classes)
-            return admitted_quota(workload, context, governed)
+            return admitted_quota_by_pod_set(workload, context, governed)
 
-        holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, remaining_hold)
-        return holds_with_reservations(
-            holds.totals,
-            holds.by_workload,
-            holds.admitted,
-            self.usage_index.workload_usage,
-            self.reservations.workload_totals(),
-        )
+        holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, pod_set_hold)
+        return holds_with_reservations(holds.totals, holds.by_workload, self.reservations.workload_totals())
 
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
@@ -432,6 +433,11 @@ class SchedulingService:
             if entry is not None:
                 found.append((f"{namespace}/{claim_name}", entry))
         return allocated_claims(found)
+
+    def uncharged_pods(self) -> list[UnchargedPod]:
+        """Placed pods part of whose usage could not be charged, with why (service/drift.py), as of the last
+        quota view."""
+        return uncharged_pods(self.usage_index.charge_errors())
 
     def _pending_demand(
         self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext

@@ -17,7 +17,7 @@ from extender.decisions.pod_decision import NodeVerdict, PodDecision
 from extender.decisions.ranking import Ranking
 from extender.decisions.scoring import ScoreBreakdown
 from extender.service import DecisionRecord, QuotaView
-from extender.service.drift import AllocatedClaim, UnplacedWorkload, allocated_claims
+from extender.service.drift import AllocatedClaim, UnchargedPod, UnplacedWorkload, allocated_claims
 from extender.state.dra.devices import Device, DeviceKey
 from extender.state.inventory import PoolKey, consumed_counters
 from extender.state.quantity import format_quantity
@@ -428,9 +428,16 @@ def allocated_claims_json(claims: Sequence[AllocatedClaim]) -> list[dict[str, An
     ]
 
 
-def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> dict[str, Any]:
-    """The queues' numbers, the admitted Workloads whose pods are not placed (when given), with why, and the
-    allocated claims no running pod carries (counted in usage on their own: docs/kueue.md)."""
+def uncharged_json(uncharged: Sequence[UnchargedPod]) -> list[dict[str, Any]]:
+    return [{"pod": item.pod, "node": item.node, "errors": list(item.errors)} for item in uncharged]
+
+
+def queues_json(
+    view: QuotaView, unplaced: Sequence[UnplacedWorkload] = (), uncharged: Sequence[UnchargedPod] = ()
+) -> dict[str, Any]:
+    """The queues' numbers, and (when given) the admitted Workloads whose pods are not placed, with why, the
+    placed pods part of whose usage could not be charged, with why, and the allocated claims no running pod
+    carries (counted in usage on their own: docs/kueue.md)."""
     context = view.context
     by_queue: dict[str, list[dict[str, Any]]] = {}
     for cq_name, flavor, resource, numbers in queue_rows(view):
@@ -471,6 +478,7 @@ def queues_json(view: QuotaView, unplaced: Sequence[UnplacedWorkload] = ()) -> d
         "allocatedClaimsWithoutPod": allocated_claims_json(
             allocated_claims(view.claim_entries() if view.claim_entries is not None else ())
         ),
+        "unchargedPods": uncharged_json(uncharged),
     }
 
 

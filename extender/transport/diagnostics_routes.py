@@ -106,4 +106,4 @@ def node_diagnostics(name: str) -> Response:
 def queue_diagnostics() -> Response:
     service = current_service()
     view = service.quota_view()
-    return json_response(queues_json(view, service.unplaced_workloads(view.snapshot)))
+    return json_response(queues_json(view, service.unplaced_workloads(view.snapshot), service.uncharged_pods()))

@@ -196,6 +196,38 @@ def _kueue_module_info(go: str) -> dict[str, Any]:
     return info
 
 
+JOBSET_GO_MODULE = "sigs.k8s.io/jobset"  # the version Kueue v0.19.2's go.mod requires (tests/e2e/kueue/go.mod)
+JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+
+
+def ensure_jobset_crd() -> Path:
+    """The folder holding the JobSet CRD of the JobSet module Kueue v0.19.2 builds against, copied from the
+    module cache (downloaded when absent): Kueue's jobset integration needs the kind to exist. The JobSet
+    controller itself is not built: scenarios create the Jobs it would (tests/e2e/test_kueue_workload_scenarios.py)."""
+    out_dir = kueue_build_dir() / "jobset-crd"
+    target = out_dir / Path(JOBSET_CRD).name
+    if target.is_file():
+        return out_dir
+    go = find_go()
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", JOBSET_GO_MODULE],
+        cwd=KUEUE_MODULE,
+        env=_go_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise BuildError(f"go mod download {JOBSET_GO_MODULE} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    module_dir = Path(json.loads(proc.stdout)["Dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = out_dir / ".partial"
+    shutil.copyfile(module_dir / JOBSET_CRD, staging)
+    staging.chmod(0o644)
+    staging.replace(target)
+    return out_dir
+
+
 def ensure_kueue(force: bool = False, quiet: bool = False) -> Path:
     """Return the folder holding Kueue's controller manager (``kueue``) and its ``config/`` manifests,
     building / copying what is missing. Raises BuildError when `go` is missing or the build fails."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import yaml
@@ -25,6 +25,7 @@ import yaml
 from tests.e2e import build
 from tests.e2e.cluster import (
     DEVICE_CLASS,
+    DRIVER,
     KUEUE_CRD_DIR,
     SHARED_DIR,
     WORKLOAD_AWARE,
@@ -36,7 +37,7 @@ from tests.e2e.cluster import (
     start_control_plane,
     start_extender,
 )
-from tests.e2e.kueue_controller import KueueController, start_kueue
+from tests.e2e.kueue_controller import FEATURE_GATES, FRAMEWORKS, KueueController, start_kueue
 
 # The mapping Kueue charges at admission and our extender reads from Kueue's ConfigMap (same text).
 KUEUE_DEVICE_CLASS_MAPPINGS = [{"name": "example.com/gpu", "deviceClassNames": [DEVICE_CLASS]}]
@@ -258,12 +259,73 @@ def kueue_control_plane(
     """A third, separate control plane (module scope: stopped when the module's tests are done) where Kueue
     v0.19.2 runs (tests/e2e/kueue_controller.py: all 11 CRDs, its webhooks on 127.0.0.1, batch/job, the DRA
     integration mapping gpu.example.com to example.com/gpu), then our extender and kube-scheduler."""
-    started = _start(pytestconfig, e2e_binaries, "kueue", shared_crds=False)
+    yield from _kueue_plane(pytestconfig, e2e_binaries, kueue_build, "kueue", KUEUE_DEVICE_CLASS_MAPPINGS)
+
+
+# Kueue's real workloads (tests/e2e/test_kueue_workload_scenarios.py): JobSets besides Jobs, and a second
+# DeviceClass of the same devices charged by their capacity `memory`, spelled as the slices spell it.
+CAPACITY_CLASS = "gpumem.example.com"
+CAPACITY_RESOURCE = "example.com/gpu-memory"
+JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+
+
+@pytest.fixture(scope="module")
+def kueue_workloads_plane(
+    pytestconfig: pytest.Config, e2e_binaries: dict[str, Path], kueue_build: Path
+) -> Iterator[KueueControlPlane]:
+    """Like kueue_control_plane, with Kueue's jobset integration on (the JobSet CRD of the JobSet module Kueue
+    builds against applied first; no JobSet controller: the scenarios create its Jobs) and a capacity mapping
+    (KueueDRAIntegrationConsumableCapacity, alpha in v0.19) charging CAPACITY_CLASS as CAPACITY_RESOURCE by the
+    devices' capacity `memory`."""
+    try:
+        jobset_crds = build.ensure_jobset_crd()
+    except build.BuildError as exc:
+        _unavailable(f"the JobSet CRD could not be fetched: {exc}")
+    capacity = {"name": "memory", "driver": DRIVER, "deviceSelector": {"cel": {"expression": "true"}}}
+    mappings = [
+        *KUEUE_DEVICE_CLASS_MAPPINGS,
+        {"name": CAPACITY_RESOURCE, "deviceClassNames": [CAPACITY_CLASS], "sources": [{"capacity": capacity}]},
+    ]
+    yield from _kueue_plane(
+        pytestconfig,
+        e2e_binaries,
+        kueue_build,
+        "kueue-workloads",
+        mappings,
+        frameworks=("batch/job", JOBSET_FRAMEWORK),
+        feature_gates=f"{FEATURE_GATES},KueueDRAIntegrationConsumableCapacity=true",
+        extra_crd_dirs=(jobset_crds,),
+        device_classes=(CAPACITY_CLASS,),
+    )
+
+
+def _kueue_plane(
+    pytestconfig: pytest.Config,
+    e2e_binaries: dict[str, Path],
+    kueue_build: Path,
+    label: str,
+    mappings: list[dict[str, Any]],
+    *,
+    frameworks: tuple[str, ...] = FRAMEWORKS,
+    feature_gates: str = FEATURE_GATES,
+    extra_crd_dirs: tuple[Path, ...] = (),
+    device_classes: tuple[str, ...] = (),
+) -> Iterator[KueueControlPlane]:
+    started = _start(pytestconfig, e2e_binaries, label, shared_crds=False)
     try:
         plane = started.plane
         plane.create_device_class()
+        for name in device_classes:  # more classes of the example driver's devices
+            plane.create_device_class(name)
         began = time.monotonic()
-        kueue = start_kueue(plane, kueue_build, KUEUE_DEVICE_CLASS_MAPPINGS)
+        kueue = start_kueue(
+            plane,
+            kueue_build,
+            mappings,
+            feature_gates,
+            frameworks=frameworks,
+            extra_crd_dirs=extra_crd_dirs,
+        )
         _say(pytestconfig, f"Kueue {build.kueue_version()} up in {time.monotonic() - began:.1f}s ({kueue.phases})")
         config_file = os.environ.get("E2E_EXTENDER_CONFIG") or None
         extender = start_extender(plane.kubeconfig, free_port(), config_file=config_file, log_dir=plane.log_dir)
@@ -271,7 +333,7 @@ def kueue_control_plane(
         plane.start_scheduler(extender_url=extender.url)
         yield KueueControlPlane(plane, kueue, extender, extender.url)
     finally:
-        _finish(pytestconfig, started, "kueue")
+        _finish(pytestconfig, started, label)
 
 
 @pytest.hookimpl(wrapper=True)

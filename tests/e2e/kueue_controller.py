@@ -235,6 +235,7 @@ def kueue_configuration(
     metrics_port: int,
     cert_dir: Path,
     device_class_mappings: list[dict[str, Any]],
+    frameworks: tuple[str, ...] = FRAMEWORKS,
 ) -> dict[str, Any]:
     """The Configuration (config.kueue.x-k8s.io/v1beta2) Kueue runs with; the same text goes into the
     ConfigMap kueue-system/kueue-manager-config that our extender reads its deviceClassMappings from."""
@@ -247,7 +248,7 @@ def kueue_configuration(
         "webhook": {"host": LOOPBACK, "port": webhook_port, "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "integrations": {"frameworks": list(FRAMEWORKS)},
+        "integrations": {"frameworks": list(frameworks)},
         "resources": {"deviceClassMappings": device_class_mappings},
     }
 
@@ -360,9 +361,14 @@ def start_kueue(
     device_class_mappings: list[dict[str, Any]],
     feature_gates: str = FEATURE_GATES,
     timeout: float = 120.0,
+    *,
+    frameworks: tuple[str, ...] = FRAMEWORKS,
+    extra_crd_dirs: tuple[Path, ...] = (),
 ) -> KueueController:
     """Apply Kueue's CRDs and webhook configurations to ``plane`` and start its controller manager; return
-    once kube-apiserver reaches its webhooks. ``kueue_dir`` is ``build.ensure_kueue()``."""
+    once kube-apiserver reaches its webhooks. ``kueue_dir`` is ``build.ensure_kueue()``; ``extra_crd_dirs``
+    hold the CRDs of the job kinds ``frameworks`` name beyond batch/job (applied before Kueue starts, which
+    sets up an integration only for a kind the API serves)."""
     started = time.monotonic()
     workdir = plane.workdir
     config_dir = kueue_dir / "config"
@@ -379,9 +385,13 @@ def start_kueue(
         (crd_dir / f"{crd['metadata']['name']}.yaml").write_text(yaml.safe_dump(crd, sort_keys=False))
     mark = time.monotonic()
     plane.apply_crds(crd_dir)
+    for extra in extra_crd_dirs:
+        plane.apply_crds(extra)
     phases.append(f"{len(list(crd_dir.glob('*.yaml')))} CRDs Established {time.monotonic() - mark:.1f}s")
 
-    configuration = kueue_configuration(webhook_port, health_port, metrics_port, cert_dir, device_class_mappings)
+    configuration = kueue_configuration(
+        webhook_port, health_port, metrics_port, cert_dir, device_class_mappings, frameworks
+    )
     config_text = yaml.safe_dump(configuration, sort_keys=False)
     config_file = workdir / "kueue-config.yaml"
     config_file.write_text(config_text)

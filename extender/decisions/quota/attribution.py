@@ -35,7 +35,7 @@ from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.gang.claims import group_claim_charger, uses_claim
 from extender.decisions.quota.charges import UNMAPPED_IGNORE, counts_devices_only, device_charge, node_charges
 from extender.decisions.quota.context import QuotaContext
-from extender.decisions.quota.workload_holds import own_workload
+from extender.decisions.quota.workload_holds import own_flavors, own_workload
 from extender.state.bookings import NO_BOOKINGS, Booking, BookingView
 from extender.state.core import Pod
 from extender.state.dra.claims import ClaimSpec, ResourceClaim
@@ -43,6 +43,7 @@ from extender.state.dra.devices import Device, consumed_by_name
 from extender.state.indexes.usage import ClaimUsage, PodUsage
 from extender.state.kueue.cluster_queue import ClusterQueue
 from extender.state.kueue.local_queue import pod_queue_name
+from extender.state.kueue.pod_workload import pod_set_assignment, workload_refs
 from extender.state.podgroups.podgroup import POD_GROUPS_RESOURCE
 from extender.state.reservations import QuotaKey, add_signed
 from extender.state.snapshot import ClusterSnapshot
@@ -484,19 +485,22 @@ def pod_usage(
     node_name = pod.node_name or in_flight_node(snapshot, pod)
     if not node_name:
         return None
-    claim_keys, amounts, _unallocated, charged = _allocated_charges(
+    claim_keys, amounts, _unallocated, charged, errors = _allocated_charges(
         snapshot, pod, context, node_name, matcher, bookings
     )
     if not claim_keys and not amounts:
         return None
     workload = own_workload(snapshot, pod, pod_cluster_queue(pod, context, bookings))
+    own_pod_set = pod_set_assignment(workload, pod) if workload is not None else None
     return PodUsage(
         node_name,
         tuple(claim_keys),
         tuple(amounts.items()),
         workload=workload.key if workload is not None else "",
-        owners=tuple(uid for uid in (pod.uid, *pod.owner_uids) if uid),
+        pod_set=own_pod_set.name if own_pod_set is not None else "",
+        owners=workload_refs(pod),
         charged=charged,
+        errors=errors,
     )
 
 
@@ -527,7 +531,7 @@ def provisional_usage(
     node_name = counted or nominated_node(pod)
     if not node_name:
         return None
-    claim_keys, _allocated, unallocated, _charged = _allocated_charges(
+    claim_keys, _allocated, unallocated, _charged, _errors = _allocated_charges(
         snapshot, pod, context, node_name, matcher, bookings
     )
     amounts: dict[QuotaKey, Fraction] = {}
@@ -546,13 +550,8 @@ def provisional_usage(
 
 
 def _admitted_flavors(snapshot: ClusterSnapshot, pod: Pod, cq_name: str | None) -> dict[str, str]:
-    """The flavors Kueue admitted the pod's Workload to, by resource (when it was admitted to the pod's queue)."""
-    admitted: dict[str, str] = {}
-    workload = own_workload(snapshot, pod, cq_name)
-    if workload is not None and workload.admission is not None:
-        for assignment in workload.admission.pod_set_assignments:
-            admitted.update(assignment.flavors)
-    return admitted
+    """The flavors Kueue admitted the pod's own pod set to, by resource (when admitted to the pod's queue)."""
+    return own_flavors(snapshot, pod, cq_name)
 
 
 def _pod_flavors(
@@ -640,14 +639,21 @@ def _claim_amounts(
             if device is None:
                 resource = context.resource_for_class(class_name)
                 pairs = ((resource, Fraction(1)),) if resource and counts_devices_only(context, class_name) else ()
+                if resource and not pairs:
+                    problems.append(
+                        f"device {result.driver}/{result.pool}/{result.device} is not published in any "
+                        f"ResourceSlice, so its {resource} counter or capacity cannot be charged"
+                    )
             else:
-                pairs, _error = device_charge(
+                pairs, error = device_charge(
                     device,
                     class_name,
                     context,
                     matcher,
                     consumed_capacity=consumed_by_name(result.consumed_capacity, result.driver) or None,
                 )
+                if error:
+                    problems.append(error)
         for resource, amount in pairs:
             flavor = flavor_of(resource)
             if flavor is None:
@@ -665,10 +671,11 @@ def _allocated_charges(
     node_name: str,
     matcher: DeviceMatcher | None,
     bookings: BookingView = NO_BOOKINGS,
-) -> tuple[list[str], dict[QuotaKey, Fraction], bool, tuple[tuple[str, Booking], ...]]:
+) -> tuple[list[str], dict[QuotaKey, Fraction], bool, tuple[tuple[str, Booking], ...], tuple[str, ...]]:
     """(claim keys read, charges of what the pod carries on `node_name`, whether a claim is missing or not
-    allocated yet, the scheduler's extended-resource claim included, and the booking each claim it carries was
-    charged in)."""
+    allocated yet, the scheduler's extended-resource claim included, the booking each claim it carries was
+    charged in, and why an allocated device could not be charged: a mapping's counter or capacity it does not
+    publish, which the drift report shows rather than charging 0)."""
     claim_keys: list[str] = []
     amounts: dict[QuotaKey, Fraction] = {}
     charged: list[tuple[str, Booking]] = []
@@ -680,6 +687,7 @@ def _allocated_charges(
     )
     workload = own_workload(snapshot, pod, cq_name) if cluster_queue is not None else None
     unallocated = bool(pod.extended_requests) and not pod.extended_claim_name  # its claim not written yet
+    errors: list[str] = []
     for claim, key, _generated in _claims_of(snapshot, pod):
         if key:
             claim_keys.append(key)  # its arrival or change re-attributes this pod
@@ -690,7 +698,9 @@ def _allocated_charges(
         if not _carries(snapshot, claim, pod, cq_name, context, bookings):
             continue
         extended = pod.extended_request_resources if claim.name == pod.extended_claim_name else None
-        claim_amounts, _problem = _claim_amounts(snapshot, claim, context, cluster_queue, flavor_of, matcher, extended)
+        claim_amounts, problem = _claim_amounts(snapshot, claim, context, cluster_queue, flavor_of, matcher, extended)
+        if problem:
+            errors.append(f"claim {key or claim.name}: {problem}")
         add_signed(amounts, claim_amounts.items(), 1)
         charged.extend(_bookings_made(claim, cluster_queue.name, claim_amounts, workload.key if workload else ""))
     if cluster_queue is not None and flavor_of is not None and node is not None and pod.extended_requests:
@@ -710,4 +720,4 @@ def _allocated_charges(
                 continue
             quota_key = (cluster_queue.name, flavor, quota_name)
             amounts[quota_key] = amounts.get(quota_key, Fraction(0)) + quantity
-    return claim_keys, amounts, unallocated, tuple(charged)
+    return claim_keys, amounts, unallocated, tuple(charged), tuple(dict.fromkeys(errors))

@@ -16,8 +16,14 @@ exactly what those devices consume: their `consumesCounters`, or for capacity wh
 consumed (`consumedCapacity`, consumable capacity) and otherwise the device's whole capacity, since the device
 is then taken whole. Usage of allocated claims is computed by the same function, so charge and usage agree.
 
+Names are matched as DRA defines them: a capacity source's name is a QualifiedName, unqualified meaning the
+driver's domain (`memory` and `<driver>/memory` are one capacity, where Kueue looks the name up in the slice's
+capacity map as spelled); a counter's name has no domain, and one qualified with the source's driver is read as
+the same counter.
+
 Bad input is never charged zero: a chosen device that no source of its class's mapping accounts for, or that
-does not publish the mapping's counter or capacity, is a reason naming the mapping.
+does not publish the mapping's counter or capacity, is a reason naming the mapping (in filter, a per-node
+refusal; in usage, a charge error the drift report shows, decisions/quota/attribution.py).
 """
 
 from __future__ import annotations
@@ -116,7 +122,7 @@ def _counter_charge(
         found = False
         amount = Fraction(0)
         for consumption in device.consumes_counters:
-            value = consumption.counters.get(source.name)
+            value = consumption.counters.get(source.counter_key)
             if value is not None:
                 found = True
                 amount += max(value, Fraction(0))  # Kueue clamps a negative driver value to 0
@@ -148,9 +154,10 @@ def _capacity_charge(
         if not applies:
             continue
         applied = True
-        value = consumed_capacity.get(source.name) if consumed_capacity else None
+        key = source.capacity_key  # `memory` and `<driver>/memory` are one capacity
+        value = consumed_capacity.get(key) if consumed_capacity else None
         if value is None:
-            value = device.capacity.get(source.name)
+            value = device.capacity.get(key)
         if value is None:
             return (), (
                 f"deviceClassMapping {mapping.name}: device {_device_name(device)} of driver {device.driver} "

@@ -67,10 +67,12 @@ from extender.decisions.quota.verdicts import (
     reject_pod,
 )
 from extender.decisions.quota.waiting_reasons import group_refusal
+from extender.decisions.quota.workload_holds import own_flavors
 from extender.state.bookings import NO_BOOKINGS, BookingView
 from extender.state.core import Node, Pod, Toleration
 from extender.state.kueue.cluster_queue import ClusterQueue
 from extender.state.kueue.local_queue import pod_queue_name
+from extender.state.kueue.pod_workload import pod_workload
 from extender.state.kueue.quotas import ResourceGroup
 from extender.state.reservations import QuotaKey
 from extender.state.snapshot import ClusterSnapshot
@@ -226,35 +228,16 @@ def decide_quota(
 def _preemptor(snapshot: ClusterSnapshot, pod: Pod) -> Preemptor:
     """The pod's priority as Kueue's preemption compares it: its Workload's (Kueue fills the Workload's
     spec.priority from a WorkloadPriorityClass or PriorityClass), else the pod's spec.priority (0 when absent,
-    Kueue's default). Made only when the oracle runs: finding a Workload not admitted yet reads them all."""
-    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
-    if workload is None:
-        owners = {pod.uid, *pod.owner_uids} - {""}
-        workload = next(
-            (
-                candidate
-                for candidate in snapshot.workloads.values()
-                if candidate.namespace == pod.namespace and any(owner.uid in owners for owner in candidate.owners)
-            ),
-            None,
-        )
+    Kueue's default). Made only when the oracle runs: finding a Workload not admitted yet may read them all."""
+    workload = pod_workload(pod, snapshot.workloads, snapshot.admitted_workloads, admitted=False)
     if workload is not None:
         return Preemptor(workload.priority, workload.created)
     return Preemptor(pod.priority or 0, pod.created)
 
 
 def _admitted_flavors(snapshot: ClusterSnapshot, pod: Pod, cluster_queue: ClusterQueue) -> dict[str, str]:
-    """Resource -> flavor that Kueue admitted the pod's Workload to in this ClusterQueue (empty when none)."""
-    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
-    admitted: dict[str, str] = {}
-    if (
-        workload is not None
-        and workload.admission is not None
-        and workload.admission.cluster_queue == cluster_queue.name
-    ):
-        for assignment in workload.admission.pod_set_assignments:
-            admitted.update(assignment.flavors)
-    return admitted
+    """Resource -> flavor that Kueue admitted the pod's own pod set to in this ClusterQueue (empty when none)."""
+    return own_flavors(snapshot, pod, cluster_queue.name)
 
 
 # --- 1. each node's charge ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ resources); Kueue enforces cpu, memory and the rest on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from fractions import Fraction
 from math import ceil
 
@@ -26,6 +26,7 @@ from extender.decisions.devices.extended_resources import quota_resource
 from extender.decisions.quota.context import IMPLICIT_EXTENDED_RESOURCE_PREFIX, QuotaContext
 from extender.state.core import Pod
 from extender.state.dra.device_class import DeviceClass
+from extender.state.kueue.pod_workload import admitted_flavors_of_pod, pod_workload
 from extender.state.kueue.workload import Workload
 from extender.state.reservations import QuotaKey, add_signed
 from extender.state.snapshot import ClusterSnapshot
@@ -48,16 +49,18 @@ def governed_resources(context: QuotaContext, device_classes: Mapping[str, Devic
     return frozenset(names)
 
 
-def admitted_quota(workload: Workload, context: QuotaContext, governed: frozenset[str]) -> dict[QuotaKey, Fraction]:
-    """What Kueue charges the Workload, per quota key, restricted to `governed` resources; empty unless it holds
-    quota (admitted, QuotaReserved, not Finished) in a ClusterQueue this context knows.
+def admitted_quota_by_pod_set(
+    workload: Workload, context: QuotaContext, governed: frozenset[str]
+) -> dict[str, dict[QuotaKey, Fraction]]:
+    """What Kueue charges each pod set of the Workload, per quota key, restricted to `governed` resources; empty
+    unless it holds quota (admitted, QuotaReserved, not Finished) in a ClusterQueue this context knows.
 
     A pod set whose reclaimable pods lower its count is scaled as Kueue scales it: the admitted usage divided by
     the admitted count, in Kueue's integer units, times the count left."""
     admission = workload.admission
     if admission is None or not workload.holds_quota or admission.cluster_queue not in context.cluster_queues:
         return {}
-    amounts: dict[QuotaKey, Fraction] = {}
+    by_pod_set: dict[str, dict[QuotaKey, Fraction]] = {}
     for assignment in admission.pod_set_assignments:
         admitted_count = assignment.count
         if admitted_count is None:
@@ -72,9 +75,34 @@ def admitted_quota(workload: Workload, context: QuotaContext, governed: frozense
             if admitted_count and left is not None and left < admitted_count:
                 amount = _scaled(resource, amount, admitted_count, left)
             if amount > 0:
+                amounts = by_pod_set.setdefault(assignment.name, {})
                 key = (admission.cluster_queue, flavor, resource)
                 amounts[key] = amounts.get(key, Fraction(0)) + amount
+    return by_pod_set
+
+
+def admitted_quota(workload: Workload, context: QuotaContext, governed: frozenset[str]) -> dict[QuotaKey, Fraction]:
+    """What Kueue charges the Workload, per quota key: its pod sets' admitted_quota_by_pod_set together."""
+    amounts: dict[QuotaKey, Fraction] = {}
+    for pod_set_amounts in admitted_quota_by_pod_set(workload, context, governed).values():
+        for key, amount in pod_set_amounts.items():
+            amounts[key] = amounts.get(key, Fraction(0)) + amount
     return amounts
+
+
+def pod_set_hold(
+    admitted: Mapping[str, Mapping[QuotaKey, Fraction]], used: Mapping[str, Mapping[QuotaKey, Fraction]]
+) -> dict[QuotaKey, Fraction]:
+    """What the Workload still holds: per pod set, what Kueue admitted it for minus what that pod set's own pods
+    hold (by their `kueue.x-k8s.io/podset`), never below zero, summed per quota key. A pod set whose pods take
+    more than admitted (allocationMode All on a large node) never eats into another pod set's hold. Usage of
+    pods whose pod set the admission does not name (no label on a Workload of several) comes off the sum."""
+    held: dict[QuotaKey, Fraction] = {}
+    for pod_set, amounts in admitted.items():
+        for key, left in remaining_hold(amounts, used.get(pod_set, {})).items():
+            held[key] = held.get(key, Fraction(0)) + left
+    unnamed = [amounts for pod_set, amounts in used.items() if pod_set not in admitted]
+    return remaining_hold(held, *unnamed) if unnamed else held
 
 
 def _scaled(resource: str, amount: Fraction, admitted_count: int, left: int) -> Fraction:
@@ -85,15 +113,29 @@ def _scaled(resource: str, amount: Fraction, admitted_count: int, left: int) -> 
     return Fraction(value // admitted_count * left) * unit
 
 
+def admitted_workload_of(snapshot: ClusterSnapshot, pod: Pod) -> Workload | None:
+    """The admitted Workload the pod belongs to, found as Kueue marks its pods (state/kueue/pod_workload.py:
+    the Workload it names, else the one its pod, owners or JobSet own), whatever its ClusterQueue."""
+    return pod_workload(pod, snapshot.workloads, snapshot.admitted_workloads)
+
+
 def own_workload(snapshot: ClusterSnapshot, pod: Pod, cluster_queue: str | None) -> Workload | None:
-    """The admitted Workload the pod belongs to (as its pod, or its Job's) when Kueue admitted it to the same
-    ClusterQueue the pod's queue points to: the one whose flavors and hold the pod's charges count against."""
+    """The admitted Workload the pod belongs to when Kueue admitted it to the same ClusterQueue the pod's queue
+    points to: the one whose flavors and hold the pod's charges count against."""
     if not cluster_queue:
         return None
-    workload = snapshot.admitted_workload(pod.uid, *pod.owner_uids)
+    workload = admitted_workload_of(snapshot, pod)
     if workload is None or workload.admission is None or workload.admission.cluster_queue != cluster_queue:
         return None
     return workload
+
+
+def own_flavors(snapshot: ClusterSnapshot, pod: Pod, cluster_queue: str | None) -> dict[str, str]:
+    """Resource -> flavor Kueue admitted the pod's own pod set to (its `kueue.x-k8s.io/podset`), when its
+    Workload was admitted to the pod's ClusterQueue; empty otherwise. Pod sets of one Workload may be in
+    different flavors: each pod is held to its own pod set's."""
+    workload = own_workload(snapshot, pod, cluster_queue)
+    return admitted_flavors_of_pod(workload, pod) if workload is not None else {}
 
 
 def remaining_hold(
@@ -111,22 +153,20 @@ def remaining_hold(
 def holds_with_reservations(
     totals: Mapping[QuotaKey, Fraction],
     by_workload: Mapping[str, Mapping[QuotaKey, Fraction]],
-    admitted: Mapping[str, Mapping[QuotaKey, Fraction]],
-    usage_of: Callable[[str], Mapping[QuotaKey, Fraction]],
     reserved_by_workload: Mapping[str, Mapping[QuotaKey, Fraction]],
 ) -> tuple[Mapping[QuotaKey, Fraction], Mapping[str, Mapping[QuotaKey, Fraction]]]:
     """The holds once the reservations of the Workloads' pods (filtered, not yet seen bound) are subtracted
-    too: (totals, by Workload). Only the Workloads with reservations are recomputed."""
+    too, never below zero: (totals, by Workload). Only the Workloads with reservations are recomputed."""
     if not reserved_by_workload:
         return totals, by_workload
     new_totals = dict(totals)
     new_by_workload = dict(by_workload)
     for key, reserved in reserved_by_workload.items():
-        admitted_amounts = admitted.get(key)
-        if not admitted_amounts:
+        before = by_workload.get(key)
+        if not before:
             continue
-        hold = remaining_hold(admitted_amounts, usage_of(key), reserved)
-        add_signed(new_totals, new_by_workload.get(key, {}).items(), -1)
+        hold = remaining_hold(before, reserved)
+        add_signed(new_totals, before.items(), -1)
         add_signed(new_totals, hold.items(), 1)
         if hold:
             new_by_workload[key] = hold

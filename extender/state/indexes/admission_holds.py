@@ -1,9 +1,10 @@
 """Quota admitted Workloads hold beyond what their pods already hold, kept in step with the cluster view.
 
-The rule of what a Workload holds is a decision (decisions/quota/workload_holds.py: what Kueue admitted it for,
-minus what its pods hold, never below zero); this index only keeps, per Workload, what Kueue admitted it for
-and the remaining hold, and their sum per quota key. It is refreshed from the usage index's list of Workloads
-whose pods' usage (or whose object) changed, so a watch event costs the Workloads it touches, not all of them.
+The rule of what a Workload holds is a decision (decisions/quota/workload_holds.py: per pod set, what Kueue
+admitted it for minus what that pod set's pods hold, never below zero); this index only keeps, per Workload,
+what Kueue admitted it for and the remaining hold, and their sum per quota key. It is refreshed from the usage
+index's list of Workloads whose pods' usage (or whose object) changed, so a watch event costs the Workloads it
+touches, not all of them.
 Reservations (pods between filter and binding) change per call and are few: the quota view subtracts them
 from the holds of their Workloads when it is built (service/quota_view.py).
 """
@@ -20,8 +21,9 @@ from extender.state.kueue.workload import Workload
 from extender.state.reservations import QuotaKey, add_signed
 from extender.state.snapshot import ClusterSnapshot
 
-AdmittedQuota = Callable[[Workload], Mapping[QuotaKey, Fraction]]
-RemainingHold = Callable[[Mapping[QuotaKey, Fraction], Mapping[QuotaKey, Fraction]], Mapping[QuotaKey, Fraction]]
+PodSetAmounts = Mapping[str, Mapping[QuotaKey, Fraction]]  # pod set name -> quota key -> amount
+AdmittedQuota = Callable[[Workload], PodSetAmounts]
+RemainingHold = Callable[[PodSetAmounts, PodSetAmounts], Mapping[QuotaKey, Fraction]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,8 @@ class AdmissionHoldIndex:
             for key in keys:
                 workload = snapshot.workloads.get(key)
                 admitted = admitted_quota(workload) if workload is not None else {}
-                self._set(key, admitted, remaining_hold(admitted, usage.workload_usage(key)) if admitted else {})
+                hold = remaining_hold(admitted, usage.pod_set_usage(key)) if admitted else {}
+                self._set(key, _summed(admitted), hold)
             return AdmissionHolds(dict(self._totals), dict(self._holds), dict(self._admitted))
 
     def _set(self, key: str, admitted: Mapping[QuotaKey, Fraction], hold: Mapping[QuotaKey, Fraction]) -> None:
@@ -77,3 +80,10 @@ class AdmissionHoldIndex:
         if hold:
             self._holds[key] = dict(hold)
             add_signed(self._totals, hold.items(), 1)
+
+
+def _summed(by_pod_set: PodSetAmounts) -> dict[QuotaKey, Fraction]:
+    total: dict[QuotaKey, Fraction] = {}
+    for amounts in by_pod_set.values():
+        add_signed(total, amounts.items(), 1)
+    return total

@@ -38,10 +38,16 @@ class PodUsage:
     claims: tuple[str, ...]  # claim keys the attribution read (or expects), so their events re-attribute it
     amounts: tuple[tuple[QuotaKey, Fraction], ...]
     workload: str = ""  # key of the admitted Workload whose quota hold these amounts replace ("" for none)
-    owners: tuple[str, ...] = ()  # the pod's uid and owner uids: a Workload event re-attributes the pods it owns
+    pod_set: str = ""  # the Workload's pod set the pod belongs to ("" when its admission names none for it)
+    # what a Workload is matched to the pod by (state/kueue/pod_workload.py workload_refs: the Workload keys the
+    # pod names, its uid, owner and JobSet uids): a Workload event re-attributes the pods it names or owns
+    owners: tuple[str, ...] = ()
     bound: bool = True  # False: counted on its nominated or in-flight node before the binding shows
     # (claim uid, the booking it was charged in) for each claim whose charge these amounts include
     charged: tuple[tuple[str, Booking], ...] = ()
+    # why part of what the pod holds could not be charged (a device without the mapping's counter or capacity):
+    # shown in the drift report, never silently counted as 0
+    errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,13 +79,14 @@ class UsageIndex:
         self._pods_by_claim: dict[str, set[str]] = defaultdict(set)
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._totals: dict[QuotaKey, Fraction] = {}
-        # What the pods of each admitted Workload hold (the hold index subtracts it from what Kueue admitted),
-        # and which Workloads' sums changed since the hold index last asked (None: all of them).
-        self._by_workload: dict[str, dict[QuotaKey, Fraction]] = {}
+        # What the pods of each admitted Workload hold, by pod set (the hold index subtracts it from what Kueue
+        # admitted each pod set), and which Workloads' sums changed since the hold index last asked (None: all).
         self._pods_by_workload: dict[str, set[str]] = defaultdict(set)
+        self._by_pod_set: dict[str, dict[str, dict[QuotaKey, Fraction]]] = {}  # Workload -> pod set -> amounts
         self._pods_by_owner: dict[str, set[str]] = defaultdict(set)
         self._changed_workloads: set[str] | None = None
         self._unbound: dict[str, PodUsage] = {}  # pods counted before their binding shows, by pod key
+        self._errors: dict[str, PodUsage] = {}  # pods part of whose usage could not be charged, by pod key
         # which pods hold each quota key: the preemption oracle asks who holds what, only when a flavor does not fit
         self._pods_by_quota_key: dict[QuotaKey, set[str]] = defaultdict(set)
         # charged_pods' answers, each dropped when a pod holding its key changes: one tuple object per answer
@@ -123,6 +130,11 @@ class UsageIndex:
         with self._lock:
             return dict(self._unbound)
 
+    def charge_errors(self) -> dict[str, PodUsage]:
+        """Pods part of whose usage could not be charged (PodUsage.errors), by pod key, as of the last `totals`."""
+        with self._lock:
+            return dict(self._errors)
+
     def _recompute(
         self, snapshot: ClusterSnapshot, basis: object, attribute: Attribute, attribute_claim: ClaimAttribute | None
     ) -> None:
@@ -130,10 +142,11 @@ class UsageIndex:
         self._by_pod.clear()
         self._pods_by_claim.clear()
         self._pods_by_node.clear()
-        self._by_workload.clear()
+        self._by_pod_set.clear()
         self._pods_by_workload.clear()
         self._pods_by_owner.clear()
         self._unbound.clear()
+        self._errors.clear()
         self._pods_by_quota_key.clear()
         self._charged.clear()
         self._by_claim.clear()
@@ -209,6 +222,7 @@ class UsageIndex:
             elif change.kind == "Workload":
                 # its admission names the flavors its pods are charged in, and whose hold they replace
                 touched.update(self._pods_by_workload.get(change.key, ()))
+                touched.update(self._pods_by_owner.get(change.key, ()))  # the pods naming it
                 workload = snapshot.workloads.get(change.key)
                 for owner in workload.owners if workload is not None else ():
                     touched.update(self._pods_by_owner.get(owner.uid, ()))
@@ -250,6 +264,7 @@ class UsageIndex:
     def _set_pod(self, key: str, usage: PodUsage | None) -> None:
         old = self._by_pod.pop(key, None)
         self._unbound.pop(key, None)
+        self._errors.pop(key, None)
         if old is not None:
             for claim_key in old.claims:
                 self._pods_by_claim[claim_key].discard(key)
@@ -266,9 +281,7 @@ class UsageIndex:
                         del self._pods_by_quota_key[quota_key]
             if old.workload:
                 self._pods_by_workload[old.workload].discard(key)
-                add_signed(self._by_workload.setdefault(old.workload, {}), old.amounts, -1)
-                if not self._by_workload[old.workload]:
-                    del self._by_workload[old.workload]
+                self._add_to_pod_set(old, -1)
                 self._workload_changed(old.workload)
         if usage is None:
             return
@@ -276,6 +289,8 @@ class UsageIndex:
         self._by_pod[key] = usage
         if not usage.bound and usage.amounts:
             self._unbound[key] = usage
+        if usage.errors:
+            self._errors[key] = usage
         for claim_key in usage.claims:
             self._pods_by_claim[claim_key].add(key)
         self._pods_by_node[usage.node].add(key)
@@ -287,8 +302,17 @@ class UsageIndex:
             self._pods_by_quota_key[quota_key].add(key)
         if usage.workload:
             self._pods_by_workload[usage.workload].add(key)
-            add_signed(self._by_workload.setdefault(usage.workload, {}), usage.amounts, 1)
+            self._add_to_pod_set(usage, 1)
             self._workload_changed(usage.workload)
+
+    def _add_to_pod_set(self, usage: PodUsage, sign: int) -> None:
+        """Add (or take away) `usage` to what its Workload's pod set holds (a claim's own entry: pod set "")."""
+        pod_sets = self._by_pod_set.setdefault(usage.workload, {})
+        add_signed(pod_sets.setdefault(usage.pod_set, {}), usage.amounts, sign)
+        if not pod_sets[usage.pod_set]:
+            del pod_sets[usage.pod_set]
+        if not pod_sets:
+            del self._by_pod_set[usage.workload]
 
     def _set_claim(self, key: str, entry: ClaimUsage | None) -> None:
         old = self._by_claim.pop(key, None)
@@ -302,9 +326,7 @@ class UsageIndex:
             if old.usage is not None:
                 add_signed(self._totals, old.usage.amounts, -1)
                 if old.usage.workload:
-                    add_signed(self._by_workload.setdefault(old.usage.workload, {}), old.usage.amounts, -1)
-                    if not self._by_workload[old.usage.workload]:
-                        del self._by_workload[old.usage.workload]
+                    self._add_to_pod_set(old.usage, -1)
                     self._workload_changed(old.usage.workload)
         if entry is None:
             return
@@ -319,7 +341,7 @@ class UsageIndex:
             self._bookings.update(entry.usage.charged)
             add_signed(self._totals, entry.usage.amounts, 1)
             if entry.usage.workload:
-                add_signed(self._by_workload.setdefault(entry.usage.workload, {}), entry.usage.amounts, 1)
+                self._add_to_pod_set(entry.usage, 1)
                 self._workload_changed(entry.usage.workload)
 
     def take_bookings(self) -> dict[str, Booking]:
@@ -376,9 +398,17 @@ class UsageIndex:
                 found = self._charged[quota_key] = tuple(pods)
             return found
 
-    def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
+    def pod_set_usage(self, key: str) -> dict[str, dict[QuotaKey, Fraction]]:
+        """What the pods of Workload `key` hold, by their pod set (PodUsage.pod_set), as of the last `totals`."""
         with self._lock:
-            return dict(self._by_workload.get(key, {}))
+            return {pod_set: dict(amounts) for pod_set, amounts in self._by_pod_set.get(key, {}).items()}
+
+    def workload_usage(self, key: str) -> Mapping[QuotaKey, Fraction]:
+        """What the pods of Workload `key` hold together, as of the last `totals`."""
+        total: dict[QuotaKey, Fraction] = {}
+        for amounts in self.pod_set_usage(key).values():
+            add_signed(total, amounts.items(), 1)
+        return total
 
 
 def _claim_keys(snapshot: ClusterSnapshot, pod: Pod) -> list[str]:

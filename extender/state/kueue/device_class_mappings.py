@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from extender.state.dra.devices import qualify
 from extender.state.errors import ObjectError
 from extender.state.fields import child_path, get_map, get_str, get_str_list, map_items, type_name
 
@@ -60,6 +61,22 @@ class DeviceClassSource:
     driver: str
     # deviceSelector.cel.expression: which devices of the driver the source accounts for ("" = every one).
     device_selector: str = ""
+
+    @property
+    def capacity_key(self) -> str:
+        """The capacity's name as DRA defines it: a QualifiedName, whose name without a domain is in the driver's
+        domain (k8s.io/dynamic-resource-allocation cel/compile.go parseQualifiedName, with the driver as the
+        default domain), so `memory` and `<driver>/memory` name the same capacity. Device.capacity and consumed
+        capacity are keyed so (state/dra/devices.py qualify)."""
+        return qualify(self.name, self.driver)
+
+    @property
+    def counter_key(self) -> str:
+        """The counter's name as a slice's counter set spells it. Counter names carry no domain in DRA (a DNS
+        label within the driver's counter set); a name qualified with this source's own driver is read as the
+        same counter, the way an unqualified capacity name is in the driver's domain."""
+        prefix = f"{self.driver}/"
+        return self.name.removeprefix(prefix) if self.name.startswith(prefix) else self.name
 
 
 @dataclass(frozen=True, slots=True)
