@@ -33,7 +33,8 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
-NAMESPACE, SERVICE_ACCOUNT = "kube-system", "dra-quota-scheduler"
+# The pod's account (kube-scheduler's container) and the extender container's own (manifests/serviceaccount.yaml)
+NAMESPACE, SERVICE_ACCOUNT, EXTENDER_ACCOUNT = "kube-system", "dra-quota-scheduler", "dra-quota-extender"
 
 
 @pytest.fixture(scope="module")
@@ -59,17 +60,27 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         control_plane.stop()
 
 
-@pytest.fixture(scope="module")
-def service_account_kubeconfig(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The deployment's identity: only what manifests/ grants it."""
+def _account_kubeconfig(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory, account: str) -> Path:
     token = plane.core.create_namespaced_service_account_token(
-        SERVICE_ACCOUNT, NAMESPACE, {"spec": {"expirationSeconds": 3600}}
+        account, NAMESPACE, {"spec": {"expirationSeconds": 3600}}
     ).status.token
     kubeconfig = yaml.safe_load(Path(plane.kubeconfig).read_text(encoding="utf-8"))
     kubeconfig["users"][0]["user"] = {"token": token}
     path = tmp_path_factory.mktemp("sa") / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig), encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def service_account_kubeconfig(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kube-scheduler's identity in the deployment: only what manifests/ grants it."""
+    return _account_kubeconfig(plane, tmp_path_factory, SERVICE_ACCOUNT)
+
+
+@pytest.fixture(scope="module")
+def extender_kubeconfig(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The extender container's identity in the deployment: only what manifests/ grants it."""
+    return _account_kubeconfig(plane, tmp_path_factory, EXTENDER_ACCOUNT)
 
 
 def _without_node_versions(state: dict[str, Any]) -> dict[str, Any]:
@@ -79,10 +90,8 @@ def _without_node_versions(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def test_the_manifests_rbac_is_enough_for_the_live_source(
-    plane: ControlPlane, service_account_kubeconfig: Path
-) -> None:
-    source = from_kubeconfig(service_account_kubeconfig, backoff_initial_seconds=0.05)
+def test_the_manifests_rbac_is_enough_for_the_live_source(plane: ControlPlane, extender_kubeconfig: Path) -> None:
+    source = from_kubeconfig(extender_kubeconfig, backoff_initial_seconds=0.05)
     store = ClusterStore()
     source.start(store)
     try:
@@ -110,8 +119,8 @@ def test_the_manifests_rbac_is_enough_for_the_live_source(
         source.stop()
 
 
-def test_the_manifests_rbac_grants_nothing_else(service_account_kubeconfig: Path) -> None:
-    api = KubeApi(load_kubeconfig(service_account_kubeconfig))
+def test_the_manifests_rbac_grants_nothing_else(extender_kubeconfig: Path) -> None:
+    api = KubeApi(load_kubeconfig(extender_kubeconfig))
     for path in (
         "/api/v1/secrets",
         "/api/v1/namespaces/kueue-system/configmaps",  # only Kueue's, and only by name
