@@ -35,6 +35,11 @@ class GangTree:
     def composite(self) -> bool:
         return self.key.startswith(COMPOSITE_PREFIX)
 
+    @property
+    def root(self) -> str:
+        """The key of the group or composite at the root of the tree (namespace/name)."""
+        return self.key.removeprefix(COMPOSITE_PREFIX)
+
 
 def _placed(pod: Pod) -> bool:
     return not pod.is_terminal and bool(pod.node_name or pod.nominated_node_name)
@@ -89,7 +94,7 @@ def _collect(snapshot: ClusterSnapshot, composite: CompositePodGroup, leaves: li
 def composite_of_key(snapshot: ClusterSnapshot, key: str) -> CompositePodGroup | None:
     if not key.startswith(COMPOSITE_PREFIX):
         return None
-    return snapshot.composite_groups.get(key.removeprefix(COMPOSITE_PREFIX))
+    return snapshot.composite_groups.get(GangTree(key, (), 0).root)
 
 
 def tree_levels(snapshot: ClusterSnapshot, group: PodGroup, pod: Pod, group_claims: bool) -> tuple[TreeLevel, ...]:

@@ -43,7 +43,7 @@ def podgroup_json(status: GangStatus, claims: list[AllocatedClaim] | None = None
         "tree": None
         if status.tree is None
         else {
-            "root": status.tree.key.removeprefix("composite:"),
+            "root": status.tree.root,
             "podGroups": list(status.tree.leaves),
             "minMembers": status.tree.min_members,
         },

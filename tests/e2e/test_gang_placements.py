@@ -20,11 +20,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEVICE_CLASS, wait_until
+from tests.e2e.cluster import wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
-    GPU,
-    KUEUE_NAMESPACE,
     QUEUE_LABEL,
     SCHEDULE_TIMEOUT,
     SYNC_TIMEOUT,
@@ -33,10 +31,9 @@ from tests.e2e.scenarios import (
     exactly,
     extender_get,
     first_available,
-    kueue_configmap,
     queue_reserved,
 )
-from tests.e2e.test_gang_scenarios import SCHEDULING, GangScenario
+from tests.e2e.test_gang_scenarios import SCHEDULING, GangScenario, prepared_for_gangs
 
 pytestmark = pytest.mark.e2e
 
@@ -45,24 +42,7 @@ RACK = "example.com/rack"
 
 @pytest.fixture(scope="module")
 def placement_plane(placement_control_plane: ExtenderControlPlane) -> ExtenderControlPlane:
-    plane = placement_control_plane.plane
-    plane.create_device_class()
-    for create in (
-        lambda: plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False),
-        lambda: plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, kueue_configmap()),
-    ):
-        try:
-            create()
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    url = placement_control_plane.extender_url
-    wait_until(
-        lambda: extender_get(url, "/diagnostics/queues")["deviceClassMappings"] == {GPU: [DEVICE_CLASS]},
-        timeout=SYNC_TIMEOUT,
-        message="the extender to read deviceClassMappings from Kueue's ConfigMap",
-    )
-    return placement_control_plane
+    return prepared_for_gangs(placement_control_plane)
 
 
 @pytest.fixture
@@ -109,6 +89,20 @@ class FlavorWatch(QuotaWatch):
         for flavor, count in counts.items():
             self.max_by_flavor[flavor] = max(self.max_by_flavor[flavor], count)
         return bound
+
+
+def one_flavor_queue(
+    gangs: GangScenario, nodes: int, gpus: int, quota: int, templates: dict[str, int]
+) -> tuple[str, str]:
+    """`nodes` nodes of `gpus` GPUs in one flavor, a queue of `quota` GPUs there, and templates (name -> GPUs);
+    waits until the extender sees them. Returns (flavor, queue)."""
+    gangs.add_nodes("n", nodes, gpus=gpus)
+    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
+    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
+    for name, count in templates.items():
+        gangs.add_template(name, [exactly(count)])
+    gangs.wait_extender_sees(next(iter(templates)), queue, gangs.name)
+    return flavor, queue
 
 
 def two_racks(gangs: GangScenario, quota: int) -> tuple[str, list[str]]:
@@ -179,12 +173,7 @@ def test_a_rack_constrained_gang_and_singles_never_put_a_flavor_over_quota(gangs
 def test_a_mixed_gang_that_fits_binds_whole(gangs: GangScenario) -> None:
     """A 2-GPU driver and four 1-GPU workers (minCount 5) need exactly the queue's 6: they bind, whoever is asked
     about first."""
-    gangs.add_nodes("n", 3, gpus=4)
-    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
-    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, 6)])
-    gangs.add_template("two-gpus", [exactly(2)])
-    gangs.add_template("one-gpu", [exactly(1)])
-    gangs.wait_extender_sees("one-gpu", queue, gangs.name)
+    flavor, queue = one_flavor_queue(gangs, 3, 4, 6, {"one-gpu": 1, "two-gpus": 2})
     gangs.add_pod_group("train", 5)
     watch = FlavorWatch(gangs)
     gangs.plane.create_pod(gangs.member("driver", "two-gpus", queue, "train"))
@@ -198,12 +187,7 @@ def test_a_mixed_gang_that_fits_binds_whole(gangs: GangScenario) -> None:
 def test_a_mixed_gang_that_cannot_fit_holds_nothing_and_a_plain_pod_binds(gangs: GangScenario) -> None:
     """Three 1-GPU workers and a 4-GPU driver (7) in a queue of 6: refused as a group, nothing held, and a plain
     pod of the queue binds at once."""
-    gangs.add_nodes("n", 3, gpus=4)
-    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
-    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, 6)])
-    gangs.add_template("four-gpus", [exactly(4)])
-    gangs.add_template("one-gpu", [exactly(1)])
-    gangs.wait_extender_sees("one-gpu", queue, gangs.name)
+    _, queue = one_flavor_queue(gangs, 3, 4, 6, {"one-gpu": 1, "four-gpus": 4})
     gangs.add_pod_group("train", 4)
     gangs.plane.create_pod(gangs.member("driver", "four-gpus", queue, "train"))
     for index in range(3):
@@ -253,11 +237,7 @@ def test_a_job_whose_controller_makes_its_podgroup_binds_whole_or_not_at_all(
     """WorkloadWithJob: the Job controller makes the Job's Workload and gang PodGroup (minCount = parallelism 4)
     and its pods join it. 4 x 2 GPUs bind whole in a queue of 8; in a queue of 6 none binds, nothing is held,
     and a plain pod of the queue binds."""
-    gangs.add_nodes("n", 4, gpus=2)
-    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
-    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
-    gangs.add_template("two-gpus", [exactly(2)])
-    gangs.wait_extender_sees("two-gpus", queue, gangs.name)
+    flavor, queue = one_flavor_queue(gangs, 4, 2, quota, {"two-gpus": 2})
     # created as a plain object: the field is alpha, and the typed Job model would have to know it
     gangs.plane.custom.create_namespaced_custom_object(
         "batch", "v1", gangs.namespace, "jobs", job_manifest(gangs, "train", 4, "two-gpus", queue)
@@ -335,11 +315,7 @@ def test_a_composite_binds_whole_or_holds_nothing(gangs: GangScenario, quota: in
     """A CompositePodGroup of minGroupCount 2 over three PodGroups of 2 pods x 2 GPUs: two children (8 GPUs) bind
     whole in a queue of 8; in a queue of 6 only one child would fit, so nothing binds, nothing is held, and a
     plain pod of the queue binds."""
-    gangs.add_nodes("n", 4, gpus=4)
-    flavor = gangs.add_flavor(f"{gangs.name}-gpus")
-    queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
-    gangs.add_template("two-gpus", [exactly(2)])
-    gangs.wait_extender_sees("two-gpus", queue, gangs.name)
+    flavor, queue = one_flavor_queue(gangs, 4, 4, quota, {"two-gpus": 2})
     children = add_composite(gangs, "job", 2, 3, 2)
     watch = FlavorWatch(gangs)
     members = [f"{child}-{index}" for child in children for index in range(2)]

@@ -43,7 +43,12 @@ SCHEDULING = ("scheduling.k8s.io", "v1beta1")
 
 @pytest.fixture(scope="module")
 def gang_plane(workload_control_plane: ExtenderControlPlane) -> ExtenderControlPlane:
-    plane = workload_control_plane.plane
+    return prepared_for_gangs(workload_control_plane)
+
+
+def prepared_for_gangs(started: ExtenderControlPlane) -> ExtenderControlPlane:
+    """The DeviceClass and Kueue's manager ConfigMap (deviceClassMappings), once the extender has read them."""
+    plane = started.plane
     plane.create_device_class()
     for create in (
         lambda: plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False),
@@ -54,13 +59,13 @@ def gang_plane(workload_control_plane: ExtenderControlPlane) -> ExtenderControlP
         except ApiException as exc:
             if exc.status != 409:
                 raise
-    url = workload_control_plane.extender_url
+    url = started.extender_url
     wait_until(
         lambda: extender_get(url, "/diagnostics/queues")["deviceClassMappings"] == {GPU: [DEVICE_CLASS]},
         timeout=SYNC_TIMEOUT,
         message="the extender to read deviceClassMappings from Kueue's ConfigMap",
     )
-    return workload_control_plane
+    return started
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ shared with the PodGroup are left out (the group's, charged once).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
 from fractions import Fraction
 
 from extender.decisions.devices.extended_resources import extended_charges, resolve_extended
@@ -21,6 +20,7 @@ from extender.decisions.devices.features import Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.gang.quota import Charges, MemberEstimate, member_shape
+from extender.decisions.quota.attribution import without_allocations
 from extender.decisions.quota.charges import node_charges
 from extender.decisions.quota.context import QuotaContext
 from extender.state.core import Pod, PodClaimRef
@@ -66,7 +66,7 @@ def member_estimator(
             return None
         if not claims.pending:
             return dict(extra)
-        for view in (snapshot, _empty(snapshot)):
+        for view in (snapshot, without_allocations(snapshot)):
             allocations = device_outcomes(
                 view, claims, node_names, matcher, budget=budget, features=features
             ).allocations
@@ -82,9 +82,3 @@ def member_estimator(
         return None
 
     return estimate
-
-
-def _empty(snapshot: ClusterSnapshot) -> ClusterSnapshot:
-    """The snapshot with no device in use (allocation versions no real snapshot has, so the free-device memos
-    never mix its answers with a real one's): what a member takes on these nodes once they are free."""
-    return replace(snapshot, allocated={}, shared_allocated={}, alloc_versions={}, shared_alloc_version=-1)

@@ -108,10 +108,6 @@ class Counted:
     free: int = 0
     unlike: tuple[Charges, ...] = ()
 
-    @property
-    def total(self) -> int:
-        return self.alike + self.free + len(self.unlike)
-
 
 @dataclass(frozen=True, slots=True)
 class GangQuota:

@@ -448,7 +448,7 @@ def pending_charges(
     if outcome is None:
         # The view can show the node fuller than it is (an allocation released in the API whose event has not
         # arrived): kube-scheduler placed the pod there, so charge what the claims take on the node alone.
-        empty = _without_allocations(snapshot)
+        empty = without_allocations(snapshot)
         outcome = device_outcomes(
             empty, claims, [node_name], matcher, budget=budget, features=features
         ).allocations.get(node_name)
@@ -461,7 +461,7 @@ def pending_charges(
     return charges
 
 
-def _without_allocations(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+def without_allocations(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """The snapshot with no device in use. Allocation versions no real snapshot has (shared -1, none per node),
     so the free-device memos never hand this view's answers to a real one or the other way round."""
     return replace(snapshot, allocated={}, shared_allocated={}, alloc_versions={}, shared_alloc_version=-1)

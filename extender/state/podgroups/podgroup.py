@@ -41,8 +41,30 @@ class GroupCondition:
     last_transition: str = ""  # RFC 3339, as the API server wrote it
 
 
+class _GroupIdentity:
+    """What PodGroup and CompositePodGroup say alike: their key, whether all or nothing, their parent's key."""
+
+    __slots__ = ()
+    namespace: str
+    name: str
+    policy: str
+    parent: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_gang(self) -> bool:
+        return self.policy == POLICY_GANG
+
+    @property
+    def parent_key(self) -> str:
+        return f"{self.namespace}/{self.parent}" if self.parent else ""
+
+
 @dataclass(frozen=True, slots=True)
-class PodGroup:
+class PodGroup(_GroupIdentity):
     namespace: str
     name: str
     uid: str = ""
@@ -58,18 +80,6 @@ class PodGroup:
     # child of, "" for a group of its own
     parent: str = ""
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def is_gang(self) -> bool:
-        return self.policy == POLICY_GANG
-
-    @property
-    def parent_key(self) -> str:
-        return f"{self.namespace}/{self.parent}" if self.parent else ""
-
     def claim_names(self) -> frozenset[str]:
         """The ResourceClaims of the whole group (as resourceclaim.NameFromPodGroup resolves its entries)."""
         names = {ref.claim_name for ref in self.claims if ref.claim_name}
@@ -84,17 +94,18 @@ class PodGroup:
         return condition.last_transition or "unknown"
 
 
-def _parse_policy(spec: Mapping[str, Any], path: str) -> tuple[str, int]:
+def _parse_policy(spec: Mapping[str, Any], path: str, count: str = "minCount") -> tuple[str, int]:
+    """spec.schedulingPolicy: ("gang", its `count`: minCount of a PodGroup, minGroupCount of a composite) or
+    ("basic", 1)."""
     policy = get_map(spec, "schedulingPolicy", path)
     policy_path = child_path(path, "schedulingPolicy")
     gang = policy.get("gang")
     if gang is not None:
         if not isinstance(gang, Mapping):
             raise ObjectError(child_path(policy_path, "gang"), "must be an object")
-        if gang.get("minCount") is None:
-            raise ObjectError(child_path(policy_path, "gang.minCount"), "is required")
-        min_count = get_int(gang, "minCount", child_path(policy_path, "gang"), minimum=1)
-        return POLICY_GANG, min_count
+        if gang.get(count) is None:
+            raise ObjectError(child_path(policy_path, f"gang.{count}"), "is required")
+        return POLICY_GANG, get_int(gang, count, child_path(policy_path, "gang"), minimum=1)
     return POLICY_BASIC, 1
 
 
@@ -130,7 +141,7 @@ def parse_pod_group(obj: Mapping[str, Any]) -> PodGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class CompositePodGroup:
+class CompositePodGroup(_GroupIdentity):
     """scheduling.k8s.io/v1alpha3 CompositePodGroup (k8s.io/api@v0.37.2 scheduling/v1alpha3/types.go; gate
     CompositePodGroup): a tree of PodGroups scheduled together. Its children (PodGroups, or composites) name it in
     spec.parentCompositePodGroupName. With a gang policy, at least minGroupCount children must be scheduled,
@@ -145,36 +156,16 @@ class CompositePodGroup:
     parent: str = ""  # spec.parentCompositePodGroupName: composites nest
     deleting: bool = False
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def is_gang(self) -> bool:
-        return self.policy == POLICY_GANG
-
-    @property
-    def parent_key(self) -> str:
-        return f"{self.namespace}/{self.parent}" if self.parent else ""
-
 
 def parse_composite_pod_group(obj: Mapping[str, Any]) -> CompositePodGroup:
     meta = parse_metadata(obj, namespaced=True)
     spec = get_map(obj, "spec", "")
-    policy = get_map(spec, "schedulingPolicy", "spec")
-    gang = policy.get("gang")
-    name, min_groups = POLICY_BASIC, 1
-    if gang is not None:
-        if not isinstance(gang, Mapping):
-            raise ObjectError("spec.schedulingPolicy.gang", "must be an object")
-        if gang.get("minGroupCount") is None:
-            raise ObjectError("spec.schedulingPolicy.gang.minGroupCount", "is required")
-        name, min_groups = POLICY_GANG, get_int(gang, "minGroupCount", "spec.schedulingPolicy.gang", minimum=1)
+    policy, min_groups = _parse_policy(spec, "spec", "minGroupCount")
     return CompositePodGroup(
         namespace=meta.namespace,
         name=meta.name,
         uid=meta.uid,
-        policy=name,
+        policy=policy,
         min_group_count=min_groups,
         parent=get_str(spec, "parentCompositePodGroupName", "spec"),
         deleting=meta.deleting,
