@@ -159,9 +159,14 @@ def consistent_allocated(scenario: Scenario) -> int:
 def run_round(window: Window, scenario: Scenario, queue: str, index: int) -> dict[str, Any]:
     pods = [f"a{index}", f"b{index}"]
     passed_first: list[str] = []
+    first_pass = threading.Lock()
 
     def on_pass(pod: str) -> None:
-        if not passed_first:
+        # Only this round's pods: kube-scheduler may still be trying a pod of the previous round whose deletion
+        # its informer has not seen yet, and the tap serves verdicts on several threads at once.
+        with first_pass:
+            if pod not in pods or passed_first:
+                return
             window.api.pause()  # kube-scheduler's binding cycle for this pod cannot write anything from now on
             window.extender.kill()
             passed_first.append(pod)
