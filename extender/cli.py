@@ -492,7 +492,8 @@ def parse_input_pod(raw_pod: dict[str, Any], path: str) -> Any:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from extender.transport.diagnostics import decision_json, render_table
+    from extender.reports.decisions import decision_json
+    from extender.reports.text import render_table
 
     pod_file = load_pod_file(args.pod)
     pod = parse_input_pod(pod_file.pod, args.pod)

@@ -170,7 +170,7 @@ def test_only_resources_the_extender_charges_are_held() -> None:
 
 
 def test_shared_view_feeds_the_queue_rows() -> None:
-    from extender.transport.diagnostics import queue_rows
+    from extender.reports.queues import queue_rows
 
     engine = engine_for([*base_objects({"on-demand": {"nominal": 4}}), admitted(3)])
     (row,) = [numbers for cq, flavor, resource, numbers in queue_rows(engine.quota_view()) if flavor == "on-demand"]

@@ -126,7 +126,8 @@ def test_plain_gpus_pack_nodes_so_a_big_node_stays_whole() -> None:
 
 
 def test_the_parts_are_shown_in_diagnostics() -> None:
-    from extender.transport.diagnostics import decision_json, render_table
+    from extender.reports.decisions import decision_json
+    from extender.reports.text import render_table
 
     service = service_over([*p.partitioned_node("n1", [40])])
     report = decision_json(explain(service, p.profile_request("1g")))

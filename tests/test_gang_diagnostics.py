@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
+from extender.reports.text import render_table
 from extender.transport.app import create_app
-from extender.transport.diagnostics import render_table
 from testkit import builders as b
 from tests.support.quota import base_objects
 from tests.support.scenarios import engine_for, gpu_pod

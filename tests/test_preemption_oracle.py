@@ -22,12 +22,12 @@ from extender.decisions.quota.preemption_oracle import (
     satisfies_policy,
 )
 from extender.decisions.quota.tree import QuotaTree
+from extender.reports.text import render_table
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.state.kueue.cluster_queue import parse_cluster_queue
 from extender.state.kueue.cohort import parse_cohort
 from extender.state.kueue.preemption import PreemptionPolicy, parse_preemption
-from extender.transport.diagnostics import render_table
 from testkit import builders as b
 from tests.support.scenarios import FLAVOR_LABEL, RESOURCE, engine_for, local_queue
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from extender.decisions.devices.results import Allocation
+from extender.reports.decisions import decision_json
 from extender.state.core import parse_pod
-from extender.transport.diagnostics import decision_json
 from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
 from tests.support.scenarios import engine_for

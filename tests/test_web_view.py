@@ -16,11 +16,11 @@ import yaml
 
 from extender.cli import demo_snapshot_text
 from extender.decisions.ranking import Ranking
+from extender.reports.devices import node_json
+from extender.reports.queues import borrowing, queue_rows, queues_json
 from extender.service.history import DecisionHistory
 from extender.state.core import parse_pod
 from extender.transport.app import create_app
-from extender.transport.diagnostics import node_json, queue_rows, queues_json
-from extender.transport.web_rows import borrowing
 from testkit import builders as b
 from tests.support.web import (
     demo_pod,

@@ -30,7 +30,7 @@ class LocalExtender(Extender):
                 raise
 
     def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
-        from extender.transport.diagnostics import decision_json
+        from extender.reports.decisions import decision_json
 
         try:
             parsed = parse_pod(pod)
@@ -44,7 +44,7 @@ class LocalExtender(Extender):
 
     def explain_named(self, namespace: str, name: str) -> dict[str, Any]:
         """A pod of the source's own cluster (a snapshot's pods), by name: no API server needed."""
-        from extender.transport.diagnostics import decision_json
+        from extender.reports.decisions import decision_json
 
         pod = self._service.snapshot().pods.get(f"{namespace}/{name}")
         if pod is None:
@@ -54,13 +54,13 @@ class LocalExtender(Extender):
         return report
 
     def queues(self) -> dict[str, Any]:
-        from extender.transport.diagnostics import queues_json
+        from extender.reports.queues import queues_json
 
         view = self._service.quota_view()
         return queues_json(view, self._service.unplaced_workloads(view.snapshot), self._service.uncharged_pods())
 
     def node(self, name: str) -> dict[str, Any]:
-        from extender.transport.diagnostics import node_json
+        from extender.reports.devices import node_json
 
         report = node_json(self._service.snapshot(), name)
         if report is None:
@@ -72,7 +72,7 @@ class LocalExtender(Extender):
         no decision and holds nothing (no hold, no attempt): each pending member is explained now instead
         (``what-if``, reserving nothing), and the first one's answer is the group's verdict (``verdictNow``):
         deciding a member of a gang decides the group as a whole (docs/gangs.md)."""
-        from extender.transport.podgroup_routes import podgroup_json
+        from extender.reports.podgroups import podgroup_json
 
         group_key = f"{namespace}/{name}"
         status = self._service.gang_status(namespace, name)
@@ -86,7 +86,7 @@ class LocalExtender(Extender):
     def _what_if_members(self, members: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Fill each pending member's verdict with an explanation computed now; the first one's, as the group's
         verdict: ``{"pod", "fits", "refusal"}`` (None when no member is pending)."""
-        from extender.transport.diagnostics import decision_json
+        from extender.reports.decisions import decision_json
 
         snapshot = self._service.snapshot()
         verdict: dict[str, Any] | None = None

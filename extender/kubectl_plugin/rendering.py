@@ -142,7 +142,7 @@ def render_node(report: Mapping[str, Any]) -> str:
 
 def render_explanation(report: Mapping[str, Any]) -> str:
     """The ranking table of `dra-extender explain` (passing nodes first, then why the others fail)."""
-    from extender.transport.diagnostics import render_table
+    from extender.reports.text import render_table
 
     return render_table(report)
 

@@ -5,7 +5,7 @@ the node a pod lands on (plus its own in-flight reservations). The two differ wh
 are not placed yet (Kueue's long-standing "admitted but unschedulable" case, when the admitted flavor's nodes
 have no free devices) and when pods outside Kueue's management use a queue's devices. This module names the
 first case with the node-level reason Kueue cannot see; the per-queue numbers are in the QuotaView rows
-(transport/diagnostics.py queue_rows).
+(reports/queues.py queue_rows).
 
 It also lists the allocated claims no running pod carries (`allocated_claims`): their devices count against the
 queue they were booked in (decisions/quota/attribution.py claim_charge) although no pod of that queue shows

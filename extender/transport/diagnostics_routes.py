@@ -1,5 +1,5 @@
 """The `diagnostics` blueprint: what people read about the extender's decisions (a pod's last decision, a what-if
-explain, a node's devices, the queues), as JSON. The reports themselves are built in transport/diagnostics.py."""
+explain, a node's devices, the queues), as JSON. The reports themselves are built in extender/reports/."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import threading
 
 from flask import Blueprint, Response, current_app, request
 
+from extender.reports.decisions import decision_json
+from extender.reports.devices import node_json
+from extender.reports.queues import queues_json
 from extender.service import SchedulingService
 from extender.service.config import DiagnosticsSection
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 from extender.transport import strict_objects
-from extender.transport.diagnostics import decision_json, node_json, queues_json
 from extender.transport.request_io import current_service, error_response, json_response, request_body
 from extender.transport.wire import WireError
 

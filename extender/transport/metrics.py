@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from extender.reports.queues import queue_rows
 from extender.service import QuotaView, SchedulingService
 from extender.state.sources import SourceHealth
-from extender.transport.diagnostics import queue_rows
 from extender.transport.foreground import ForegroundWork
 from extender.transport.thread_cpu import thread_cpu_seconds
 
@@ -239,7 +239,7 @@ _KUEUE_GAUGES = {
 
 
 def _queue_gauge(name: str, help_text: str) -> GaugeMetricFamily:
-    """A gauge labelled by ClusterQueue, flavor and resource (one sample per row of transport/diagnostics.py
+    """A gauge labelled by ClusterQueue, flavor and resource (one sample per row of reports/queues.py
     queue_rows)."""
     return GaugeMetricFamily(name, help_text, labels=["cluster_queue", "flavor", "resource"])
 

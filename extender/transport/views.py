@@ -7,8 +7,9 @@ pending" should get an answer from a plain browser.
 
 Every number comes from what the verbs and the JSON diagnostics read: `service.quota_view()` (taken under the
 reservation lock only while it is built, then read lock-free), the decision history, `service.explain` (a
-what-if that reserves nothing), and the renderers of transport/diagnostics.py (decision_json, node_json,
-queue_rows, queues_json, DeviceStates). Nothing here decides anything; it only arranges, pages and escapes
+what-if that reserves nothing), and the reports built in extender/reports/ (decision_json, node_json,
+device_grid, queue_rows, quota_bar, the pods' rows). Nothing here decides or derives anything; it pages, draws
+the templates and escapes
 (Jinja2 autoescaping is on for .html templates, and the Content-Security-Policy below forbids scripts, so a
 name with HTML in it stays text).
 """
@@ -19,9 +20,8 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from functools import cache
 from importlib import metadata
 from typing import Any
@@ -31,32 +31,31 @@ import yaml
 from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from extender.state.core import Pod, parse_pod
-from extender.state.dra.devices import Device
-from extender.state.errors import ObjectError
-from extender.state.kueue.resource_flavor import ResourceFlavor
-from extender.state.quantity import format_quantity
-from extender.transport import strict_objects
-from extender.transport.diagnostics import (
-    DEVICE_STATES,
-    FREE,
-    DeviceStates,
-    decision_json,
-    node_json,
-    queue_rows,
-    queues_json,
+from extender.reports.decisions import decision_json
+from extender.reports.devices import DEVICE_STATES, device_grid, flavor_group, node_json
+from extender.reports.pods import (
+    STATUS_LABELS,
+    failure_reasons,
+    pod_entries,
+    pod_manifest,
+    pod_row,
+    status_of,
+    whatif_example,
 )
+from extender.reports.quantities import quantity_text
+from extender.reports.queues import borrowing, cohort_tree, queue_rows, queues_json, quota_bar
+from extender.state.core import Pod, parse_pod
+from extender.state.errors import ObjectError
+from extender.transport import strict_objects
 from extender.transport.diagnostics_auth import TOKEN_COOKIE, login_page
 from extender.transport.diagnostics_routes import explain_limits
 from extender.transport.request_io import current_service
-from extender.transport.web_rows import STATUS_LABELS, borrowing, pod_entries, pod_row, status_of, whatif_example
 from extender.transport.wire import WireError
 
 PODS_PER_PAGE = 100
 NODE_ROWS_PER_PAGE = 200  # ranked node table of one pod
 GRID_NODES_PER_PAGE = 100  # the device grid: 100 nodes x their devices per page
 MAX_PER_PAGE = 1000
-NO_FLAVOR = "(no flavor matches)"
 CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 )
@@ -127,7 +126,7 @@ def _age_filter(seconds: float) -> str:
 
 
 @web.context_processor
-def _state_footer() -> dict[str, Any]:
+def state_footer() -> dict[str, Any]:
     """The footer of every page: readiness, snapshot age per watched resource, state and extender version."""
     service = current_service()
     health = service.health()
@@ -166,7 +165,7 @@ def _too_large(error: RequestEntityTooLarge) -> tuple[str, int]:
 
 
 @web.after_request
-def _headers(response: Response) -> Response:
+def page_headers(response: Response) -> Response:
     response.headers["Content-Security-Policy"] = CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Cache-Control"] = "no-store"
@@ -199,37 +198,6 @@ def pods() -> tuple[str, int]:
     context, now = service.quota_context(snapshot), time.time()
     page = replace(page, items=[pod_row(entry, context, now) for entry in page.items])
     return _html("web/pods.html", page=page, counts=counts, decided=decided, labels=STATUS_LABELS)
-
-
-def pod_manifest(pod: Pod) -> str:
-    """The fields of a pod the extender reads, as YAML: the what-if form starts from the pod as it is now."""
-    metadata_: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
-    if pod.uid:
-        metadata_["uid"] = pod.uid
-    if pod.labels:
-        metadata_["labels"] = dict(pod.labels)
-    if pod.annotations:
-        metadata_["annotations"] = dict(pod.annotations)
-    claims = [
-        {"name": ref.name, "resourceClaimName": ref.claim_name}
-        if ref.claim_name
-        else {"name": ref.name, "resourceClaimTemplateName": ref.template_name}
-        for ref in pod.claims
-    ]
-    manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata_, "spec": {}}
-    if claims:
-        manifest["spec"]["resourceClaims"] = claims
-    if pod.claim_statuses:
-        manifest["status"] = {
-            "resourceClaimStatuses": [
-                {"name": name, "resourceClaimName": generated} for name, generated in pod.claim_statuses.items()
-            ]
-        }
-    return yaml.safe_dump(manifest, sort_keys=False)
-
-
-def failure_reasons(nodes: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
-    return Counter(node.get("reason") or node.get("category", "") for node in nodes if not node["passed"]).most_common()
 
 
 def _ranking_context(decision: dict[str, Any]) -> dict[str, Any]:
@@ -356,76 +324,23 @@ def logout() -> Any:
 # --- nodes --------------------------------------------------------------------------------------------------------
 
 
-def flavor_group(flavors: Sequence[ResourceFlavor], labels: Mapping[str, str]) -> str:
-    """The ResourceFlavors whose nodeLabels select the node (flavors without nodeLabels select every node and
-    would say nothing): ResourceFlavor.matches_node, the test Kueue and the quota decisions use."""
-    matching = [f.name for f in flavors if f.node_labels and f.matches_node(labels)]
-    return " + ".join(matching) if matching else NO_FLAVOR
-
-
-@dataclass(slots=True)
-class GroupSummary:
-    name: str
-    nodes: int = 0
-    nodes_with_free: int = 0
-    devices: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def total_devices(self) -> int:
-        return sum(self.devices.values())
-
-
 @web.get("/nodes")
 def nodes() -> tuple[str, int]:
-    """Every node classified (so the per-flavor totals are exact), but device cells drawn for one page only:
-    5000 nodes x 8 devices are 40000 cells, too many for one page to be readable or quick."""
+    """The device grid (reports/devices.py device_grid), device cells drawn for one page only."""
     service = current_service()
     snapshot = service.snapshot()
     context = service.quota_context(snapshot)  # the context lock only, never the reservation lock
     flavors = sorted(context.flavors.values(), key=lambda f: f.name)
-    states = DeviceStates(snapshot)
     want_group = request.args.get("flavor", "")
     want_state = request.args.get("state", "")
     query = request.args.get("q", "").strip()
-    summaries: dict[str, GroupSummary] = {}
-    shown: list[tuple[str, str, list[tuple[str, Device]], dict[str, int]]] = []
-    state_of = states.state_of
-    for name in sorted(snapshot.nodes):
-        node = snapshot.nodes[name]
-        group = flavor_group(flavors, node.labels)
-        node_devices = snapshot.node_devices(name)
-        usable = node_devices.usable
-        all_usable = len(usable) == len(node_devices.devices)
-        usable_keys = set() if all_usable else {device.key for device in usable}
-        cells = [(state_of(d, all_usable or d.key in usable_keys), d) for d in node_devices.devices]
-        counts: dict[str, int] = {}
-        for state, _ in cells:
-            counts[state] = counts.get(state, 0) + 1
-        summary = summaries.get(group)
-        if summary is None:
-            summary = summaries[group] = GroupSummary(group)
-        summary.nodes += 1
-        summary.devices.update(counts)
-        if FREE in counts:
-            summary.nodes_with_free += 1
-        if want_group and group != want_group:
-            continue
-        if want_state and want_state not in counts:
-            continue
-        if query and query not in name:
-            continue
-        shown.append((group, name, cells, counts))
-    groups = sorted(summaries.values(), key=lambda s: (s.name == NO_FLAVOR, s.name))
-    page = paginate(shown, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", GRID_NODES_PER_PAGE))
-    by_group: dict[str, list[tuple[str, list[tuple[str, str, str]], dict[str, int]]]] = {}
-    for group, name, cells, counts in page.items:
-        drawn = [(state, device.name, states.why(device, state)) for state, device in cells]
-        by_group.setdefault(group, []).append((name, drawn, counts))
+    grid = device_grid(snapshot, flavors, group=want_group, state=want_state, query=query)
+    page = paginate(grid.shown, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", GRID_NODES_PER_PAGE))
     return _html(
         "web/nodes.html",
-        groups=groups,
+        groups=grid.groups,
         page=page,
-        by_group=by_group,
+        by_group=grid.drawn(page.items),
         states=DEVICE_STATES,
         want_group=want_group,
         want_state=want_state,
@@ -457,76 +372,6 @@ def node(name: str) -> tuple[str, int]:
 # --- queues -------------------------------------------------------------------------------------------------------
 
 
-def _fmt(value: Fraction | None) -> str:
-    if value is None:
-        return "-"
-    return str(int(value)) if value.denominator == 1 else format_quantity(value)
-
-
-def _percent(amount: Fraction, scale: Fraction) -> float:
-    return round(float(amount / scale) * 100, 2) if scale > 0 else 0.0
-
-
-def quota_bar(numbers: Mapping[str, Fraction | None]) -> dict[str, Any]:
-    """Widths (percent of the bar) of usage, reserved, admitted pending and available, the potential beyond
-    them, and where the nominal quota sits. The numbers are queue_rows' (Kueue's ledger); only the drawing is
-    done here."""
-    zero = Fraction(0)
-    nominal = numbers["nominal"] or zero
-    usage = numbers["usage"] or zero
-    reserved = numbers["reserved"] or zero
-    admitted = numbers.get("admittedPending") or zero
-    available = numbers["available"] or zero
-    potential = numbers["potentialAvailable"] or zero
-    used = usage + reserved + admitted
-    scale = max(nominal, used + available, potential, Fraction(1))
-    segments = []
-    x = 0.0
-    for name, amount in (
-        ("usage", usage),
-        ("reserved", reserved),
-        ("admitted", admitted),
-        ("available", available),
-        ("potential", max(zero, potential - used - available)),
-    ):
-        width = _percent(amount, scale)
-        if width:
-            segments.append((name, x, width))
-            x += width
-    return {
-        "segments": segments,  # (class, x, width) in percent: drawn as SVG rects (no inline style under the CSP)
-        "nominal": _percent(nominal, scale),
-        "scale": _fmt(scale),
-        "text": {key: _fmt(value) for key, value in numbers.items()},
-    }
-
-
-@dataclass(slots=True)
-class CohortNode:
-    name: str
-    cohorts: dict[str, CohortNode] = field(default_factory=dict)
-    queues: list[str] = field(default_factory=list)
-
-
-def cohort_tree(paths: Mapping[str, tuple[str, ...]]) -> tuple[list[CohortNode], list[str]]:
-    """Root cohorts (each with its sub-cohorts and ClusterQueues) and the ClusterQueues in no cohort, from each
-    queue's cohort path (QuotaTree.cohort_path: own cohort first, root last)."""
-    roots: dict[str, CohortNode] = {}
-    alone = []
-    for queue, path in sorted(paths.items()):
-        if not path:
-            alone.append(queue)
-            continue
-        level = roots
-        current = None
-        for cohort in reversed(path):
-            current = level.setdefault(cohort, CohortNode(cohort))
-            level = current.cohorts
-        assert current is not None
-        current.queues.append(queue)
-    return sorted(roots.values(), key=lambda c: c.name), alone
-
-
 @web.get("/queues")
 def queues() -> tuple[str, int]:
     view = current_service().quota_view()  # the reservation lock is held while the view is built, not while drawing
@@ -549,5 +394,5 @@ def queues() -> tuple[str, int]:
         alone=alone,
         borrowing=borrowed,
         reservations=reservations,
-        fmt=_fmt,
+        fmt=quantity_text,
     )

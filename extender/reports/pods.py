@@ -1,26 +1,25 @@
-"""What the web view's lists are made of: the Pods page's rows (the cluster's governed pods joined with the
-decisions this process made), who borrows whose quota in a cohort, and a what-if example naming a LocalQueue the
-cluster has. Pure arrangements of values read elsewhere (the snapshot, the decision history, queue_rows'
-numbers); nothing here decides anything.
+"""The pods as people see them: the Pods page's rows (the cluster's governed pods joined with the decisions this
+process made), a pod's status, the fields of a pod the extender reads (the what-if form starts from them), the
+reasons failing nodes gave, and a what-if example naming a LocalQueue the cluster has. Pure arrangements of
+values read elsewhere (the snapshot, the decision history); nothing here decides anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from fractions import Fraction
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 import yaml
 
 from extender.decisions.quota.attribution import cluster_queue_of
 from extender.decisions.quota.context import QuotaContext
+from extender.reports.decisions import decision_summary
 from extender.service import DecisionRecord
 from extender.service.pod_facts import needs_our_decision
 from extender.state.core import Pod
 from extender.state.kueue.local_queue import QUEUE_NAME_LABEL
 from extender.state.snapshot import ClusterSnapshot
-from extender.transport.diagnostics import decision_summary
 
 STATUS_ORDER = {"pending": 0, "unknown": 1, "bound": 2, "finished": 3}
 STATUS_LABELS = {"pending": "pending", "unknown": "not in the cluster view", "bound": "bound", "finished": "finished"}
@@ -84,52 +83,6 @@ def pod_row(entry: PodEntry, context: QuotaContext, now: float) -> dict[str, Any
     return row
 
 
-@dataclass(frozen=True, slots=True)
-class Borrowing:
-    """A ClusterQueue using more than its nominal quota of a flavor's resource: the excess comes out of the
-    unused quota its cohort's other ClusterQueues lend (Kueue pools it; no single lender is charged)."""
-
-    borrower: str
-    cohort: str
-    flavor: str
-    resource: str
-    amount: Fraction
-    lenders: tuple[tuple[str, Fraction], ...]  # (ClusterQueue, unused quota it lends), largest first
-
-
-def borrowing(
-    rows: Sequence[tuple[str, str, str, Mapping[str, Fraction | None]]], root_cohort: Mapping[str, str]
-) -> list[Borrowing]:
-    """From queue_rows' numbers (Kueue's ledger: `borrowed` is what a queue uses beyond its nominal quota) and
-    each ClusterQueue's root cohort (lending reaches across a cohort tree): who borrows, how much, and which
-    queues of the same tree have unused quota of that flavor and resource to lend (at most their lendingLimit)."""
-    zero = Fraction(0)
-    unused: dict[tuple[str, str, str], list[tuple[str, Fraction]]] = {}
-    for cq, flavor, resource, numbers in rows:
-        cohort = root_cohort.get(cq, "")
-        if not cohort:
-            continue
-        nominal = numbers["nominal"] or zero
-        used = (numbers["usage"] or zero) + (numbers["reserved"] or zero) + (numbers.get("admittedPending") or zero)
-        spare = max(zero, nominal - used)
-        limit = numbers.get("lendingLimit")
-        if limit is not None:
-            spare = min(spare, limit)
-        if spare > 0:
-            unused.setdefault((cohort, flavor, resource), []).append((cq, spare))
-    out = []
-    for cq, flavor, resource, numbers in rows:
-        amount = numbers.get("borrowed") or zero
-        cohort = root_cohort.get(cq, "")
-        if amount > 0 and cohort:
-            lenders = sorted(
-                (pair for pair in unused.get((cohort, flavor, resource), []) if pair[0] != cq),
-                key=lambda pair: (-pair[1], pair[0]),
-            )
-            out.append(Borrowing(cq, cohort, flavor, resource, amount, tuple(lenders)))
-    return out
-
-
 GENERIC_NAMESPACE = "default"
 
 
@@ -146,3 +99,34 @@ def whatif_example(snapshot: ClusterSnapshot) -> str:
     if templates:
         spec["resourceClaims"] = [{"name": "devices", "resourceClaimTemplateName": templates[0]}]
     return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}, sort_keys=False)
+
+
+def pod_manifest(pod: Pod) -> str:
+    """The fields of a pod the extender reads, as YAML: the what-if form starts from the pod as it is now."""
+    metadata_: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace}
+    if pod.uid:
+        metadata_["uid"] = pod.uid
+    if pod.labels:
+        metadata_["labels"] = dict(pod.labels)
+    if pod.annotations:
+        metadata_["annotations"] = dict(pod.annotations)
+    claims = [
+        {"name": ref.name, "resourceClaimName": ref.claim_name}
+        if ref.claim_name
+        else {"name": ref.name, "resourceClaimTemplateName": ref.template_name}
+        for ref in pod.claims
+    ]
+    manifest: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata_, "spec": {}}
+    if claims:
+        manifest["spec"]["resourceClaims"] = claims
+    if pod.claim_statuses:
+        manifest["status"] = {
+            "resourceClaimStatuses": [
+                {"name": name, "resourceClaimName": generated} for name, generated in pod.claim_statuses.items()
+            ]
+        }
+    return yaml.safe_dump(manifest, sort_keys=False)
+
+
+def failure_reasons(nodes: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
+    return Counter(node.get("reason") or node.get("category", "") for node in nodes if not node["passed"]).most_common()
