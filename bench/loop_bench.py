@@ -41,7 +41,7 @@ from extender.decisions.scheduling import decide_pod
 from extender.service import ExtenderConfig, SchedulingService
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
-from extender.state.sources import SourceHealth
+from extender.state.sources import SourceHealth, SourceWithoutWatches
 from extender.state.store import ClusterStore
 from extender.transport.verb_answers import PrioritizeAhead
 from extender.transport.wire import ExtenderArgs, filter_result, host_priority_list
@@ -69,7 +69,7 @@ def evict_caches() -> None:
         _eviction[::64] = b"\1" * (len(_eviction) // 64)
 
 
-class PrefilledSource:
+class PrefilledSource(SourceWithoutWatches):
     """The store is filled by the benchmark itself; the service only needs a source that says ready."""
 
     description = "benchmark cluster"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.service import ExtenderConfig, SchedulingService
-from extender.state.sources import SourceHealth
+from extender.state.sources import SourceHealth, SourceWithoutWatches
 from extender.state.store import ClusterStore
 from testkit import builders as b
 from testkit.clusters import cluster_objects
@@ -14,7 +14,7 @@ from testkit.clusters import cluster_objects
 TAINT = {"key": "gpu.example.com/unhealthy", "value": "true", "effect": "NoSchedule"}
 
 
-class PreloadedSource:
+class PreloadedSource(SourceWithoutWatches):
     """A source whose store the test filled already (store.replace per kind, as a live list does): a YAML round
     trip of a 5000-node cluster would take minutes."""
 

@@ -16,13 +16,7 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
-from extender.cli import (
-    EXIT_INPUT,
-    EXIT_REFUSED,
-    EXIT_STDOUT_CLOSED,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-)
+from extender.commands.outcomes import EXIT_INPUT, EXIT_REFUSED, EXIT_STDOUT_CLOSED, EXIT_UNREACHABLE, EXIT_USAGE
 from tests.support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.cli import load_config  # extender.cli re-exports the config loader
+from extender.service import load_config
 from tests.support.manifest_checks import (
     ALL_CHECKS,
     check_extender_sidecar,

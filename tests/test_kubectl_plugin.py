@@ -28,11 +28,11 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
-from extender.cli import EXIT_INPUT, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
+from extender.commands.outcomes import EXIT_INPUT, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
 from extender.kubectl_plugin.command import LAST_DECISION_NOTE
 from extender.kubectl_plugin.kubeconfig import context_namespace
 from extender.kubectl_plugin.remote import _from_extender, parse_service
-from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
+from extender.reports.answers import DIAGNOSTICS_ELSEWHERE
 from tests.e2e.cluster import free_port
 from tests.support.demo_server import demo_listeners
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
-from extender.cli import EXIT_REFUSED, EXIT_USAGE
+from extender.commands.outcomes import EXIT_REFUSED, EXIT_USAGE
 from extender.kubectl_plugin.podgroup_rendering import render_podgroup
 from testkit import builders as b
 from tests.support.demo_server import demo_listeners

@@ -3,7 +3,6 @@ process promised to pods kube-scheduler may still be binding, with nothing of th
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from dataclasses import replace
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from extender import cli
+from extender.commands.assembly import ServeSpec, SourceSpec, build_service, journal_for, journal_identity
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.reservation_journal import JournalIdentity, ReservationJournal, default_journal_path
@@ -114,20 +113,21 @@ def test_serve_with_a_live_source_journals_per_listen_address_and_cluster() -> N
     """auto: one file per listen address and API server in the temporary directory; other commands and sources
     reserve nothing worth keeping."""
     config = ExtenderConfig()
-    serve = argparse.Namespace(command="serve", listen="127.0.0.1:8888")
-    journal = cli._journal(serve, config, binder=object())
+    serve = ServeSpec(listen="127.0.0.1:8888")
+    journal = journal_for(config, serve)
     assert journal is not None and journal.path == default_journal_path("127.0.0.1:8888")
     assert journal.path.name == "dra-extender-reservations-127.0.0.1_8888.json"
     assert default_journal_path("127.0.0.1:8889") != journal.path
     # and per cluster: another cluster's extender on the same port keeps its own promises apart
-    ours = cli._journal(serve, config, binder=object(), cluster="https://127.0.0.1:6443")
-    theirs = cli._journal(serve, config, binder=object(), cluster="https://127.0.0.1:7443")
+    ours = journal_for(config, serve, cluster="https://127.0.0.1:6443")
+    theirs = journal_for(config, serve, cluster="https://127.0.0.1:7443")
     assert ours is not None and theirs is not None and ours.path != theirs.path
     assert ours.path.name == "dra-extender-reservations-127.0.0.1_8888-127.0.0.1_6443.json"
-    assert cli._journal(serve, config, binder=None) is None  # a snapshot source
-    assert cli._journal(argparse.Namespace(command="explain", listen=""), config, binder=object()) is None
+    snapshot_served = build_service(SourceSpec(), config, serve=serve, start=False)  # the embedded demo
+    assert snapshot_served.journal is None  # a snapshot source
+    assert journal_for(config, None) is None  # not `serve`
     off = ExtenderConfig(reservations=type(config.reservations)(journal=""))
-    assert cli._journal(serve, off, binder=object()) is None
+    assert journal_for(off, serve) is None
 
 
 def test_a_torn_last_line_is_skipped_and_the_file_stays_small(tmp_path: Path) -> None:
@@ -263,11 +263,11 @@ def test_a_journal_of_another_cluster_or_scheduler_is_ignored_with_a_log_line(tm
 
 def test_the_journal_header_names_the_cluster_the_scheduler_and_the_config(tmp_path: Path) -> None:
     config = ExtenderConfig()
-    identity = cli._journal_identity(config, api_config=None)
+    identity = journal_identity(config, api_config=None)
     assert identity.scheduler == "kube-system/dra-quota-scheduler" and len(identity.config) == 16
     assert identity.cluster == ""  # no API server to ask
     other = ExtenderConfig(reservations=type(config.reservations)(ttl_seconds=30))
-    assert cli._journal_identity(other, api_config=None).config != identity.config
+    assert journal_identity(other, api_config=None).config != identity.config
     path = tmp_path / "journal.json"
     journal = ReservationJournal(path, identity=replace(identity, cluster="uid-1"))
     ReservationLedger(60, sink=journal).reserve("uid-a", "team-a/a", "team-a", {KEY: Fraction(1)})

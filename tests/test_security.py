@@ -25,10 +25,11 @@ from typing import Any
 import orjson
 import pytest
 
+from extender.kube import strict_objects
 from extender.service import ConfigError, ExtenderConfig, parse_config
 from extender.service.config import DiagnosticsSection, ExplainSection
 from extender.state.core import parse_pod
-from extender.transport import access_review, strict_objects
+from extender.transport import access_review
 from extender.transport.app import create_app
 from extender.transport.diagnostics_auth import TOKEN_COOKIE, host_refusal
 from extender.transport.server import is_loopback

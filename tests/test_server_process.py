@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.cli import EXIT_INPUT
+from extender.commands.outcomes import EXIT_INPUT
 from testkit import builders as b
 from tests.support.net import free_port
 from tests.support.scenarios import (

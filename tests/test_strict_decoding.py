@@ -11,9 +11,8 @@ import pytest
 import yaml
 
 from extender import cli, kubectl_plugin
-from extender.cli import EXIT_INPUT
-from extender.transport.app import create_app
-from extender.transport.strict_objects import (
+from extender.commands.outcomes import EXIT_INPUT
+from extender.kube.strict_objects import (
     AliasRefusedError,
     DuplicateFieldError,
     StrictDecodingError,
@@ -21,6 +20,7 @@ from extender.transport.strict_objects import (
     load_documents,
     unknown_fields,
 )
+from extender.transport.app import create_app
 from tests.support.requirements import missing_requirement
 from tests.support.web import demo_service
 

@@ -15,7 +15,7 @@ import pytest
 
 from extender.service import BindError, ExtenderConfig, NotSyncedError, SchedulingService
 from extender.state.core import Pod, parse_pod
-from extender.state.sources import SourceHealth
+from extender.state.sources import SourceHealth, SourceWithoutWatches
 from extender.state.store import ClusterStore
 from extender.transport.app import create_app
 from tests.support.quota import one_queue_objects as quota_objects
@@ -24,7 +24,7 @@ from tests.support.scenarios import cluster_queue, gpu_pod
 NODES = ["on-demand-0", "on-demand-1"]
 
 
-class ManualSource:
+class ManualSource(SourceWithoutWatches):
     """A source whose lists arrive when the test says so, like a LiveSource's watchers one by one."""
 
     description = "manual test source"

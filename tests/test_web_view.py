@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 import yaml
 
-from extender.cli import demo_snapshot_text
+from extender.commands.assembly import demo_snapshot_text
 from extender.decisions.ranking import Ranking
 from extender.reports.devices import node_json
 from extender.reports.queues import borrowing, queue_rows, queues_json

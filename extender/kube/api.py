@@ -232,6 +232,25 @@ class KubeApi:
             )
         return response
 
+    def exchange(
+        self, method: str, path: str, *, body: Any = None, timeout: float = CONNECT_TIMEOUT_SECONDS
+    ) -> tuple[int, bytes]:
+        """One request whose every HTTP answer comes back as (status, body), error statuses included, within
+        `timeout` to connect and again to read: for a caller that reads the statuses itself (the kubectl plugin
+        going through the API server's service proxy, where a 404 may be the extender's own answer). Network
+        failures are raised as urllib3 raises them."""
+        payload = orjson.dumps(body) if body is not None else None
+        extra = {"Content-Type": "application/json"} if payload is not None else None
+        response = self._pool.request(
+            method,
+            self.host + path,
+            body=payload,
+            headers=self._headers(extra),
+            timeout=urllib3.Timeout(connect=min(timeout, CONNECT_TIMEOUT_SECONDS), read=timeout),
+            retries=False,
+        )
+        return response.status, response.data or b""
+
     def get_json(self, path: str, *, query: Mapping[str, str] | None = None, read_timeout: float | None = 60.0) -> Any:
         response = self.request("GET", path, query=query, read_timeout=read_timeout)
         try:

@@ -36,16 +36,19 @@ Every error is one line ``error: ...`` on stderr with the exit codes of ``dra-ex
 usage, 3 bad input (a file, a kubeconfig), 4 unreachable (API server, extender), 5 refused (not found, an error
 status), 141 stdout closed.
 
-The service, the explanation and its table come from ``extender.cli`` and the diagnostics renderers it uses;
-this package only adds kubectl's conventions, the API reads and the service proxy:
+The service and its exit codes come from ``extender.commands`` (the composition root ``dra-extender`` uses too),
+the reports and the explanation's table from ``extender.reports``; the plugin never imports ``extender.transport``
+(an import contract keeps it so). This package only adds kubectl's conventions, the API reads and the service
+proxy:
 
 * ``arguments``: the command line (kubectl's flags before or after the subcommand);
 * ``kubeconfig``: which kubeconfig file and namespace, as kubectl resolves them;
-* ``cluster``: raw requests to the API server of a kubeconfig context;
-* ``source``, ``remote``, ``local``, ``fallback``: where the answer comes from (an extender over HTTP, a
-  service computed in-process, the first with the second as fallback);
+* ``cluster``: requests to the API server of a kubeconfig context (through kube/api.py KubeApi);
+* ``answer_source``, ``remote``, ``local``, ``fallback``: where the answer comes from (an extender's diagnostics
+  API, through the Service proxy or ``--server``; a service computed in-process; the first with the second as
+  fallback);
 * ``rendering``, ``podgroup_rendering``: kubectl-style tables, JSON and YAML;
-* ``command``: the entry point tying them together; ``plugin_errors``: what ends the command, and how.
+* ``command``: the entry point tying them together; ``plugin_errors``: nobody behind the Service.
 """
 
 from extender.kubectl_plugin.command import main

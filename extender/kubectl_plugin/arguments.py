@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from extender.cli import ArgumentParser, server_url
+from extender.commands.diagnostics_client import server_url
+from extender.commands.outcomes import ArgumentParser
 
 PROG = "kubectl dra-quota"
 DEFAULT_SERVICE = "kube-system/dra-quota-scheduler-metrics:9090"

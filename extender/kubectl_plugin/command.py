@@ -8,38 +8,39 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from extender import cli
+from extender.commands.assembly import SourceSpec
+from extender.commands.diagnostics_client import DiagnosticsClient, url_sender
+from extender.commands.outcomes import InputError, UsageError, one_shot_logging, run_reporting_errors
+from extender.commands.pod_file import PodFile, load_pod_file, parse_input_pod
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.arguments import build_parser
 from extender.kubectl_plugin.cluster import Cluster
 from extender.kubectl_plugin.fallback import FallbackExtender
 from extender.kubectl_plugin.kubeconfig import context_namespace, kubeconfig_path
-from extender.kubectl_plugin.local import LocalExtender, source_args
-from extender.kubectl_plugin.plugin_errors import InputError, UsageError
+from extender.kubectl_plugin.local import LocalExtender
 from extender.kubectl_plugin.podgroup_rendering import render_podgroup
-from extender.kubectl_plugin.remote import HttpExtender, service_sender, url_sender
+from extender.kubectl_plugin.remote import service_sender
 from extender.kubectl_plugin.rendering import emit, render_explanation, render_node, render_queues
 
 
 def open_extender(args: argparse.Namespace, cluster: Cluster | None) -> Extender:
     """The source of the answer, in the order of the package docstring: --server, --snapshot, the cluster."""
     if args.server:
-        return HttpExtender(url_sender(args.server, args.request_timeout), args.server.rstrip("/"))
+        return DiagnosticsClient(url_sender(args.server, args.request_timeout), args.server.rstrip("/"))
     if args.snapshot:
-        return LocalExtender(source_args(snapshot=args.snapshot), args.config, live=False)
+        return LocalExtender(SourceSpec(snapshot=args.snapshot), args.config)
     assert cluster is not None
     kubeconfig = kubeconfig_path(args.kubeconfig)
 
     def local() -> Extender:
         return LocalExtender(
-            source_args(kubeconfig=kubeconfig, context=args.context, request_timeout=args.request_timeout),
+            SourceSpec(kubeconfig=kubeconfig or "", context=args.context, request_timeout=args.request_timeout),
             args.config,
-            live=True,
         )
 
     if args.local:
         return local()
-    remote = HttpExtender(service_sender(cluster, args.service), f"service {args.service}")
+    remote = DiagnosticsClient(service_sender(cluster, args.service), f"service {args.service}")
     return FallbackExtender(remote, local)
 
 
@@ -51,7 +52,7 @@ def _connect(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
     answer), but its namespace is resolved as a named pod's."""
     offline = bool(args.server or args.snapshot)
     kubeconfig = kubeconfig_path(args.kubeconfig)
-    named_pod = args.command == "explain" and not getattr(args, "filename", None)
+    named_pod = args.command == "explain" and not args.filename
     wants_cluster_pod = named_pod and (not offline or (args.server and kubeconfig is not None))
     if offline and not wants_cluster_pod:
         namespace = args.namespace
@@ -67,13 +68,13 @@ def _connect(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
 
 def _pod_to_explain(
     args: argparse.Namespace, cluster: Cluster | None, namespace: str | None
-) -> tuple[dict[str, Any], cli.PodFile | None]:
+) -> tuple[dict[str, Any], PodFile | None]:
     """The manifest of ``-f FILE`` (decoded strictly; in the namespace when it names none) with the file, else
     the pod read from the cluster."""
     if args.filename:
-        pod_file = cli.load_pod_file(args.filename)
+        pod_file = load_pod_file(args.filename)
         pod = pod_file.pod
-        cli.parse_input_pod(pod, args.filename)
+        parse_input_pod(pod, args.filename)
         if namespace:
             pod.setdefault("metadata", {}).setdefault("namespace", namespace)
         return pod, pod_file
@@ -92,7 +93,7 @@ def _explain(
     extender = source()
     if isinstance(extender, LocalExtender):
         return extender.explain_named(namespace, args.pod)
-    assert isinstance(extender, HttpExtender)
+    assert isinstance(extender, DiagnosticsClient)
     report = extender.last_decision(namespace, args.pod)
     print(f"note: {LAST_DECISION_NOTE}", file=sys.stderr)
     return report
@@ -128,5 +129,5 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    cli.one_shot_logging()
-    return cli.run_reporting_errors(lambda: run(args))
+    one_shot_logging()
+    return run_reporting_errors(lambda: run(args))

@@ -6,21 +6,21 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from extender.cli import PodFile
+from extender.commands.diagnostics_client import DiagnosticsClient
+from extender.commands.pod_file import PodFile
 from extender.kubectl_plugin.answer_source import Extender
 from extender.kubectl_plugin.plugin_errors import NoExtenderBehindServiceError
-from extender.kubectl_plugin.remote import HttpExtender
 
 LOCAL_NOTE = (
     "computed locally from a live read of the cluster: the running extender's in-flight reservations are not included"
 )
 
 
-class FallbackExtender(Extender):
+class FallbackExtender:
     """The in-cluster extender through its Service; on NoExtenderBehindServiceError, a LocalExtender (built
     once, on demand)."""
 
-    def __init__(self, remote: HttpExtender, local: Callable[[], Extender]) -> None:
+    def __init__(self, remote: DiagnosticsClient, local: Callable[[], Extender]) -> None:
         self._remote = remote
         self._make_local = local
         self._local: Extender | None = None

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from extender.cli import check_kubeconfig_file
-from extender.kubectl_plugin.plugin_errors import InputError
+from extender.commands.assembly import check_kubeconfig_file
+from extender.commands.outcomes import InputError
 
 
 def kubeconfig_path(explicit: str | None) -> str | None:

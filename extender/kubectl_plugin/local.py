@@ -2,66 +2,61 @@
 
 from __future__ import annotations
 
-import argparse
-from collections import Counter
 from typing import Any
 
-from extender import cli
-from extender.cli import PodFile
-from extender.kubectl_plugin.answer_source import Extender
-from extender.kubectl_plugin.plugin_errors import InputError, RefusedError, podgroup_unknown
+from extender.commands.assembly import SourceSpec, build_service, wait_ready
+from extender.commands.diagnostics_client import podgroup_unknown
+from extender.commands.outcomes import InputError, RefusedError
+from extender.commands.pod_file import PodFile, add_objects_beside, note_gates_off
+from extender.reports.decisions import decision_json
+from extender.reports.devices import node_json
+from extender.reports.podgroups import podgroup_json
+from extender.reports.pods import failure_reasons
+from extender.reports.queues import queues_json
 from extender.service import load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
 
 
-class LocalExtender(Extender):
-    """A service of our own over a cluster source, built by extender.cli exactly as `dra-extender explain`
-    builds it; it reserves nothing."""
+class LocalExtender:
+    """A service of our own over a cluster source, built by the composition root exactly as `dra-extender
+    explain` builds it; it reserves nothing."""
 
-    def __init__(self, source_args: argparse.Namespace, config_file: str | None, live: bool) -> None:
+    def __init__(self, spec: SourceSpec, config_file: str | None) -> None:
         config = load_config(config_file)
-        self._service = cli._build_service(source_args, config)
-        if live:
+        self._service = build_service(spec, config)
+        if spec.live:
             try:
-                cli.wait_ready(self._service)
+                wait_ready(self._service)
             except BaseException:
                 self._service.stop()  # its watch threads would keep the process from exiting
                 raise
 
     def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
-        from extender.reports.decisions import decision_json
-
         try:
             parsed = parse_pod(pod)
         except ObjectError as error:
             raise InputError(f"pod: {error.describe()}") from None
         if pod_file is not None:
-            cli.add_objects_beside(self._service, pod_file, parsed.namespace)
+            add_objects_beside(self._service, pod_file, parsed.namespace)
         report = decision_json(self._service.explain(parsed))
-        cli.note_gates_off(self._service, parsed.group_key)
+        note_gates_off(self._service, parsed.group_key)
         return report
 
     def explain_named(self, namespace: str, name: str) -> dict[str, Any]:
         """A pod of the source's own cluster (a snapshot's pods), by name: no API server needed."""
-        from extender.reports.decisions import decision_json
-
         pod = self._service.snapshot().pods.get(f"{namespace}/{name}")
         if pod is None:
             raise RefusedError(f'pods "{name}" not found in namespace "{namespace}"')
         report = decision_json(self._service.explain(pod))
-        cli.note_gates_off(self._service, pod.group_key)
+        note_gates_off(self._service, pod.group_key)
         return report
 
     def queues(self) -> dict[str, Any]:
-        from extender.reports.queues import queues_json
-
         view = self._service.quota_view()
         return queues_json(view, self._service.unplaced_workloads(view.snapshot), self._service.uncharged_pods())
 
     def node(self, name: str) -> dict[str, Any]:
-        from extender.reports.devices import node_json
-
         report = node_json(self._service.snapshot(), name)
         if report is None:
             raise RefusedError(f'node "{name}" is not known')
@@ -72,22 +67,18 @@ class LocalExtender(Extender):
         no decision and holds nothing (no hold, no attempt): each pending member is explained now instead
         (``what-if``, reserving nothing), and the first one's answer is the group's verdict (``verdictNow``):
         deciding a member of a gang decides the group as a whole (docs/gangs.md)."""
-        from extender.reports.podgroups import podgroup_json
-
         group_key = f"{namespace}/{name}"
         status = self._service.gang_status(namespace, name)
         if status is None:
             raise RefusedError(podgroup_unknown(namespace, name))
         report = podgroup_json(status, self._service.group_claims(namespace, name))
-        cli.note_gates_off(self._service, group_key)
+        note_gates_off(self._service, group_key)
         report["verdictNow"] = self._what_if_members(report["members"])
         return report
 
     def _what_if_members(self, members: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Fill each pending member's verdict with an explanation computed now; the first one's, as the group's
         verdict: ``{"pod", "fits", "refusal"}`` (None when no member is pending)."""
-        from extender.reports.decisions import decision_json
-
         snapshot = self._service.snapshot()
         verdict: dict[str, Any] | None = None
         for member in members:
@@ -111,11 +102,5 @@ class LocalExtender(Extender):
 
 def _common_reason(nodes: list[dict[str, Any]]) -> str:
     """The reason most failing nodes give (the web view's pod list shows the same)."""
-    reasons = Counter(node.get("reason") or node.get("category", "") for node in nodes if not node["passed"])
-    return reasons.most_common(1)[0][0] if reasons else "no node to run on"
-
-
-def source_args(**values: Any) -> argparse.Namespace:
-    """The source flags extender.cli's service builder reads."""
-    defaults = {"snapshot": None, "kubeconfig": None, "in_cluster": False, "context": None}
-    return argparse.Namespace(**{**defaults, "request_timeout": cli.DEFAULT_REQUEST_TIMEOUT_SECONDS, **values})
+    reasons = failure_reasons(nodes)
+    return reasons[0][0] if reasons else "no node to run on"

@@ -241,8 +241,8 @@ class SchedulingService:
         """Why verdicts cannot be given now ("" when the view is complete): the same test as /readyz. A source
         that can tell it cheaply (LiveSource.ready_for_verdicts) is asked first: health() builds a report over
         every watched collection, and this runs on every call of every verb."""
-        quick = getattr(self.source, "ready_for_verdicts", None)
-        if quick is not None and quick(self.config.source.verdict_grace_seconds) and self.store.snapshot().synced:
+        quick = self.source.ready_for_verdicts(self.config.source.verdict_grace_seconds)
+        if quick and self.store.snapshot().synced:
             return ""
         health = self.source.health()
         if not health.ready:
@@ -484,7 +484,7 @@ class SchedulingService:
         not_leading = self.leadership() if self.leadership is not None else ""
         if not_leading:
             raise NotLeadingError(not_leading)
-        if getattr(self.source, "follows_changes", False):
+        if self.source.follows_changes:
             await_named_claims(self.store, snapshot, pod)
         identity = pod_id(pod)
         with self.reservations.lock:

@@ -7,6 +7,7 @@ import threading
 
 from flask import Blueprint, Response, current_app, request
 
+from extender.kube import strict_objects
 from extender.reports.decisions import decision_json
 from extender.reports.devices import node_json
 from extender.reports.queues import queues_json
@@ -14,7 +15,6 @@ from extender.service import SchedulingService
 from extender.service.config import DiagnosticsSection
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
-from extender.transport import strict_objects
 from extender.transport.request_io import current_service, error_response, json_response, request_body
 from extender.transport.wire import WireError
 

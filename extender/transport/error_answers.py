@@ -8,9 +8,10 @@ import uuid
 from flask import Response, current_app, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
+from extender.reports.answers import DIAGNOSTICS_ELSEWHERE, DIAGNOSTICS_ELSEWHERE_MESSAGE
 from extender.transport.logs import current_request_id
 from extender.transport.request_io import error_response, json_response
-from extender.transport.wire import DIAGNOSTICS_ELSEWHERE, DIAGNOSTICS_ELSEWHERE_MESSAGE, WireError
+from extender.transport.wire import WireError
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,7 @@ def livez() -> Response:
     if oldest > settings.stuck_request_seconds:
         problems.append(f"a scheduling request has been in flight for {oldest:.0f}s")
     # The cluster view heals from whatever the API server does; only a thread of it that ended needs a restart.
-    view_problem = getattr(service.source, "liveness_problem", None)
-    if view_problem is not None and (problem := view_problem()):
+    if problem := service.source.liveness_problem():
         problems.append(problem)
     probe = current_app.extensions.get("dra_self_probe")
     if probe is not None:

@@ -89,9 +89,8 @@ class _StateCollector(Collector):
         view = service.quota_view()
         yield from _reservation_families(service, view)
         yield from _health_families(service.health())
-        stats = getattr(service.source, "stats_dicts", None)
-        if stats is not None:
-            yield from _watch_families(stats())
+        if stats := service.source.stats_dicts():  # a source without watches has none
+            yield from _watch_families(stats)
         yield _thread_cpu_family()
         yield from _background_families(self.foreground)
         yield GaugeMetricFamily(

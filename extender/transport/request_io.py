@@ -10,8 +10,8 @@ import yaml
 from flask import Response, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from extender.kube import strict_objects
 from extender.service import SchedulingService
-from extender.transport import strict_objects
 from extender.transport.metrics import ExtenderMetrics
 from extender.transport.wire import WireError
 

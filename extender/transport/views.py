@@ -31,6 +31,7 @@ import yaml
 from flask import Blueprint, Response, current_app, redirect, render_template, request, url_for
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from extender.kube import strict_objects
 from extender.reports.decisions import decision_json
 from extender.reports.devices import DEVICE_STATES, device_grid, flavor_group, node_json
 from extender.reports.pods import (
@@ -46,7 +47,6 @@ from extender.reports.quantities import quantity_text
 from extender.reports.queues import borrowing, cohort_tree, queue_rows, queues_json, quota_bar
 from extender.state.core import Pod, parse_pod
 from extender.state.errors import ObjectError
-from extender.transport import strict_objects
 from extender.transport.diagnostics_auth import TOKEN_COOKIE, login_page
 from extender.transport.diagnostics_routes import explain_limits
 from extender.transport.request_io import current_service

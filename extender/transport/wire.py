@@ -23,14 +23,6 @@ from extender.state.core import Pod, parse_pod, pod_identity
 from extender.state.errors import ObjectError
 from extender.state.fields import type_name
 
-# The reason of a 404 for /diagnostics or /ui on a listener that does not serve them (the deployment's metrics
-# listener on the pod IP): the kubectl plugin, reaching it through the Service proxy, computes locally instead.
-DIAGNOSTICS_ELSEWHERE = "DiagnosticsNotServedHere"
-DIAGNOSTICS_ELSEWHERE_MESSAGE = (
-    "this listener does not serve /diagnostics (they are on the diagnostics listener, loopback in the deployment: "
-    "kubectl port-forward)"
-)
-
 
 class WireError(ValueError):
     """The request does not follow the extender protocol; answered with 400 and this message."""

@@ -179,7 +179,7 @@ def test_demo_pod_manifest_round_trip(demo):
 def test_first_look_after_make_run(browser, screenshots):
     """The demo as `make run` serves it, nothing asked yet: the Pods page lists the cluster's pods, one of them
     opens with the what-if whose example names a real LocalQueue and, submitted as it is, ranks the nodes."""
-    from extender.cli import demo_snapshot_text
+    from extender.commands.assembly import demo_snapshot_text
     from tests.support.web import service_for_text
 
     service = service_for_text(demo_snapshot_text())

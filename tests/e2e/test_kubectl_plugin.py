@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extender.cli import EXIT_REFUSED
+from extender.commands.outcomes import EXIT_REFUSED
 from tests.e2e.cluster import wait_until
 from tests.e2e.scenarios import (  # the scenario fixtures and helpers, shared
     GPU,

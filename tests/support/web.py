@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from werkzeug.serving import make_server
 
-from extender.cli import demo_snapshot_text
+from extender.commands.assembly import demo_snapshot_text
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.core import parse_pod
 from extender.state.sources import SnapshotSource

@@ -36,7 +36,7 @@ def write_snapshot(
 ) -> int:
     """List every kind once and write multi-document YAML; returns the number of objects written."""
     if isinstance(source_config, LiveSource):
-        config = source_config.config
+        config = source_config.api_config
         configmap = kueue_configmap or source_config.kueue_configmap
     else:
         config = source_config

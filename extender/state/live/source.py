@@ -64,7 +64,7 @@ class LiveSource:
         backoff_max_seconds: float = 30.0,
         description: str = "",
     ) -> None:
-        self.config = api_client_config
+        self.api_config = api_client_config
         self.kueue_configmap = kueue_configmap
         self.stale_grace_seconds = stale_grace_seconds
         self.kueue_recheck_seconds = kueue_recheck_seconds
@@ -102,7 +102,7 @@ class LiveSource:
             if self._supervisor is not None:
                 raise RuntimeError("LiveSource.start() called twice")
             self._store = store
-            self._api = KubeApi(self.config)
+            self._api = KubeApi(self.api_config)
             self._started_at = time.monotonic()
             self._supervisor = threading.Thread(target=self._supervise, name="live-source", daemon=True)
         store.set_synced(False)
@@ -143,7 +143,7 @@ class LiveSource:
                 return SourceHealth(False, "not started")
             if self._discovery is None:
                 detail = self._discovery_error or "in progress"
-                return SourceHealth(False, f"discovering API resources at {self.config.host}: {detail}")
+                return SourceHealth(False, f"discovering API resources at {self.api_config.host}: {detail}")
             watchers = list(self._watchers.values())
             kueue_enabled = self._kueue_enabled
             kueue_pending = sorted(self._kueue_pending)
@@ -176,7 +176,7 @@ class LiveSource:
             retired = sorted(self._retired.values())
         if problems:
             return SourceHealth(False, "; ".join(problems), freshness, longest)
-        message = f"watching {len(watchers)} resources at {self.config.host}"
+        message = f"watching {len(watchers)} resources at {self.api_config.host}"
         if not kueue_enabled:
             message += f"; {KUEUE_ABSENT_MESSAGE}"
         if retired:
@@ -221,7 +221,7 @@ class LiveSource:
 
     def binder(self) -> Binder:
         """A Binder on the same API server and credentials; callable as (namespace, pod, uid, node)."""
-        return Binder(self.config)
+        return Binder(self.api_config)
 
     def api_changes(self) -> dict[str, int]:
         """Per collection (plural), how often it moved to another served version or was retired."""
@@ -253,7 +253,7 @@ class LiveSource:
                 message = f"{type(error).__name__}: {error}"
                 with self._lock:
                     self._discovery_error = message
-                log.warning("API discovery at %s failed: %s; retrying", self.config.host, message)
+                log.warning("API discovery at %s failed: %s; retrying", self.api_config.host, message)
                 self._stopping.wait(backoff.next())
                 continue
             self._apply_discovery(discovery, initial=True)
@@ -382,7 +382,7 @@ class LiveSource:
         }
         log.info(
             "API server %s serves %s",
-            self.config.host,
+            self.api_config.host,
             ", ".join(f"{group}/{version}" for group, version in sorted(versions.items())) or "no extension APIs",
         )
         if not discovery.dra_available:
