@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from extender.service.pod_facts import CLAIM_CATCH_UP_SECONDS
+from extender.service.service import CLAIM_CATCH_UP_SECONDS
 from extender.state.core import parse_pod
 from testkit import builders as b
 from tests.support.quota import base_objects

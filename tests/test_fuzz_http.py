@@ -29,9 +29,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extender.decisions.scheduling import needs_our_decision
 from extender.service import ExtenderConfig
 from extender.service.config import BindSection, LimitsSection
-from extender.service.pod_facts import needs_our_decision
 from extender.state.core import parse_pod
 from extender.transport.app import create_app
 from testkit import builders as b

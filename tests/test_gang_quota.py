@@ -338,7 +338,7 @@ def test_a_hold_a_previous_process_kept_rejoins_its_attempt_before_any_reconcile
     assert kept == [(hold_id("team-a/train"), hold_id("team-a/train"), "team-a", {OD: 8})]
     restarted = gang(8, clock=clock)
     add_members(restarted, 4)
-    restarted.gangs = GangAttempts(2.0)  # what a new process starts with
+    restarted.gangs = restarted.views.gangs = GangAttempts(2.0)  # what a new process starts with
     for uid, key, queue, charges in kept:
         restarted.reservations.restore(uid, key, queue, charges, 4.0)
     restarted.quota_view()

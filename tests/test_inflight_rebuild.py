@@ -32,7 +32,7 @@ def test_restarted_service_counts_a_nominated_pod_on_its_node() -> None:
     service = engine_for([*quota_objects(nominal=2), *nominated("first", NODES[0])])
     view = service.quota_view()
     assert view.provisional == {KEY: 2} and view.usage == {}, "the nominated pod's two GPUs are charged on its node"
-    assert service.provisional_index.unbound()["team-a/first"].node == NODES[0]
+    assert service.views.provisional_index.unbound()["team-a/first"].node == NODES[0]
     second = service.filter(parse_pod(gpu_pod("second", template="two")), NODES)
     assert not second.passed, "quota 2 is taken by the pod being bound"
     assert {v.category for v in second.verdicts.values()} == {"quota-exhausted"}

@@ -609,7 +609,7 @@ def test_a_reconcile_looks_only_at_the_reservations_whose_pods_changed(monkeypat
     reconcile asks about the new ones and those whose pod, or an allocated claim naming it, changed since the
     last; everything when a ResourceSlice changed (pools and their nodes); the expired ones once the earliest
     TTL has passed. What it lets go is what a look at every reservation would."""
-    import extender.service.service as service_module
+    import extender.service.view_builder as service_module
 
     asked: list[str] = []
     real_state = service_module.reservation_state
@@ -738,9 +738,9 @@ def test_the_view_keeper_waits_for_the_next_change_while_the_view_is_incomplete(
         engine.store.apply("Pod", "MODIFIED", gpu_pod("p1", node_name="on-demand-0", claim_statuses={"gpu": "p1-gpu"}))
         engine.store.set_synced(True)
         deadline = time.monotonic() + 5
-        while engine._reconciled_version != engine.store.version and time.monotonic() < deadline:
+        while engine.views.reconciled_version != engine.store.version and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert engine._reconciled_version == engine.store.version
+        assert engine.views.reconciled_version == engine.store.version
         assert len(asked) <= 8 and asked[-1] == ""
     finally:
         engine.stop()

@@ -252,7 +252,7 @@ def test_an_update_that_changes_nothing_we_read_keeps_the_quota_view():
     objects = one_queue_objects()
     service = engine_for(objects)
     view = service.quota_view()
-    recomputes = service.usage_index.full_recomputes
+    recomputes = service.views.usage_index.full_recomputes
     (queue,) = [o for o in objects if o.get("kind") == "ClusterQueue"]
     with_status = {
         **queue,
@@ -263,7 +263,7 @@ def test_an_update_that_changes_nothing_we_read_keeps_the_quota_view():
     assert after.context is view.context
     # Kueue's own view is kept apart from the spec, for the drift report
     assert after.snapshot.queue_status["team-a"].usage == {("on-demand", "x"): Fraction(3)}
-    assert service.usage_index.full_recomputes == recomputes
+    assert service.views.usage_index.full_recomputes == recomputes
     service.store.apply("ClusterQueue", "MODIFIED", cluster_queue("team-a", {"on-demand": {"nominal": 6}}, cohort=None))
     assert service.quota_view().context is not view.context
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
-from extender.decisions.devices.extended_resources import ExtendedRequests, resolve_extended
+from extender.decisions.devices.extended_resources import ExtendedRequests, is_dra_backed, resolve_extended
 from extender.decisions.devices.feasibility import DeviceOutcomes, device_outcomes, unknown_node
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_claims import PodClaims, resolve_pod_claims
@@ -56,6 +56,12 @@ class DecisionOptions:
     features: Features = DEFAULT_FEATURES
     # The workload-aware scheduling gates (config `features:` too); see decisions/gang/features.py.
     workload: WorkloadFeatures = WORKLOAD_FEATURES_OFF
+
+
+def needs_our_decision(pod: Pod, snapshot: ClusterSnapshot) -> bool:
+    """Pods without claims, without a queue and without a DRA-backed extended resource pass every known node:
+    nothing to reserve or record. An extended resource a DeviceClass backs is a claim in all but name."""
+    return bool(pod.claims) or bool(pod_queue_name(pod.labels)) or is_dra_backed(snapshot.device_classes, pod)
 
 
 def pod_strategy(pod: Pod, options: DecisionOptions) -> str:

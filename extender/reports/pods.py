@@ -14,9 +14,9 @@ import yaml
 
 from extender.decisions.quota.attribution import cluster_queue_of
 from extender.decisions.quota.context import QuotaContext
+from extender.decisions.scheduling import needs_our_decision
 from extender.reports.decisions import decision_summary
 from extender.service import DecisionRecord
-from extender.service.pod_facts import needs_our_decision
 from extender.state.core import Pod
 from extender.state.kueue.local_queue import QUEUE_NAME_LABEL
 from extender.state.snapshot import ClusterSnapshot

@@ -13,9 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from extender.decisions.quota.attribution import cluster_queue_of
 from extender.decisions.quota.context import QuotaContext
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.preemption_oracle import Holder, HolderLookup
+from extender.decisions.quota.workload_holds import own_workload
+from extender.state.core import Pod
 from extender.state.indexes.usage import ClaimUsage
 from extender.state.reservations import QuotaKey, Reservation
 from extender.state.snapshot import ClusterSnapshot
@@ -66,6 +69,12 @@ class QuotaView:
     @property
     def governed(self) -> bool:
         return self.context.enabled and bool(self.context.cluster_queues)
+
+    def own_workload_key(self, pod: Pod) -> str:
+        """The admitted Workload whose hold the pod's charge replaces (decisions/quota/workload_holds.py
+        own_workload), "" when none."""
+        workload = own_workload(self.snapshot, pod, cluster_queue_of(pod, self.context))
+        return workload.key if workload is not None else ""
 
     def ledger_excluding(self, pod_id: str, pod_key: str = "", workload: str = "") -> QuotaLedger:
         """The ledger without the pod's own charge: its reservation, the usage counted for it on a node it is

@@ -15,25 +15,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from fractions import Fraction
-from functools import partial
-from operator import is_
+from dataclasses import dataclass
+from typing import Any
 
 from extender.decisions.caches import DecisionCaches
+from extender.decisions.devices.pod_claims import named_claims_not_in_view
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.pod_decision import PodDecision
-from extender.decisions.quota.attribution import claim_usage, pending_charges, pod_usage, provisional_usage
-from extender.decisions.quota.context import QUOTA_KINDS, QuotaContext, build_quota_context
-from extender.decisions.quota.ledger import QuotaLedger
-from extender.decisions.quota.preemption_oracle import Holder
-from extender.decisions.quota.workload_holds import (
-    admitted_quota_by_pod_set,
-    governed_resources,
-    holds_with_reservations,
-    pod_set_hold,
-)
+from extender.decisions.quota.context import QuotaContext
 from extender.decisions.ranking import Ranking, score_nodes
-from extender.decisions.scheduling import decide_pod
+from extender.decisions.scheduling import decide_pod, needs_our_decision
+from extender.memo import BoundedMemo
 from extender.service.bind_proofs import BindProofs
 from extender.service.config import ExtenderConfig
 from extender.service.drift import (
@@ -50,15 +42,12 @@ from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.leadership import Leadership
 from extender.service.parking import ParkedPods
-from extender.service.pod_facts import await_named_claims, needs_our_decision, own_workload_key, pod_id
-from extender.service.quota_view import QuotaView, add_amounts
-from extender.service.reconciliation import GonePods, pods_to_reconcile, reservation_state
-from extender.state.bookings import CLAIM, POD, BookingMemory, booking_of_charges, gone_from_view
+from extender.service.quota_context_cache import QuotaContextCache
+from extender.service.quota_view import QuotaView
+from extender.service.view_builder import CaughtUp, QuotaViewBuilder, book_pod
+from extender.state.bookings import BookingMemory
 from extender.state.core import Pod
-from extender.state.indexes.admission_holds import AdmissionHoldIndex
-from extender.state.indexes.usage import UsageIndex
 from extender.state.kueue.local_queue import pod_queue_name
-from extender.state.kueue.workload import Workload
 from extender.state.podgroups.podgroup import PodGroup
 from extender.state.reservation_journal import ReservationJournal
 from extender.state.reservations import QuotaKey, Reservation, ReservationLedger
@@ -71,10 +60,41 @@ log = logging.getLogger(__name__)
 Binder = Callable[[str, str, str, str], None]  # (namespace, pod name, pod uid, node)
 
 
-_QUOTA_KINDS_IN_ORDER = tuple(sorted(QUOTA_KINDS))
-
 # How long the view keeper waits for a change before looking again whether it is stopping.
 VIEW_KEEPER_IDLE_SECONDS = 1.0
+# How long filter waits for a claim the pod names to reach the view (await_named_claims).
+CLAIM_CATCH_UP_SECONDS = 0.5
+
+
+def pod_id(pod: Pod) -> str:
+    """The key of a pod's reservation, its history and its bind proof: its UID (a pod re-created under the same
+    name is another pod), or its name when a request carries no UID."""
+    return pod.uid or pod.key
+
+
+def await_named_claims(store: ClusterStore, snapshot: ClusterSnapshot, pod: Pod) -> None:
+    """Give a watch that is behind kube-scheduler's informer a moment to deliver the claims the pod names
+    (pod_claims.named_claims_not_in_view: kube-scheduler has them, or it would not have asked), at most
+    CLAIM_CATCH_UP_SECONDS, instead of refusing every node for a claim that exists: a pod refused so waits in
+    kube-scheduler's unschedulable pool, and the claim's creation, which would move it back, has already
+    happened. For a source that follows the cluster only; a claim still missing after that is refused."""
+    deadline = time.monotonic() + CLAIM_CATCH_UP_SECONDS
+    while named_claims_not_in_view(snapshot, pod) and (left := deadline - time.monotonic()) > 0:
+        store.wait_for_change(snapshot.version, left)
+        snapshot = store.snapshot()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStats:
+    """What /metrics reports of the service besides the quota view, read at once (transport/metrics.py)."""
+
+    released: Mapping[str, int]  # reservations let go, by reason
+    parked: int  # pods refused since the last requeue
+    requeues: int
+    restored: int  # reservations taken over from the journal at start
+    restored_released: Mapping[str, int]  # of those, let go, by reason
+    restored_held: int  # of those, still held
+    memos: tuple[BoundedMemo[Any, Any], ...]  # the decisions' caches (decisions/caches.py)
 
 
 class SchedulingService:
@@ -91,56 +111,68 @@ class SchedulingService:
         keep_view_current: bool = False,
         leadership: Leadership | None = None,
     ) -> None:
+        # Set here, never replaced: the source filling the store, the store (its own lock), the binder of a live
+        # source, the options of every decision.
         self.source = source
         self.config = config
         self.store = store if store is not None else ClusterStore()
         self.binder = binder
         self.options = config.decisions
+        # The decisions' caches and the device matcher over them: keyed on values, shared by every thread.
         self.caches = DecisionCaches()
         self.matcher = DeviceMatcher(self.caches)
-        self.usage_index = UsageIndex()  # updated from the snapshot's change list, see state/indexes/usage.py
-        # the preemption oracle's holders of bound pods' usage, per usage-index answer (service/quota_view.py)
-        self.holder_memo: dict[tuple[QuotaKey, int], tuple[object, dict[str, Holder]]] = {}
-        self.admission_holds = AdmissionHoldIndex()  # fed by the usage index, see state/indexes/admission_holds.py
-        # Placed pods' charges usage does not show yet (decisions/quota/attribution.py provisional_usage), kept
-        # the same way.
-        self.provisional_index = UsageIndex()
         # With a journal (state/reservation_journal.py), the ledger outlives this process: kube-scheduler may
-        # still be binding pods it promised quota to, with nothing of that visible in the API server yet.
+        # still be binding pods it promised quota to, with nothing of that visible in the API server yet. The
+        # ledger's lock (`reservations.lock`) is THE lock of a verb's critical section: everything below marked
+        # "under the reservation lock" is written only while it is held.
         self.journal = journal
         self.reservations = ReservationLedger(config.reservations.ttl_seconds, clock=clock, sink=journal)
-        # The queue and flavors each pod and allocated claim was charged in (state/bookings.py), in the journal
-        # next to the reservations.
+        # Under the reservation lock: the queue and flavors each pod and allocated claim was charged in
+        # (state/bookings.py), in the journal next to the reservations; each gang's attempt and its hold
+        # (service/gang_attempts.py).
         self.bookings = BookingMemory(sink=journal)
-        self._reconciled_version = -1  # the snapshot the last reconcile saw (-1: none; the next looks at all)
-        self.gangs = GangAttempts(  # service/gang_attempts.py
+        self.gangs = GangAttempts(
             config.reservations.gang_window_seconds, composites=self.options.workload.composite_pod_group
         )
-        self._reconciled_snapshot: ClusterSnapshot | None = None
-        self.gone_pods = GonePods()  # pods the view showed deleted: a reservation for one is let go
+        # The quota context of the newest snapshot (its own lock: pages read it without the reservation lock).
+        self.contexts = QuotaContextCache(config)
+        # Under the reservation lock: the usage indexes and the reconcile that build each quota view.
+        self.views = QuotaViewBuilder(
+            self.contexts, self.matcher, self.options, self.reservations, self.bookings, self.gangs
+        )
+        # Its own lock: the decisions made, for diagnostics, prioritize and bind.
         self.history = DecisionHistory(config.diagnostics.history, config.diagnostics.history_node_verdicts)
-        # what bind checks first: the extender's own filter passed the pod on the node (kept while bind is on)
+        # Its own lock: what bind checks first, that the extender's own filter passed the pod on the node.
         self.bind_proofs = BindProofs(max_age_seconds=config.bind.filter_max_age_seconds, clock=clock)
-        self.released_reservations: dict[str, int] = {}  # release reason -> count, for metrics
-        self.restored_reservations = 0  # taken over from the journal at start
-        # Of those, the pods whose reservation has not been let go yet, and how the others were let go: one
-        # "expired" is quota held for a pod that never came (an alert in docs/monitoring.md).
+        # Under the reservation lock, for metrics: reservations let go by reason; taken over from the journal at
+        # start; of those, how they were let go (one "expired" is quota held for a pod that never came: an alert
+        # in docs/monitoring.md).
+        self.released_reservations: dict[str, int] = {}
+        self.restored_reservations = 0
         self.restored_released: dict[str, int] = {}
-        self._context_lock = threading.Lock()
-        # What the quota context was built from: the quota kinds' dicts of its snapshot (see quota_context) and
-        # whether Kueue was on.
-        self._context_sources: list[Mapping[str, object]] = []
-        self._context_kueue_enabled = False
-        self._context: QuotaContext | None = None
-        # Pods refused for quota or devices since the last requeue (service/parking.py): when a later view shows
-        # either freed, `requeue` (kube/requeue.py) wakes them (kube-scheduler may see no event for it).
+        # Under the reservation lock: pods refused for quota or devices since the last requeue
+        # (service/parking.py); when a later view shows either freed, `requeue` (kube/requeue.py) wakes them
+        # (kube-scheduler may see no event for it), counted in `requeues`.
         self.requeue = requeue
         self.parked = ParkedPods()
-        self._stopping = threading.Event()
         self.requeues = 0
+        self._stopping = threading.Event()
+        # Set here: whether a thread keeps the view current between calls (serve of a live cluster), and why this
+        # extender must not reserve now ("" when it may: another scheduler replica leads).
         self.keep_view_current = keep_view_current
-        # Why this extender must not reserve now ("" when it may): another scheduler replica leads.
         self.leadership = leadership
+
+    def stats(self) -> ServiceStats:
+        with self.reservations.lock:
+            return ServiceStats(
+                released=dict(self.released_reservations),
+                parked=self.parked.count,
+                requeues=self.requeues,
+                restored=self.restored_reservations,
+                restored_released=dict(self.restored_released),
+                restored_held=self.reservations.restored_held(),
+                memos=tuple(self.caches.memos()),
+            )
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -229,10 +261,9 @@ class SchedulingService:
         parked pods requeued when that freed room."""
         with self.reservations.lock:
             snapshot = self.snapshot()
-            context, usage, expired = self._caught_up(snapshot)
+            caught = self._caught_up(snapshot)
             if self.parked.count:  # the lagging-view case (service/parking.py) needs no verb to wait for
-                view = self._view(snapshot, context, usage, self.reservations.totals())
-                self._requeue_if_freed(view, expired)
+                self._requeue_if_freed(self.views.view(snapshot, caught), caught.expired)
 
     def health(self) -> SourceHealth:
         return self.source.health()
@@ -267,22 +298,8 @@ class SchedulingService:
         return self.store.snapshot()
 
     def quota_context(self, snapshot: ClusterSnapshot) -> QuotaContext:
-        """Rebuilt only when a Kueue object, a Namespace or the ConfigMap changed: a snapshot shares a kind's dict
-        with the one before unless an object of that kind changed, so the very dicts the context was built from
-        mean the same objects. They are held, not their id()s, which a freed dict would lend to a new one."""
-        sources = [snapshot.objects[kind] for kind in _QUOTA_KINDS_IN_ORDER]
-        with self._context_lock:
-            if (
-                self._context is None
-                or snapshot.kueue_enabled != self._context_kueue_enabled
-                or not all(map(is_, sources, self._context_sources))
-            ):
-                self._context = build_quota_context(
-                    snapshot, self.config.quota.device_class_mappings, self.config.kueue_config
-                )
-                self._context_sources = sources
-                self._context_kueue_enabled = snapshot.kueue_enabled
-            return self._context
+        """The quota context of `snapshot` (service/quota_context_cache.py), without the reservation lock."""
+        return self.contexts.get(snapshot)
 
     def quota_view(self) -> QuotaView:
         """The one quota view: reservations reconciled against the snapshot it is built from."""
@@ -293,61 +310,15 @@ class SchedulingService:
         # The snapshot is taken under the lock: one taken before it may predate a binding that another thread's
         # reconcile has since turned from a reservation into usage, and would then count neither.
         snapshot = self.snapshot()
-        context, usage, expired = self._caught_up(snapshot)
-        view = self._view(snapshot, context, usage, self.reservations.totals())
-        self._requeue_if_freed(view, expired)
+        caught = self._caught_up(snapshot)
+        view = self.views.view(snapshot, caught)
+        self._requeue_if_freed(view, caught.expired)
         return view
 
-    def _caught_up(self, snapshot: ClusterSnapshot) -> tuple[QuotaContext, Mapping[QuotaKey, Fraction], bool]:
-        """The quota context, usage and the reservations brought to `snapshot` (caller holds the reservation
-        lock): the indexes apply the snapshot's changes since they last looked, the ledger lets go of what they
-        show bound, finished or deleted, or what expired (the third value: whether any did)."""
-        context = self.quota_context(snapshot)
-        matcher = self.matcher
-        reconciled = self._reconciled_version
-        changes = snapshot.changes_since(reconciled) if 0 <= reconciled <= snapshot.version else None
-        gone_pods, gone_claims = gone_from_view(self._reconciled_snapshot, snapshot, changes)
-        self.bookings.gone(POD, gone_pods)
-        for uid in gone_claims:
-            self.bookings.forget(CLAIM, uid)
-        rebooked_pods, rebooked_claims = self.bookings.take_changed()
-        bookings = self.bookings.view()
-        usage = self.usage_index.totals(
-            snapshot,
-            context,
-            lambda at, pod: pod_usage(at, pod, context, matcher=matcher, bookings=bookings),
-            lambda at, claim: claim_usage(at, claim, context, matcher=matcher, bookings=bookings),
-            touched_pods=rebooked_pods,
-            touched_claims=rebooked_claims,
-        )
-        for uid, booking in self.usage_index.take_bookings().items():
-            # what usage charged is what the claim keeps while allocated (no re-attribution needed)
-            self.bookings.book_once(CLAIM, uid, booking, notify=False)
-        pending = self._pending_demand
-        self.provisional_index.totals(
-            snapshot,
-            context,
-            lambda at, pod: provisional_usage(at, pod, context, pending, matcher=matcher, bookings=bookings),
-            touched_pods=rebooked_pods,
-        )
-        # Only the reservations whose pods changed since the last reconcile can change state (and new ones).
-        touched = pods_to_reconcile(snapshot, changes)
-        self.gone_pods.record(self._reconciled_snapshot, snapshot, changes)
-        self._reconciled_version = snapshot.version
-        self._reconciled_snapshot = snapshot
-        pod_keys, pod_uids = touched if touched is not None else (None, ())
-        if self.options.workload.gangs:
-            self.gangs.adopt(snapshot, self.reservations)  # before a reconcile could take a hold for a pod's
-        released = self.reservations.reconcile(
-            partial(reservation_state, snapshot, gone=self.gone_pods), pod_keys=pod_keys, pod_uids=pod_uids
-        )
-        if self.options.workload.gangs:
-            released += self.gangs.settle(snapshot, self.reservations)
-            for uid, pod_key, cluster_queue, charges in self.gangs.take_bookings():
-                self._book(uid, pod_key, cluster_queue, charges, "")
-        self._count_released(released)
-        expired = any(why == "expired" for _, why in released)
-        return context, usage, expired
+    def _caught_up(self, snapshot: ClusterSnapshot) -> CaughtUp:
+        caught = self.views.caught_up(snapshot)
+        self._count_released(caught.released)
+        return caught
 
     def _count_released(self, released: list[tuple[Reservation, str]]) -> None:
         for reservation, why in released:
@@ -361,62 +332,6 @@ class SchedulingService:
             self.requeues += 1
             self.requeue()
 
-    def _view(
-        self,
-        snapshot: ClusterSnapshot,
-        context: QuotaContext,
-        usage: Mapping[QuotaKey, Fraction],
-        reserved: Mapping[QuotaKey, Fraction],
-    ) -> QuotaView:
-        admitted_holds, workload_holds = self._admission_holds(snapshot, context)
-        # What placed pods are about to hold that usage does not show yet, for pods this process holds no
-        # reservation of (a reservation covers its pod until the allocation shows: never counted twice).
-        reserved_pods = self.reservations.pod_keys()
-        unbound = {
-            key: counted.amounts
-            for key, counted in self.provisional_index.unbound().items()
-            if key not in reserved_pods
-        }
-        provisional: dict[QuotaKey, Fraction] = {}
-        for amounts in unbound.values():
-            for quota_key, amount in amounts:
-                provisional[quota_key] = provisional.get(quota_key, Fraction(0)) + amount
-        charged = add_amounts(usage, reserved, provisional, admitted_holds)
-        return QuotaView(
-            snapshot=snapshot,
-            context=context,
-            usage=usage,
-            reserved=reserved,
-            reservations_by_pod=self.reservations.by_pod(),
-            ledger=QuotaLedger.from_usage(context.tree, charged),
-            charged=charged,
-            at=self.reservations.now(),
-            admitted_holds=admitted_holds,
-            workload_holds=workload_holds,
-            unbound_usage=unbound,
-            provisional=provisional,
-            charged_pods=self.usage_index.charged_pods,
-            holder_memo=self.holder_memo,
-            claim_entries=self.usage_index.claim_entries,
-        )
-
-    def _admission_holds(
-        self, snapshot: ClusterSnapshot, context: QuotaContext
-    ) -> tuple[Mapping[QuotaKey, Fraction], Mapping[str, Mapping[QuotaKey, Fraction]]]:
-        """What admitted Workloads hold beyond their pods' usage (the index, per event) and reservations."""
-        governed: frozenset[str] | None = None
-
-        def admitted(workload: Workload) -> Mapping[str, Mapping[QuotaKey, Fraction]]:
-            nonlocal governed
-            if workload.admission is None:
-                return {}
-            if governed is None:
-                governed = governed_resources(context, snapshot.device_classes)
-            return admitted_quota_by_pod_set(workload, context, governed)
-
-        holds = self.admission_holds.refresh(snapshot, context, self.usage_index, admitted, pod_set_hold)
-        return holds_with_reservations(holds.totals, holds.by_workload, self.reservations.workload_totals())
-
     def unplaced_workloads(self, snapshot: ClusterSnapshot) -> list[UnplacedWorkload]:
         """Admitted Workloads whose pods are not bound, with the node-level reason (service/drift.py)."""
         return unplaced_workloads(snapshot, lambda pod: self.explain(pod))
@@ -429,7 +344,7 @@ class SchedulingService:
         group = view.snapshot.pod_groups.get(f"{namespace}/{name}")
         found = []
         for claim_name in sorted(group.claim_names() if group is not None else ()):
-            entry = self.usage_index.claim_entry(f"{namespace}/{claim_name}")
+            entry = self.views.usage_index.claim_entry(f"{namespace}/{claim_name}")
             if entry is not None:
                 found.append((f"{namespace}/{claim_name}", entry))
         return allocated_claims(found)
@@ -437,20 +352,7 @@ class SchedulingService:
     def uncharged_pods(self) -> list[UnchargedPod]:
         """Placed pods part of whose usage could not be charged, with why (service/drift.py), as of the last
         quota view."""
-        return uncharged_pods(self.usage_index.charge_errors())
-
-    def _pending_demand(
-        self, snapshot: ClusterSnapshot, pod: Pod, node: str, context: QuotaContext
-    ) -> dict[str, Fraction]:
-        return pending_charges(
-            snapshot,
-            pod,
-            node,
-            context,
-            self.matcher,
-            budget=self.options.search_budget,
-            features=self.options.features,
-        )
+        return uncharged_pods(self.views.usage_index.charge_errors())
 
     def stored_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> Pod | None:
         """The view's copy of a pod, when it is the very version asked about (transport/wire.py
@@ -501,7 +403,7 @@ class SchedulingService:
             elif decision.reservation:
                 # In the view already: a deletion before the next reconcile must release it (not wait for the TTL).
                 in_view = view.snapshot.pods.get(pod.key)
-                workload = own_workload_key(view, pod)
+                workload = view.own_workload_key(pod)
                 self.reservations.reserve(
                     identity,
                     pod.key,
@@ -649,11 +551,7 @@ class SchedulingService:
             self.reservations.confirm(identity, node)
 
     def _book(self, uid: str, pod_key: str, cluster_queue: str, charges: Iterable[QuotaKey], workload: str) -> None:
-        """Remember the queue and flavors a pod was given quota in (state/bookings.py): its usage stays there once
-        it is bound, whatever its labels say then and whichever other flavors its node is in."""
-        booking = booking_of_charges(cluster_queue, charges, pod_key, workload)
-        if booking is not None and uid:
-            self.bookings.book(POD, uid, booking)
+        book_pod(self.bookings, uid, pod_key, cluster_queue, charges, workload)
 
     # --- the one call into the decisions ------------------------------------------------------------------------
 
@@ -671,7 +569,7 @@ class SchedulingService:
         governed = view is not None and view.governed and bool(pod_queue_name(pod.labels))
         ledger = holders = None
         if governed and view:
-            workload = own_workload_key(view, pod)
+            workload = view.own_workload_key(pod)
             ledger = view.ledger_excluding(pod_id(pod), pod.key, workload)
             holders = view.holders_lookup(pod.key, workload)
         need = None
@@ -698,4 +596,4 @@ class SchedulingService:
 
     def _gang_group(self, view: QuotaView, pod: Pod) -> PodGroup | None:
         enabled = self.options.workload.gangs and bool(pod.pod_group)
-        return gang_group(view, pod, own_workload_key(view, pod)) if enabled else None
+        return gang_group(view, pod, view.own_workload_key(pod)) if enabled else None

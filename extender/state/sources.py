@@ -34,7 +34,7 @@ class ClusterSource(Protocol):
 
     - description: names the cluster in messages ("live cluster at https://...", "snapshot FILE");
     - follows_changes: the store changes under the verbs (a claim a pod names may arrive after the pod:
-      service/pod_facts.py await_named_claims waits for it);
+      service/service.py await_named_claims waits for it);
     - api_config: the API client configuration of a live source (the diagnostics' TokenReviews and the CLI's
       journal identity use its API server), None otherwise;
     - start/stop/health: fill the store and say how current it is (readiness, freshness, broken watches);

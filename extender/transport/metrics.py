@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from extender.reports.queues import queue_rows
 from extender.service import QuotaView, SchedulingService
+from extender.service.service import ServiceStats
 from extender.state.sources import SourceHealth
 from extender.transport.foreground import ForegroundWork
 from extender.transport.thread_cpu import thread_cpu_seconds
@@ -87,42 +88,43 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         service = self.service
         view = service.quota_view()
-        yield from _reservation_families(service, view)
+        stats = service.stats()
+        yield from _reservation_families(stats, view)
         yield from _health_families(service.health())
-        if stats := service.source.stats_dicts():  # a source without watches has none
-            yield from _watch_families(stats)
+        if watches := service.source.stats_dicts():  # a source without watches has none
+            yield from _watch_families(watches)
         yield _thread_cpu_family()
         yield from _background_families(self.foreground)
         yield GaugeMetricFamily(
             "dra_extender_state_version", "Change counter of the cluster view.", value=view.snapshot.version
         )
-        yield from _memo_families(service)
+        yield from _memo_families(stats)
         yield from _quota_families(view)
 
 
-def _reservation_families(service: SchedulingService, view: QuotaView) -> Iterator[Metric]:
+def _reservation_families(stats: ServiceStats, view: QuotaView) -> Iterator[Metric]:
     """Quota reservations held, let go and restored, and the pods parked for a requeue."""
     yield GaugeMetricFamily(
         "dra_extender_reservations_held", "Pods holding a quota reservation.", value=len(view.reservations)
     )
     yield _per_label(
         CounterMetricFamily("dra_extender_reservations_released", "Reservations let go, by reason.", labels=["reason"]),
-        service.released_reservations,
+        stats.released,
     )
     yield GaugeMetricFamily(
         "dra_extender_parked_pods",
         "Refusals for quota or devices since the last requeue: pods that wait for one (service/parking.py).",
-        value=service.parked.count,
+        value=stats.parked,
     )
     yield CounterMetricFamily(
         "dra_extender_requeues",
         "Requeues asked for because quota or devices freed up for pods the extender refused (requeue).",
-        value=service.requeues,
+        value=stats.requeues,
     )
     yield GaugeMetricFamily(
         "dra_extender_reservations_restored",
         "Reservations taken over from the previous process's journal at start (reservations.journal).",
-        value=service.restored_reservations,
+        value=stats.restored,
     )
     yield _per_label(
         CounterMetricFamily(
@@ -130,12 +132,12 @@ def _reservation_families(service: SchedulingService, view: QuotaView) -> Iterat
             "Restored reservations let go, by reason: 'expired' held quota for a pod never seen bound or deleted.",
             labels=["reason"],
         ),
-        service.restored_released,
+        stats.restored_released,
     )
     yield GaugeMetricFamily(
         "dra_extender_reservations_restored_held",
         "Reservations taken over from the previous process's journal still held (not yet bound, gone or expired).",
-        value=service.reservations.restored_held(),
+        value=stats.restored_held,
     )
 
 
@@ -195,10 +197,10 @@ def _background_families(foreground: ForegroundWork) -> Iterator[Metric]:
         yield CounterMetricFamily(name, help_text, value=getattr(foreground, counter))
 
 
-def _memo_families(service: SchedulingService) -> Iterator[Metric]:
+def _memo_families(stats: ServiceStats) -> Iterator[Metric]:
     memo_entries = GaugeMetricFamily("dra_extender_memo_entries", "Entries held per memo.", labels=["memo"])
     memo_clears = CounterMetricFamily("dra_extender_memo_clears", "Wholesale clears of a full memo.", labels=["memo"])
-    for memo in service.caches.memos():
+    for memo in stats.memos:
         memo_entries.add_metric([memo.name], len(memo))
         memo_clears.add_metric([memo.name], memo.clears)
     yield memo_entries

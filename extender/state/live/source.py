@@ -47,7 +47,7 @@ KUEUE_RETIRED_MESSAGE = "Kueue CRDs no longer served: quota features off, Kueue 
 class LiveSource:
     """List+watch of every kind the extender reads; implements extender.state.sources.ClusterSource."""
 
-    follows_changes = True  # the store changes under the verbs (service._await_named_claims waits for it)
+    follows_changes = True  # the store changes under the verbs (service/service.py await_named_claims waits for it)
 
     def __init__(
         self,
