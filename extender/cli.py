@@ -202,7 +202,7 @@ def source_spec(args: argparse.Namespace) -> SourceSpec:
         kubeconfig=args.kubeconfig or "",
         in_cluster=args.in_cluster,
         snapshot=args.snapshot or "",
-        request_timeout=getattr(args, "request_timeout", DEFAULT_REQUEST_TIMEOUT_SECONDS),
+        request_timeout=args.request_timeout,
     )
 
 
@@ -277,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("json", "text"),
         help="json: one JSON object per line (default, overrides logging.format); text: lines for people",
     )
-    serve.set_defaults(handler=cmd_serve)
+    serve.set_defaults(handler=cmd_serve, request_timeout=DEFAULT_REQUEST_TIMEOUT_SECONDS)  # serve probes nothing
 
     explain = sub.add_parser("explain", help="rank every node for a pod and say why")
     explain.add_argument("pod", metavar="POD.yaml", help="the pod (YAML or JSON; - for stdin)")

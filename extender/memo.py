@@ -1,6 +1,19 @@
-"""The one bounded memo every index and cache of the extender is built on.
+"""The bounded memo every cache of cluster-derived values is built on, and the extender's memo policy.
 
-All of them follow the same two rules, so a reader checks them once:
+The policy (tests/test_memo_policy.py keeps it true):
+
+- **Values derived from cluster objects** (device views, selector verdicts, CEL programs, flavor partitions:
+  anything whose keys a cluster can multiply) live in a `BoundedMemo`, held by an owner the service can name
+  (decisions/caches.py `DecisionCaches`, a QuotaContext) and exported in /metrics.
+- **Pure parsers of a string** (a quantity, a semantic version, a regular expression, a CEL literal check) may use
+  `functools.lru_cache` with an explicit `maxsize`: no cluster state, nothing to invalidate, bounded.
+- **Values fixed for the process's life** (the installed client's models, the package version) may use
+  `functools.cache`: their key space is closed; the test lists them.
+- Two caches are neither, each with one entry or a bound of its own and a comment saying why: the quota context
+  of the newest snapshot (service/quota_context_cache.py, rebuilt when its sources change) and the preemption
+  oracle's holders per usage answer (service/view_builder.py `holder_memo`, cleared past MAX_HOLDER_MEMO).
+
+Every BoundedMemo follows the same two rules, so a reader checks them once:
 
 - **Eviction**: a memo holds at most `max_entries` values; a write that finds it full clears it wholesale first.
   Values are keyed by object identity (a Device, a NodeDevices list, a Node) that a watch event retires by

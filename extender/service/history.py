@@ -44,8 +44,8 @@ class DecisionHistory:
     """Thread-safe (cachetools caches are not: an eviction racing a write raises).
 
     A full history evicts its oldest record for every new pod, and letting go of a record frees its decision:
-    a verdict per node asked, long-lived objects out of the CPU caches by then. In a 1000-node burst under the
-    real kube-scheduler that took about 6% of filter's CPU, inside kube-scheduler's serial cycle. So `record`
+    a verdict per node asked, long-lived objects out of the CPU caches by then, inside kube-scheduler's serial
+    cycle (measured in docs/performance.md, "State and decisions"). So `record`
     only moves evicted records aside, and a background thread lets go of them (`release_evicted`: the view
     keeper, between verbs); at most EVICTED_KEPT wait, past that the verb's thread lets go of them itself."""
 

@@ -5,7 +5,7 @@ A pod with one claim and one ExactCount request (the commonest shape) gets the s
 previous pod of its shape until the node's allocations or devices change; kube-scheduler then asks about every
 node again. Upstream's scheduler plugin asks the allocator per node on every cycle
 (pkg/scheduler/framework/plugins/dynamicresources, Filter); remembering the answers per shape, and dropping
-only the nodes a snapshot's change list names (state/store.py NODE_CHANGE_KINDS), keeps a pod's per-node cost
+only the nodes a snapshot's change list names (state/snapshot.py NODE_CHANGE_KINDS), keeps a pod's per-node cost
 to a dict copy on the common path (devices/pod_allocator.py settle_remembered). The answers are persistent maps
 (immutables.Map): a binding drops its node and a filter adds what it found in O(log n) each, so in the largest
 clusters, where kube-scheduler asks about a sample of the nodes (5 % at 65,000), a call costs what its sample
@@ -80,7 +80,7 @@ def _without(entries: immutables.Map[str, V], names: Iterable[str]) -> immutable
 class SettledNodes(NamedTuple):
     """The commonest pod's remembered answers for one request shape and (class, selectors), node by node, as
     of one snapshot (PodAllocator.settle_remembered). A later snapshot keeps those of the nodes its change list
-    does not name (state/store.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
+    does not name (state/snapshot.py NODE_CHANGE_KINDS) while the versions of pools spanning nodes stay as they
     were: one lookup per node, no per-node version checks. The nodes that can take the pod and the full ones
     are kept apart, so that a pod asked about every remembered node (kube-scheduler asks about all of them)
     gets its allocations as one copy of `allocations`, with no Python work per node; `scores` groups those

@@ -1,8 +1,9 @@
 """Live cluster state from an API server through list+watch (the `--kubeconfig` / `--in-cluster` sources).
 
 Sits in the state layer: it fills a ClusterStore and knows nothing of decisions or HTTP serving. The
-transport layer builds a LiveSource with `from_kubeconfig` or `in_cluster`, reads `health()` and `stats()`,
-and uses `write_snapshot` for `dra-extender snapshot`. The API client itself (KubeApi, Binder) lives in
+composition root (commands/assembly.py build_service) builds a LiveSource with `from_kubeconfig` or
+`in_cluster`; the service and transport read it through the ClusterSource protocol (state/sources.py), and
+`dra-extender snapshot` uses `write_snapshot`. The API client itself (KubeApi, Binder) lives in
 extender/kube/ and is imported from there.
 """
 

@@ -20,6 +20,7 @@ import re
 from cel_expr_python import cel
 
 from extender.decisions.devices.cel import analysis
+from extender.decisions.devices.cel import cost as cel_cost
 from extender.decisions.devices.cel.checked_ast import decode_checked, encode_checked
 from extender.decisions.devices.cel.device_activation import ActivationCache, DeviceDataError, activation_for
 from extender.decisions.devices.cel.environment import environments
@@ -161,7 +162,7 @@ def _compile(expression: str) -> CompiledSelector:
             where = analysis.location(expression, error.offset)
             message = f"compilation failed: {where}: {error.message}" if where else error.message
             raise SelectorError(expression, message, "compile") from None
-        cost = analysis.estimate_cost(checked)
+        cost = cel_cost.estimate_cost(checked)
         if cost > MAX_COST:
             raise SelectorError(
                 expression,
@@ -178,7 +179,7 @@ def _compile(expression: str) -> CompiledSelector:
 
 
 def _format_cost(cost: float) -> str:
-    return "more than 9.2e18" if cost >= analysis.UNBOUNDED else str(int(cost))
+    return "more than 9.2e18" if cost >= cel_cost.UNBOUNDED else str(int(cost))
 
 
 ProgramCache = BoundedMemo[str, CompiledSelector | SelectorError]
