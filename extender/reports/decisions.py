@@ -161,3 +161,15 @@ def decision_summary(record: DecisionRecord) -> dict[str, Any]:
         "commonReason": reason,
         "commonReasonNodes": count,
     }
+
+
+def ranked_nodes(decision: Mapping[str, Any]) -> list[tuple[int | None, dict[str, Any]]]:
+    """The decision report's nodes with their rank (1 for the best passing node; None for a failing one):
+    decision_json lists passing nodes by score, then failing ones."""
+    rank = 0
+    ranked: list[tuple[int | None, dict[str, Any]]] = []
+    for node in decision["nodes"]:
+        if node["passed"]:
+            rank += 1
+        ranked.append((rank if node["passed"] else None, node))
+    return ranked

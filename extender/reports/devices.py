@@ -309,3 +309,8 @@ def device_grid(
         shown.append(GridNode(node_group, name, cells, counts))
     groups = sorted(summaries.values(), key=lambda s: (s.name == NO_FLAVOR, s.name))
     return DeviceGrid(groups, shown, states)
+
+
+def state_counts(report: Mapping[str, Any]) -> Counter[str]:
+    """How many devices of a node report (node_json) are in each state."""
+    return Counter(device["state"] for device in report["devices"])

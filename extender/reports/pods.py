@@ -7,7 +7,7 @@ values read elsewhere (the snapshot, the decision history); nothing here decides
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import yaml
@@ -130,3 +130,8 @@ def pod_manifest(pod: Pod) -> str:
 
 def failure_reasons(nodes: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
     return Counter(node.get("reason") or node.get("category", "") for node in nodes if not node["passed"]).most_common()
+
+
+def status_counts(entries: Sequence[PodEntry]) -> tuple[Counter[str], int]:
+    """How many pods of each status the Pods page lists, and how many of them this process has decided."""
+    return Counter(entry.status for entry in entries), sum(1 for entry in entries if entry.record is not None)

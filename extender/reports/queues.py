@@ -248,3 +248,31 @@ def cohort_tree(paths: Mapping[str, tuple[str, ...]]) -> tuple[list[CohortNode],
         assert current is not None
         current.queues.append(queue)
     return sorted(roots.values(), key=lambda c: c.name), alone
+
+
+@dataclass(frozen=True, slots=True)
+class QueuesPage:
+    """The web view's queues page from one quota view: the queues report, a bar per quota row by ClusterQueue,
+    the cohort forest, who borrows from whom, and the reservations by ClusterQueue then pod (the table is read
+    per queue)."""
+
+    report: dict[str, Any]
+    bars: dict[str, list[dict[str, Any]]]
+    roots: list[CohortNode]
+    alone: list[str]
+    borrowing: list[Borrowing]
+    reservations: list[dict[str, Any]]
+
+
+def queues_page(view: QuotaView) -> QueuesPage:
+    report = queues_json(view)
+    numbers_rows = queue_rows(view)
+    bars: dict[str, list[dict[str, Any]]] = {}
+    for cq_name, flavor, resource, numbers in numbers_rows:
+        bars.setdefault(cq_name, []).append({"flavor": flavor, "resource": resource, "bar": quota_bar(numbers)})
+    tree = view.context.tree
+    paths = {name: tree.cohort_path(name) for name in view.context.cluster_queues}
+    roots, alone = cohort_tree(paths)
+    borrowed = borrowing(numbers_rows, {name: path[-1] for name, path in paths.items() if path})
+    reservations = sorted(report["reservations"], key=lambda r: (r["clusterQueue"], r["pod"]))
+    return QueuesPage(report, bars, roots, alone, borrowed, reservations)

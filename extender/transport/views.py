@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -32,19 +31,20 @@ from flask import Blueprint, Response, current_app, redirect, render_template, r
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from extender.kube import strict_objects
-from extender.reports.decisions import decision_json
-from extender.reports.devices import DEVICE_STATES, device_grid, flavor_group, node_json
+from extender.reports.decisions import decision_json, ranked_nodes
+from extender.reports.devices import DEVICE_STATES, device_grid, flavor_group, node_json, state_counts
 from extender.reports.pods import (
     STATUS_LABELS,
     failure_reasons,
     pod_entries,
     pod_manifest,
     pod_row,
+    status_counts,
     status_of,
     whatif_example,
 )
 from extender.reports.quantities import quantity_text
-from extender.reports.queues import borrowing, cohort_tree, queue_rows, queues_json, quota_bar
+from extender.reports.queues import queues_page
 from extender.state.core import Pod, parse_pod
 from extender.state.errors import ObjectError
 from extender.transport.diagnostics_auth import TOKEN_COOKIE, login_page
@@ -192,8 +192,7 @@ def pods() -> tuple[str, int]:
     service = current_service()
     snapshot = service.snapshot()
     entries = pod_entries(snapshot, service.history.recent())
-    counts = Counter(entry.status for entry in entries)
-    decided = sum(1 for entry in entries if entry.record is not None)
+    counts, decided = status_counts(entries)
     page = paginate(entries, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", PODS_PER_PAGE))
     context, now = service.quota_context(snapshot), time.time()
     page = replace(page, items=[pod_row(entry, context, now) for entry in page.items])
@@ -201,15 +200,9 @@ def pods() -> tuple[str, int]:
 
 
 def _ranking_context(decision: dict[str, Any]) -> dict[str, Any]:
-    nodes = decision["nodes"]
-    rank = 0
-    ranked = []
-    for node in nodes:  # decision_json lists passing nodes by score, then failing ones
-        if node["passed"]:
-            rank += 1
-        ranked.append((rank if node["passed"] else None, node))
+    ranked = ranked_nodes(decision)
     page = paginate(ranked, _int_arg("page", 1, maximum=1 << 30), _int_arg("per", NODE_ROWS_PER_PAGE))
-    return {"decision": decision, "page": page, "reasons": failure_reasons(nodes)}
+    return {"decision": decision, "page": page, "reasons": failure_reasons(decision["nodes"])}
 
 
 @web.get("/pods/<namespace>/<name>")
@@ -358,7 +351,7 @@ def node(name: str) -> tuple[str, int]:
         return _html("web/node.html", 404, name=name, report=None)
     context = service.quota_context(snapshot)
     flavors = sorted(context.flavors.values(), key=lambda f: f.name)
-    counts = Counter(device["state"] for device in report["devices"])
+    counts = state_counts(report)
     return _html(
         "web/node.html",
         name=name,
@@ -375,24 +368,14 @@ def node(name: str) -> tuple[str, int]:
 @web.get("/queues")
 def queues() -> tuple[str, int]:
     view = current_service().quota_view()  # the reservation lock is held while the view is built, not while drawing
-    report = queues_json(view)
-    numbers_rows = queue_rows(view)
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for cq_name, flavor, resource, numbers in numbers_rows:
-        rows.setdefault(cq_name, []).append({"flavor": flavor, "resource": resource, "bar": quota_bar(numbers)})
-    tree = view.context.tree
-    paths = {name: tree.cohort_path(name) for name in view.context.cluster_queues}
-    roots, alone = cohort_tree(paths)
-    borrowed = borrowing(numbers_rows, {name: path[-1] for name, path in paths.items() if path})
-    # Reservations by ClusterQueue, then pod: the table is read per queue.
-    reservations = sorted(report["reservations"], key=lambda r: (r["clusterQueue"], r["pod"]))
+    page = queues_page(view)
     return _html(
         "web/queues.html",
-        report=report,
-        rows=rows,
-        roots=roots,
-        alone=alone,
-        borrowing=borrowed,
-        reservations=reservations,
+        report=page.report,
+        rows=page.bars,
+        roots=page.roots,
+        alone=page.alone,
+        borrowing=page.borrowing,
+        reservations=page.reservations,
         fmt=quantity_text,
     )
