@@ -299,6 +299,9 @@ class LiveSource:
         stopped: list[ResourceWatcher] = []
         moved: list[tuple[Resource, Resource]] = []
         retired: list[Resource] = []
+        # Published (health's "no longer served", kueue_enabled off) only once the store has dropped their objects:
+        # a reader told they are gone must not find them in the next snapshot.
+        retired_reasons: dict[str, str] = {}
         with self._lock:
             if self._stopping.is_set():
                 return
@@ -313,7 +316,7 @@ class LiveSource:
                 self._api_changes[watcher.name] += 1
                 if resource is None:
                     retired.append(watcher.resource)
-                    self._retired[watcher.name] = watcher.resource.describe()
+                    retired_reasons[watcher.name] = watcher.resource.describe()
                 else:
                     moved.append((watcher.resource, resource))
             new = [resource for kind, resource in discovery.resources.items() if kind not in self._watchers]
@@ -335,7 +338,7 @@ class LiveSource:
                 self._initial_kinds = frozenset(r.kind for r in new)
                 self._kueue_enabled = discovery.kueue_available
             elif kueue_retired:
-                self._kueue_enabled = False
+                pass  # kueue_enabled goes off below, once the store has dropped Kueue's objects
             elif new_kueue and not self._kueue_enabled and discovery.kueue_available:
                 self._kueue_pending = new_kueue
             # A kind that went away can no longer hold up the first sync or quota being switched on.
@@ -359,6 +362,11 @@ class LiveSource:
             covered = kueue_retired and resource.info.group == KUEUE_GROUP
             if not covered:
                 log.error("%s is no longer served: not watching it, its objects dropped", resource.describe())
+        if retired_reasons or kueue_retired:
+            with self._lock:
+                self._retired.update(retired_reasons)
+                if kueue_retired:
+                    self._kueue_enabled = False
         for old, new_resource in moved:
             log.warning(
                 "%s is no longer served: watching %s instead (relisting)", old.describe(), new_resource.describe()
