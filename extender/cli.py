@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -24,7 +24,9 @@ from extender.commands.assembly import (
 from extender.commands.diagnostics_client import DiagnosticsClient, server_url, url_sender
 from extender.commands.outcomes import ArgumentParser, CommandError, one_shot_logging, run_reporting_errors
 from extender.commands.pod_file import add_objects_beside, load_pod_file, note_gates_off, parse_input_pod
-from extender.service import ConfigError, ExtenderConfig, SchedulingService, load_config
+
+if TYPE_CHECKING:  # loaded where a command builds a service: an input error is said before (commands/outcomes.py)
+    from extender.service import ExtenderConfig, SchedulingService
 
 log = logging.getLogger("extender")
 
@@ -51,6 +53,8 @@ def _add_config_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from extender.service import load_config
+
     config = load_config(args.config)
     from extender.transport.logs import configure_logging
     from extender.transport.server import ListenError, check_listen_addresses
@@ -159,6 +163,7 @@ def check_exposure(config: ExtenderConfig, listen: str, diagnostics_listen: str)
     but loopback only with client certificates pinned to kube-scheduler's identity (tls.clientCAFile and
     tls.clientNames); the diagnostics and the web view (every tenant's pods, quota and devices) only with
     diagnostics.auth.mode kubernetes. The metrics listener serves only /metrics and the probes."""
+    from extender.service import ConfigError
     from extender.transport.server import is_loopback
 
     tls = config.tls
@@ -179,6 +184,8 @@ def check_exposure(config: ExtenderConfig, listen: str, diagnostics_listen: str)
 
 def _diagnostics_authorizer(service: SchedulingService, config: ExtenderConfig) -> Any:
     """diagnostics.auth.mode kubernetes: tokens reviewed by the API server the live source watches."""
+    from extender.service import ConfigError
+
     if config.diagnostics.auth.mode != "kubernetes":
         return None
     api_config = service.source.api_config
@@ -207,16 +214,18 @@ def source_spec(args: argparse.Namespace) -> SourceSpec:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    pod_file = load_pod_file(args.pod)  # before the service and the reports load: a wrong file is said at once
+    pod = parse_input_pod(pod_file.pod, args.pod)
     from extender.reports.decisions import decision_json
     from extender.reports.text import render_table
 
-    pod_file = load_pod_file(args.pod)
-    pod = parse_input_pod(pod_file.pod, args.pod)
     if args.server:
         report = DiagnosticsClient(url_sender(args.server, args.request_timeout), args.server.rstrip("/")).explain(
             pod_file.pod, pod_file
         )
     else:
+        from extender.service import load_config
+
         config = load_config(args.config)
         one_shot_logging()
         service = build_service(source_spec(args), config)

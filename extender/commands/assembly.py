@@ -13,14 +13,15 @@ import hashlib
 import time
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extender.commands.outcomes import InputError, RefusedError, UnreachableError, is_network_error, network_reason
-from extender.service import ExtenderConfig, SchedulingService
-from extender.service.config import JOURNAL_AUTO
-from extender.service.leadership import Leadership
-from extender.state.reservation_journal import JournalIdentity, ReservationJournal, default_journal_path
-from extender.state.sources import ClusterSource, SnapshotSource
+
+if TYPE_CHECKING:  # imported where a service is built: a command failing on its input has not loaded them
+    from extender.service import ExtenderConfig, SchedulingService
+    from extender.service.leadership import Leadership
+    from extender.state.reservation_journal import JournalIdentity, ReservationJournal
+    from extender.state.sources import ClusterSource
 
 DEMO_SNAPSHOT = "demo/cluster.yaml"
 DEMO_DESCRIPTION = "the embedded demo cluster"
@@ -98,6 +99,8 @@ class _Source:
 
 
 def _open_source(spec: SourceSpec, config: ExtenderConfig, serving: bool) -> _Source:
+    from extender.state.sources import SnapshotSource
+
     if spec.live:
         from extender.state import live
 
@@ -124,6 +127,9 @@ def journal_for(
     """`serve` of a live cluster keeps its reservations on disk (reservations.journal), so a restart next to the
     same kube-scheduler keeps the quota the previous process promised; other commands reserve nothing.
     `cluster`: the API server's address, part of the `auto` journal's name."""
+    from extender.service.config import JOURNAL_AUTO
+    from extender.state.reservation_journal import ReservationJournal, default_journal_path
+
     setting = config.reservations.journal
     if not setting or serve is None:
         return None
@@ -137,6 +143,7 @@ def journal_identity(config: ExtenderConfig, api_config: Any) -> JournalIdentity
     """Whose promises the journal holds: the cluster (its kube-system Namespace's UID), the kube-scheduler (its
     Lease) and a hash of this configuration."""
     from extender.kube.cluster_identity import cluster_uid
+    from extender.state.reservation_journal import JournalIdentity
 
     cluster = cluster_uid(api_config) if api_config is not None else ""
     digest = hashlib.sha256(repr(config).encode()).hexdigest()[:16]
@@ -148,6 +155,7 @@ def _leadership(config: ExtenderConfig, api_config: Any) -> Leadership | None:
     if not config.leader.lease:
         return None
     from extender.kube.scheduler_lease import SchedulerLease
+    from extender.service.leadership import Leadership
 
     reader = SchedulerLease(api_config, config.leader.lease)
     return Leadership(reader, config.leader.identity, stale_seconds=config.leader.stale_seconds)
@@ -160,6 +168,8 @@ def build_service(
     journals its reservations, follows the kube-scheduler Lease and touches the requeue class; otherwise it
     reserves nothing. `start=False` leaves starting to the caller (`serve` starts a live source's watches in the
     forked worker: threads do not survive a fork). A snapshot that holds nothing is refused once started."""
+    from extender.service import SchedulingService
+
     opened = _open_source(spec, config, serving=serve is not None)
     live_serve = serve if opened.binder is not None else None
     requeue = None

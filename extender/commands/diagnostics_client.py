@@ -17,7 +17,7 @@ import orjson
 
 from extender.commands.outcomes import RefusedError, UnreachableError, answer_message, network_reason
 from extender.commands.pod_file import PodFile, note_objects_not_sent
-from extender.kube.api import path_segment
+from extender.kube.paths import path_segment
 
 # send(method, path, body) -> (status, body); raises UnreachableError when no HTTP answer came back
 Sender = Callable[[str, str, Any], tuple[int, bytes]]

@@ -14,11 +14,6 @@ from typing import Any
 
 import orjson
 
-from extender.kube.strict_objects import StrictDecodingError
-from extender.service import ConfigError
-from extender.state.errors import ObjectError
-from extender.state.snapshot_file import SnapshotError
-
 log = logging.getLogger("extender")
 
 EXIT_OK = 0
@@ -76,14 +71,12 @@ def run_reporting_errors(command: Callable[[], int], *, json_logs: Callable[[], 
             return command()
     except CommandError as error:
         return _report(str(error), error.exit_code, json_logs)
-    except (ConfigError, SnapshotError, ObjectError, StrictDecodingError) as error:
-        return _report(str(error), EXIT_INPUT, json_logs)
     except _StdoutClosedError:
         return EXIT_STDOUT_CLOSED
     except KeyboardInterrupt:
         return _report("interrupted", EXIT_INTERRUPTED, json_logs)
     except Exception as error:
-        message, code = describe_other(error)
+        message, code = (str(error), EXIT_INPUT) if is_input_error(error) else describe_other(error)
         return _report(message, code, json_logs)
 
 
@@ -94,6 +87,25 @@ def _report(message: str, code: int, json_logs: Callable[[], bool] | None) -> in
     else:
         print(f"error: {text}", file=sys.stderr)
     return code
+
+
+# The errors that say a file or object given is wrong (exit code 3): (module, class). Looked up among the modules
+# already loaded, so that a command that fails early (a missing file) has not imported the service to say so: an
+# error of a class whose module is not loaded cannot have been raised.
+INPUT_ERRORS = (
+    ("extender.service.config", "ConfigError"),
+    ("extender.state.snapshot_file", "SnapshotError"),
+    ("extender.state.errors", "ObjectError"),
+    ("extender.kube.strict_objects", "StrictDecodingError"),
+)
+
+
+def is_input_error(error: Exception) -> bool:
+    for module_name, class_name in INPUT_ERRORS:
+        module = sys.modules.get(module_name)
+        if module is not None and isinstance(error, getattr(module, class_name)):
+            return True
+    return False
 
 
 def describe_other(error: Exception) -> tuple[str, int]:

@@ -8,14 +8,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from extender.commands.outcomes import InputError
 from extender.kube.strict_objects import ManifestError, first_pod, load_documents
-from extender.service import SchedulingService
 from extender.state.core import Pod, parse_pod
 from extender.state.errors import ObjectError
 from extender.state.kinds import kind_of_document, object_key
+
+if TYPE_CHECKING:  # a command that fails on its input has not loaded the service (commands/outcomes.py)
+    from extender.service import SchedulingService
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import orjson
 import urllib3
@@ -277,10 +277,6 @@ def _causes_of(body: bytes) -> tuple[tuple[str, str], ...]:
         return status_causes(orjson.loads(body))
     except orjson.JSONDecodeError:
         return ()
-
-
-def path_segment(value: str) -> str:
-    return quote(value, safe="")
 
 
 def iter_lines(response: urllib3.BaseHTTPResponse, *, chunk_size: int = 65536) -> Iterator[bytes]:

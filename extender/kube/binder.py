@@ -10,7 +10,8 @@ from __future__ import annotations
 import urllib3
 from kubernetes.client import Configuration
 
-from extender.kube.api import ApiError, KubeApi, path_segment
+from extender.kube.api import ApiError, KubeApi
+from extender.kube.paths import path_segment
 
 
 class BindingError(RuntimeError):

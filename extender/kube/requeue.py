@@ -26,7 +26,8 @@ import orjson
 import urllib3
 from kubernetes.client import Configuration
 
-from extender.kube.api import ApiError, KubeApi, path_segment
+from extender.kube.api import ApiError, KubeApi
+from extender.kube.paths import path_segment
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import urllib3
 
 from extender.commands.assembly import check_kubeconfig_file
 from extender.commands.outcomes import InputError, RefusedError, UnreachableError, answer_message, network_reason
-from extender.kube.api import ApiConfigError, KubeApi, load_kubeconfig, path_segment
+from extender.kube.paths import path_segment
+
+if TYPE_CHECKING:  # the Kubernetes client loads when a kubeconfig is opened, not for a command that needs none
+    from extender.kube.api import KubeApi
 
 
 class Cluster:
@@ -18,15 +20,19 @@ class Cluster:
     before the command can say so."""
 
     def __init__(self, kubeconfig: str, context: str | None, timeout: float) -> None:
+        from extender.kube.api import ApiConfigError, KubeApi, load_kubeconfig
+
         check_kubeconfig_file(kubeconfig)
         try:
-            self._api = KubeApi(load_kubeconfig(kubeconfig, context=context))
+            self._api: KubeApi = KubeApi(load_kubeconfig(kubeconfig, context=context))
         except ApiConfigError as error:
             raise InputError(str(error)) from None
         self.timeout = timeout
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         """(status, body) of one request; raises UnreachableError when no HTTP answer came back."""
+        import urllib3
+
         try:
             return self._api.exchange(method, path, body=body, timeout=self.timeout)
         except (urllib3.exceptions.HTTPError, OSError) as error:

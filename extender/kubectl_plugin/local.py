@@ -8,14 +8,11 @@ from extender.commands.assembly import SourceSpec, build_service, wait_ready
 from extender.commands.diagnostics_client import podgroup_unknown
 from extender.commands.outcomes import InputError, RefusedError
 from extender.commands.pod_file import PodFile, add_objects_beside, note_gates_off
-from extender.reports.decisions import decision_json
-from extender.reports.devices import node_json
-from extender.reports.podgroups import podgroup_json
-from extender.reports.pods import failure_reasons
-from extender.reports.queues import queues_json
-from extender.service import load_config
 from extender.state.core import parse_pod
 from extender.state.errors import ObjectError
+
+# The service and the reports are imported where an answer is computed: a command that fails on its input (or asks
+# a running extender) does not load them (commands/outcomes.py).
 
 
 class LocalExtender:
@@ -23,6 +20,8 @@ class LocalExtender:
     explain` builds it; it reserves nothing."""
 
     def __init__(self, spec: SourceSpec, config_file: str | None) -> None:
+        from extender.service import load_config
+
         config = load_config(config_file)
         self._service = build_service(spec, config)
         if spec.live:
@@ -33,6 +32,8 @@ class LocalExtender:
                 raise
 
     def explain(self, pod: dict[str, Any], pod_file: PodFile | None = None) -> dict[str, Any]:
+        from extender.reports.decisions import decision_json
+
         try:
             parsed = parse_pod(pod)
         except ObjectError as error:
@@ -45,6 +46,8 @@ class LocalExtender:
 
     def explain_named(self, namespace: str, name: str) -> dict[str, Any]:
         """A pod of the source's own cluster (a snapshot's pods), by name: no API server needed."""
+        from extender.reports.decisions import decision_json
+
         pod = self._service.snapshot().pods.get(f"{namespace}/{name}")
         if pod is None:
             raise RefusedError(f'pods "{name}" not found in namespace "{namespace}"')
@@ -53,10 +56,14 @@ class LocalExtender:
         return report
 
     def queues(self) -> dict[str, Any]:
+        from extender.reports.queues import queues_json
+
         view = self._service.quota_view()
         return queues_json(view, self._service.unplaced_workloads(view.snapshot), self._service.uncharged_pods())
 
     def node(self, name: str) -> dict[str, Any]:
+        from extender.reports.devices import node_json
+
         report = node_json(self._service.snapshot(), name)
         if report is None:
             raise RefusedError(f'node "{name}" is not known')
@@ -67,6 +74,8 @@ class LocalExtender:
         no decision and holds nothing (no hold, no attempt): each pending member is explained now instead
         (``what-if``, reserving nothing), and the first one's answer is the group's verdict (``verdictNow``):
         deciding a member of a gang decides the group as a whole (docs/gangs.md)."""
+        from extender.reports.podgroups import podgroup_json
+
         group_key = f"{namespace}/{name}"
         status = self._service.gang_status(namespace, name)
         if status is None:
@@ -79,6 +88,8 @@ class LocalExtender:
     def _what_if_members(self, members: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Fill each pending member's verdict with an explanation computed now; the first one's, as the group's
         verdict: ``{"pod", "fits", "refusal"}`` (None when no member is pending)."""
+        from extender.reports.decisions import decision_json
+
         snapshot = self._service.snapshot()
         verdict: dict[str, Any] | None = None
         for member in members:
@@ -102,5 +113,7 @@ class LocalExtender:
 
 def _common_reason(nodes: list[dict[str, Any]]) -> str:
     """The reason most failing nodes give (the web view's pod list shows the same)."""
+    from extender.reports.pods import failure_reasons
+
     reasons = failure_reasons(nodes)
     return reasons[0][0] if reasons else "no node to run on"

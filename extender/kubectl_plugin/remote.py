@@ -10,7 +10,7 @@ import orjson
 
 from extender.commands.diagnostics_client import Sender
 from extender.commands.outcomes import UnreachableError, UsageError, answer_message
-from extender.kube.api import path_segment
+from extender.kube.paths import path_segment
 from extender.kubectl_plugin.cluster import Cluster
 from extender.kubectl_plugin.plugin_errors import NoExtenderBehindServiceError
 from extender.reports.answers import DIAGNOSTICS_ELSEWHERE

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.kube.api import ApiError, KubeApi, path_segment
+from extender.kube.api import ApiError, KubeApi
+from extender.kube.paths import path_segment
 from extender.state.kinds import KINDS, RESOURCE_GROUP, KindInfo
 
 log = logging.getLogger(__name__)
