@@ -12,7 +12,7 @@ old for the 1.37 surface. So both come from the Go module proxy, pinned by ``too
 One ``go build`` produces both (they share most packages). With ``-X .../internal/version.version`` helm reports
 its real version (its own Makefile sets it the same way).
 
-promtool (``promtool check rules`` / ``test rules`` on the alert rules, tests/test_monitoring_rules.py) is
+promtool (``promtool check rules`` / ``test rules`` on the alert rules, tests/deploy/test_monitoring_rules.py) is
 ``github.com/prometheus/prometheus/cmd/promtool`` at the module version of a Prometheus release (v0.316.0 is
 Prometheus 3.16.0), pinned by its own ``tools/promtool/go.mod``: Prometheus' module graph (cloud service discovery,
 OpenTelemetry) is far larger than helm's, and in one go.mod it would move helm's dependency versions. Debian's

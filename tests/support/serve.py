@@ -1,5 +1,5 @@
 """`dra-extender serve` as a real process on a small one-flavor cluster, for the tests that drive its server
-over sockets (tests/test_hostile_clients.py, tests/test_direct_http.py)."""
+over sockets (tests/transport/test_hostile_clients.py, tests/transport/test_direct_http.py)."""
 
 from __future__ import annotations
 
