@@ -130,7 +130,11 @@ def test_kueue_uninstalled_retires_its_kinds_and_quota_then_comes_back(
         wait_for(lambda: not source.kueue_enabled, timeout=HEALED_WITHIN_SECONDS, message="Kueue retired")
         health = wait_for(lambda: (h := source.health()) and h.ready and h, message="ready again")
         assert "no longer served, objects dropped: clusterqueues.kueue.x-k8s.io/v1beta2" in health.message
-        snapshot = store.snapshot()
+        # Quota is switched off before the retired kinds are emptied one by one: wait for the last of them.
+        snapshot = wait_for(
+            lambda: (s := store.snapshot()) and not (s.cluster_queues or s.workloads or s.local_queues) and s,
+            message="Kueue's objects dropped",
+        )
         assert not snapshot.kueue_enabled
         assert not snapshot.cluster_queues and not snapshot.workloads and not snapshot.local_queues
         assert not snapshot.queue_status
@@ -182,7 +186,13 @@ def test_an_optional_api_switched_off_is_retired_and_the_rest_stays_ready(
             assert "devicetaintrules.resource.k8s.io/v1alpha3" in health.message
             assert store.snapshot().kueue_enabled  # nothing else switched off
             assert "devicetaintrules" not in source.stats()
-            retired = [r.getMessage() for r in caplog.records if "devicetaintrules" in r.getMessage()]
+
+            # The source drops the kind's objects before it logs the retirement: wait for the line, then count.
+            def logged() -> list[str]:
+                return [r.getMessage() for r in caplog.records if "devicetaintrules" in r.getMessage()]
+
+            wait_for(lambda: any("no longer served" in m for m in logged()), message="the retirement logged")
+            retired = logged()
             assert sum("no longer served" in m for m in retired) == 1
             assert not any(m.startswith("not watching DeviceTaintRule") for m in retired)
             assert_converges(store, server)
