@@ -4,8 +4,8 @@ etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by ``tes
 child processes in a temporary folder, every one listening on 127.0.0.1 at a port chosen at run time. There
 are no kubelets: nodes are API objects that the helpers mark Ready, and ResourceSlices are published through
 the API the way the DRA example driver publishes them. Pods get bound (spec.nodeName) but never run.
-It lives in testkit (not shipped) so that bench/e2e_bench.py shares it without importing tests/;
-tests/e2e/cluster.py re-exports it for the tests.
+It lives in testkit (not shipped) so that the tests and bench/e2e_bench.py share it (bench/ imports nothing
+from tests/).
 """
 
 from __future__ import annotations

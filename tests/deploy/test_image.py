@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import free_port
+from testkit.control_plane import free_port
 from tests.support.paths import ROOT
 from tests.support.requirements import missing_requirement
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit.control_plane import ControlPlane, start_control_plane
 from testkit.go import build_env, locate_go
 from tests.e2e import build
-from tests.e2e.cluster import ControlPlane, start_control_plane
 from tests.support.paths import ROOT
 from tools import build as tools_build
 

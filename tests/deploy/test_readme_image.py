@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.control_plane import free_port
 from tests.deploy.test_image import PODMAN, image, podman  # noqa: F401  (image: the module-scoped build fixture)
 from tests.deploy.test_readme import block_with, commands, readme
-from tests.e2e.cluster import free_port
 
 pytestmark = pytest.mark.image
 

@@ -46,7 +46,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import (
+from testkit.control_plane import (
     LOOPBACK,
     Component,
     ControlPlane,

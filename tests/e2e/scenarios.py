@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEVICE_CLASS, ControlPlane, pod_manifest, wait_until
+from testkit.control_plane import DEVICE_CLASS, ControlPlane, pod_manifest, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 
 GPU = "example.com/gpu"  # the quota resource the deviceClassMapping maps gpu.example.com to

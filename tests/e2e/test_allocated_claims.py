@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import wait_until
+from testkit.control_plane import wait_until
 from tests.e2e.scenarios import QUOTA_EXHAUSTED, SCHEDULE_TIMEOUT, SYNC_TIMEOUT, Scenario, exactly, extender_get
 from tests.e2e.test_gang_scenarios import GangScenario, gang_plane, gangs, setup_queue
 

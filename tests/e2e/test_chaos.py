@@ -43,7 +43,7 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import (
+from testkit.control_plane import (
     LOOPBACK,
     Component,
     ControlPlane,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.cluster import DEVICE_CLASS, DRIVER, ControlPlane, gpu_claim_template, pod_manifest
+from testkit.control_plane import DEVICE_CLASS, DRIVER, ControlPlane, gpu_claim_template, pod_manifest
 
 pytestmark = pytest.mark.e2e
 

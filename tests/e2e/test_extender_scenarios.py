@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.e2e.cluster import DRIVER, wait_until
+from testkit.control_plane import DRIVER, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     GPU,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import wait_until
+from testkit.control_plane import wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     QUEUE_LABEL,

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from extender.cli import EXIT_REFUSED
-from tests.e2e.cluster import wait_until
+from testkit.control_plane import wait_until
 from tests.e2e.scenarios import (  # the scenario fixtures and helpers, shared
     GPU,
     QUOTA_EXHAUSTED,

@@ -33,7 +33,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import ControlPlane, pod_manifest, wait_until
+from testkit.control_plane import ControlPlane, pod_manifest, wait_until
 from tests.e2e.conftest import KueueControlPlane
 from tests.e2e.scenarios import (
     GPU,

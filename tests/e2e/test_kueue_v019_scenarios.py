@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import DRIVER, pod_manifest, wait_until
+from testkit.control_plane import DRIVER, pod_manifest, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     KUEUE_CONFIG_KEY,

@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import pod_manifest, wait_until
+from testkit.control_plane import pod_manifest, wait_until
 from tests.e2e.conftest import CAPACITY_CLASS, CAPACITY_RESOURCE, KueueControlPlane
 from tests.e2e.scenarios import (
     GPU,

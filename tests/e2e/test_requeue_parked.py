@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import Component, free_port, start_extender, wait_until
+from testkit.control_plane import Component, free_port, start_extender, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     KUEUE_GROUP,

@@ -25,8 +25,8 @@ from extender.kube.binder import Binder, BindingError
 from extender.state.live import from_kubeconfig, write_snapshot
 from extender.state.snapshot_file import load_snapshot_text
 from extender.state.store import ClusterStore
+from testkit.control_plane import KUEUE_CRD_DIR, ControlPlane, pod_manifest, start_control_plane, wait_until
 from tests.e2e import build
-from tests.e2e.cluster import KUEUE_CRD_DIR, ControlPlane, pod_manifest, start_control_plane, wait_until
 from tests.support.fake_api import state_of
 from tests.support.paths import ROOT
 

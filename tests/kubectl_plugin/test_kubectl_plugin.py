@@ -33,7 +33,7 @@ from extender.kubectl_plugin.command import LAST_DECISION_NOTE
 from extender.kubectl_plugin.kubeconfig import context_namespace
 from extender.kubectl_plugin.remote import _from_extender, parse_service
 from extender.transport.wire import DIAGNOSTICS_ELSEWHERE
-from tests.e2e.cluster import free_port
+from testkit.control_plane import free_port
 from tests.support.demo_server import demo_listeners
 from tests.support.paths import ROOT
 
