@@ -16,17 +16,9 @@ import yaml
 
 from extender.cli import EXIT_INPUT
 from testkit import builders as b
+from testkit.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
 from tests.support.net import free_port
 from tests.support.paths import ROOT
-from tests.support.scenarios import (
-    cluster_queue,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
 
 pytestmark = pytest.mark.slow  # starts `dra-extender serve` (gunicorn) and the CLI as real processes
 

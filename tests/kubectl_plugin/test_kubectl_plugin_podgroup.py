@@ -23,11 +23,11 @@ from extender import cli, kubectl_plugin
 from extender.cli import EXIT_REFUSED, EXIT_USAGE
 from extender.kubectl_plugin.podgroup_rendering import render_podgroup
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.kubectl_plugin.test_kubectl_plugin import ScriptedApiServer, kubeconfig
 from tests.support.demo_server import demo_listeners
 from tests.support.paths import ROOT
 from tests.support.quota import base_objects
-from tests.support.scenarios import gpu_pod
 from tests.transport.test_gang_diagnostics import filter_member, gang_client
 
 UNKNOWN = 'error: podgroup "nope" is not known in namespace "team-a": no PodGroup object and no pod naming it\n'

@@ -35,17 +35,9 @@ from extender.service.pod_facts import needs_our_decision
 from extender.state.core import parse_pod
 from extender.transport.app import create_app
 from testkit import builders as b
+from testkit.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
 from tests.support.fuzz import ODD_STRINGS, fuzz_settings, hostile_values, mutate
-from tests.support.scenarios import (
-    cluster_queue,
-    engine_for,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from tests.support.scenarios import engine_for
 
 try:
     import schemathesis

@@ -11,9 +11,10 @@ from extender.service.config import parse_config
 from extender.service.gang_attempts import hold_id
 from extender.state.core import parse_pod
 from testkit import builders as b
+from testkit.scenarios import RESOURCE, gpu_pod
 from tests.service.test_gang_quota import Clock
 from tests.support.quota import base_objects
-from tests.support.scenarios import RESOURCE, engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 COMPOSITES_ON = parse_config(
     {

@@ -18,11 +18,9 @@ from extender.service.config import parse_config
 from extender.service.gang_attempts import WON_PATIENCE, hold_id
 from extender.state.core import parse_pod
 from testkit import builders as b
-from tests.support.quota import allocated_claim, base_objects
-from tests.support.scenarios import (
+from testkit.scenarios import (
     RESOURCE,
     cluster_queue,
-    engine_for,
     flavor,
     gpu_pod,
     kueue_config,
@@ -30,6 +28,8 @@ from tests.support.scenarios import (
     nodes_in_flavor,
     templates,
 )
+from tests.support.quota import allocated_claim, base_objects
+from tests.support.scenarios import engine_for
 
 GANGS_ON = parse_config({"features": {"GenericWorkload": True, "DRAWorkloadResourceClaims": True}})
 OD = ("team-a", "on-demand", RESOURCE)

@@ -12,16 +12,8 @@ from extender.service import ExtenderConfig
 from extender.service.config import DiagnosticsSection, LimitsSection
 from extender.transport.app import create_app
 from testkit import builders as b
-from tests.support.scenarios import (
-    cluster_queue,
-    engine_for,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from testkit.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
+from tests.support.scenarios import engine_for
 
 
 @pytest.fixture()

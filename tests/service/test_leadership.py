@@ -12,8 +12,8 @@ from extender.service.leadership import Leadership, holder_host, not_leading
 from extender.state.core import parse_pod
 from extender.state.sources import SnapshotSource
 from extender.transport.app import create_app
+from testkit.scenarios import gpu_pod
 from tests.support.quota import one_queue_objects
-from tests.support.scenarios import gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1"]
 LEASE = "kube-system/kube-scheduler"

@@ -14,8 +14,8 @@ from extender.state.core import parse_pod
 from extender.state.reservation_journal import ReservationJournal
 from extender.state.sources import SnapshotSource
 from extender.transport.app import create_app
+from testkit.scenarios import gpu_pod
 from tests.support.quota import bind_two_gpus, one_queue_objects
-from tests.support.scenarios import gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1"]
 

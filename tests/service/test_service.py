@@ -21,13 +21,10 @@ from extender.state.kueue.local_queue import QUEUE_NAME_LABEL
 from extender.transport.app import create_app
 from extender.transport.server import GUNICORN_DEFAULTS
 from testkit import builders as b
+from testkit.scenarios import cluster_queue, gpu_pod
 from tests.support.paths import ROOT
 from tests.support.quota import ONE_QUEUE_KEY, allocated_claim, one_queue_objects
-from tests.support.scenarios import (
-    cluster_queue,
-    engine_for,
-    gpu_pod,
-)
+from tests.support.scenarios import engine_for
 
 KEY = ONE_QUEUE_KEY
 

@@ -18,8 +18,8 @@ from extender.state.core import Pod, parse_pod
 from extender.state.sources import SourceHealth
 from extender.state.store import ClusterStore
 from extender.transport.app import create_app
+from testkit.scenarios import cluster_queue, gpu_pod
 from tests.support.quota import one_queue_objects as quota_objects
-from tests.support.scenarios import cluster_queue, gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1"]
 

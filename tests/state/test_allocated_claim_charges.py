@@ -26,8 +26,9 @@ from extender.state.snapshot import ClusterSnapshot
 from extender.state.store import ClusterStore
 from extender.transport.app import create_app
 from testkit import builders as b
+from testkit.scenarios import FLAVOR_LABEL, RESOURCE, cluster_queue, gpu_pod, local_queue
 from tests.support.quota import base_objects, filter_pod, recount_usage
-from tests.support.scenarios import FLAVOR_LABEL, RESOURCE, cluster_queue, engine_for, gpu_pod, local_queue
+from tests.support.scenarios import engine_for
 
 KEY = ("team-a", "on-demand", RESOURCE)
 UID_P = "uid-team-a-p"

@@ -12,9 +12,10 @@ from typing import Any
 
 from extender.state.core import parse_pod
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.support.quota import ONE_QUEUE_KEY as KEY
 from tests.support.quota import one_queue_objects as quota_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 NODES = ["on-demand-0", "on-demand-1"]
 

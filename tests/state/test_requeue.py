@@ -11,9 +11,10 @@ from extender.service.config import ReservationsSection
 from extender.state.core import parse_pod
 from extender.transport.app import create_app
 from testkit import builders as b
+from testkit.scenarios import cluster_queue, gpu_pod
 from tests.support.quota import allocated_claim
 from tests.support.quota import one_queue_objects as quota_objects
-from tests.support.scenarios import cluster_queue, engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 NODES = ["on-demand-0", "on-demand-1"]
 

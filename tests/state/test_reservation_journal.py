@@ -20,9 +20,9 @@ from extender.state.reservations import ReservationLedger
 from extender.state.sources import SnapshotSource
 from extender.transport.app import create_app
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.support.quota import ONE_QUEUE_KEY as KEY
 from tests.support.quota import bind_two_gpus, one_queue_objects
-from tests.support.scenarios import gpu_pod
 
 NODES = ["on-demand-0", "on-demand-1"]
 

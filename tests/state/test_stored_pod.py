@@ -14,8 +14,9 @@ import extender.transport.wire as wire
 from extender.state.core import Pod, parse_pod, pod_identity
 from extender.transport.app import create_app
 from extender.transport.wire import WireError, parse_extender_args
+from testkit.scenarios import gpu_pod
 from tests.support.quota import base_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 NODES = ["on-demand-0", "on-demand-1", "spot-0"]
 

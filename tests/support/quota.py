@@ -12,15 +12,7 @@ from extender.state.kueue.quotas import ResourceQuota
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterStore
 from testkit import builders as b
-from tests.support.scenarios import (
-    cluster_queue,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from testkit.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
 
 
 def base_objects(team_a_quota, team_b_quota=None, *, try_next=False, od_nodes=2, spot_nodes=2, gpus=8):

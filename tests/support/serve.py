@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from testkit import builders as b
+from testkit.scenarios import cluster_queue, flavor, kueue_config, local_queue, nodes_in_flavor, templates
 from tests.support.net import free_port
-from tests.support.scenarios import cluster_queue, flavor, kueue_config, local_queue, nodes_in_flavor, templates
 
 BIN = Path(sys.executable).parent / "dra-extender"
 

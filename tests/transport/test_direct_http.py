@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from extender.transport.direct_http import HeadLimits, parse_direct_head, response_bytes
-from tests.support.scenarios import gpu_pod
+from testkit.scenarios import gpu_pod
 from tests.support.serve import Served, serving
 
 LIMITS = HeadLimits(request_line=8190, fields=100, field_size=16380)

@@ -20,8 +20,9 @@ from extender.transport.app import create_app
 from extender.transport.foreground import ForegroundWork, foreground_for
 from extender.transport.server import ExtenderWorker
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.support.fake_api import FakeApiServer, small_cluster, wait_for
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 FAST = {"backoff_initial_seconds": 0.01, "backoff_max_seconds": 0.05, "request_timeout_seconds": 5.0}
 

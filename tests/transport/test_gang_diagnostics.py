@@ -10,9 +10,10 @@ import orjson
 from extender.transport.app import create_app
 from extender.transport.diagnostics import render_table
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.service.test_gang_quota import GANGS_ON, Clock
 from tests.support.quota import base_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 
 def gang_client(quota: int, authorizer: Any = None) -> Any:

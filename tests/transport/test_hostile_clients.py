@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from testkit import builders as b
-from tests.support.scenarios import gpu_pod
+from testkit.scenarios import gpu_pod
 from tests.support.serve import Served
 from tests.support.serve import serving as serve_cluster
 

@@ -17,8 +17,9 @@ from extender.transport.verb_answers import answer_filter, answer_prioritize
 from extender.transport.verb_fast_path import SchedulingVerbs
 from extender.transport.wire import host_priority_list
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.support.quota import allocated_claim, base_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 NODES = [*(f"on-demand-{i}" for i in range(4)), *(f"spot-{i}" for i in range(2))]
 

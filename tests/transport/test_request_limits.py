@@ -14,8 +14,9 @@ from extender.service import ExtenderConfig
 from extender.service.config import DiagnosticsSection, ExplainSection
 from extender.transport.app import create_app
 from extender.transport.liveness import InFlight
+from testkit.scenarios import gpu_pod
 from tests.support.quota import one_queue_objects as quota_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 
 def service_with(**diagnostics: Any) -> Any:

@@ -32,11 +32,12 @@ from extender.transport import access_review, strict_objects
 from extender.transport.app import create_app
 from extender.transport.diagnostics_auth import TOKEN_COOKIE, host_refusal
 from extender.transport.server import is_loopback
+from testkit.scenarios import gpu_pod
 from tests.support.fake_api import TOKEN, FakeApiServer
 from tests.support.net import free_port
 from tests.support.paths import ROOT
 from tests.support.quota import one_queue_objects as quota_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 NODES = ["on-demand-0", "on-demand-1"]
 GOOD = "reader-token"

@@ -9,9 +9,10 @@ from typing import Any
 from extender.decisions.devices.results import Allocation
 from extender.state.dra.devices import parse_resource_slice
 from testkit import builders as b
+from testkit.scenarios import RESOURCE, gpu_pod
 from tests.support.allocation import cluster, decide, template_pod
 from tests.support.quota import base_objects, filter_pod
-from tests.support.scenarios import RESOURCE, engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 
 def bound_device(index: int) -> dict[str, Any]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from testkit import builders as b
+from testkit.scenarios import RESOURCE
 from tests.support.quota import base_objects, recount_usage
-from tests.support.scenarios import RESOURCE, engine_for
+from tests.support.scenarios import engine_for
 
 GPU = ("team-a", "on-demand", RESOURCE)
 

@@ -21,8 +21,9 @@ from extender.service import SchedulingService
 from extender.state.core import parse_pod
 from extender.state.kueue.workload import parse_workload
 from testkit import builders as b
+from testkit.scenarios import RESOURCE, gpu_pod
 from tests.support.quota import base_objects, filter_pod
-from tests.support.scenarios import RESOURCE, engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 KEY = ("team-a", "on-demand", RESOURCE)
 JOB = "uid-job-w"

@@ -19,7 +19,8 @@ import yaml
 
 from extender.state.core import parse_node, parse_pod
 from testkit import builders as b
-from tests.support.scenarios import RESOURCE, engine_for, local_queue
+from testkit.scenarios import RESOURCE, local_queue
+from tests.support.scenarios import engine_for
 
 CLASS = b.GPU_CLASS
 DRIVER = b.DRIVER

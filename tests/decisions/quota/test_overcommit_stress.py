@@ -49,16 +49,9 @@ from extender.service.quota_view import add_amounts
 from extender.state.core import parse_pod
 from extender.state.indexes.usage import UsageIndex
 from testkit import builders as b
+from testkit.scenarios import RESOURCE, cluster_queue, cohort, flavor, kueue_config, local_queue, nodes_in_flavor
 from tests.support.quota import cluster_queue_names, cohort_available, cohort_names, cohort_quota
-from tests.support.scenarios import (
-    RESOURCE,
-    cluster_queue,
-    engine_for,
-    flavor,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-)
+from tests.support.scenarios import engine_for
 
 pytestmark = pytest.mark.slow  # thousands of concurrent scheduler operations
 
@@ -78,16 +71,6 @@ TEMPLATE_REQUESTS = {
 }
 TEMPLATE_WEIGHTS = {"one": 4, "two": 4, "three": 1, "all": 1, "four-or-two": 2}
 SHARED_CLAIMS = {"team-a": ["shared-0", "shared-1"], "team-c": ["shared-2"]}
-
-
-def cohort(name: str, parent: str | None = None, nominal: dict[str, int] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if parent:
-        spec["parentName"] = parent
-    if nominal:
-        flavors = [{"name": f, "resources": [{"name": RESOURCE, "nominalQuota": n}]} for f, n in nominal.items()]
-        spec["resourceGroups"] = [{"coveredResources": [RESOURCE], "flavors": flavors}]
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
 
 
 def cluster_objects() -> list[dict[str, Any]]:

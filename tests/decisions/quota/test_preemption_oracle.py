@@ -29,7 +29,8 @@ from extender.state.kueue.cohort import parse_cohort
 from extender.state.kueue.preemption import PreemptionPolicy, parse_preemption
 from extender.transport.diagnostics import render_table
 from testkit import builders as b
-from tests.support.scenarios import FLAVOR_LABEL, RESOURCE, engine_for, local_queue
+from testkit.scenarios import FLAVOR_LABEL, RESOURCE, cohort, local_queue
+from tests.support.scenarios import engine_for
 
 OTHER = "example.com/other"
 OTHER_CLASS = "other.example.com"
@@ -81,20 +82,6 @@ def queue(
 
 def gpu_queue(name: str, flavors: list[tuple[str, dict[str, Any]]], **kwargs: Any) -> dict[str, Any]:
     return queue(name, [([RESOURCE], flavors)], **kwargs)
-
-
-def cohort(name: str, parent: str | None, flavor: str, nominal: int) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "resourceGroups": [
-            {
-                "coveredResources": [RESOURCE],
-                "flavors": [{"name": flavor, "resources": [{"name": RESOURCE, "nominalQuota": nominal}]}],
-            }
-        ]
-    }
-    if parent:
-        spec["parentName"] = parent
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
 
 
 def kueue_config(mappings: dict[str, str], fair_sharing: bool = False) -> dict[str, Any]:
@@ -241,9 +228,9 @@ def hierarchical_objects(holder_priority: int) -> list[dict[str, Any]]:
         *nodes("one"),
         *nodes("two"),
         *nodes("three"),
-        cohort("three", None, "three", 4),
-        cohort("two", "three", "two", 4),
-        cohort("one", "two", "one", 4),
+        cohort("three", None, {"three": 4}),
+        cohort("two", "three", {"two": 4}),
+        cohort("one", "two", {"one": 4}),
         gpu_queue(
             "team-a",
             [("one", {"nominal": 4, "borrowingLimit": 0}), ("two", {"nominal": 0}), ("three", {"nominal": 0})],

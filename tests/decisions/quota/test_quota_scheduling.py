@@ -10,15 +10,9 @@ from extender.decisions.ranking import score_nodes
 from extender.state.core import parse_pod
 from extender.transport.wire import ExtenderArgs, filter_result
 from testkit import builders as b
+from testkit.scenarios import RESOURCE, cluster_queue, gpu_pod, kueue_config, local_queue
 from tests.support.quota import allocated_claim, base_objects, filter_pod, recount_usage
-from tests.support.scenarios import (
-    RESOURCE,
-    cluster_queue,
-    engine_for,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-)
+from tests.support.scenarios import engine_for
 
 
 class Clock:

@@ -57,7 +57,8 @@ def cq(name, cohort=None, nominal=None, borrowing=None, lending=None, *, stop=St
     return ClusterQueue(name, cohort_name=cohort, stop_policy=stop, resource_groups=_groups(quotas))
 
 
-def cohort(name, parent=None, nominal=None, borrowing=None, lending=None):
+def model_cohort(name, parent=None, nominal=None, borrowing=None, lending=None):
+    """The parsed Cohort model itself (testkit.scenarios.cohort builds the manifest)."""
     quotas = {} if nominal is None else {F: (nominal, borrowing, lending)}
     return Cohort(name, parent_name=parent, resource_groups=_groups(quotas))
 
@@ -120,7 +121,7 @@ CASES = {
     # potential(A) = potential(B) = 0 + 16 = 16; potential(C) = min(2 + 3, 0 + 11) = 5.
     "hierarchical-with-cohort-quota": (
         [cq("A", "team", 6), cq("B", "team", 4), cq("C", "org", 2, borrowing=3)],
-        [cohort("org", nominal=4), cohort("team", "org", nominal=0, lending=5)],
+        [model_cohort("org", nominal=4), model_cohort("team", "org", nominal=0, lending=5)],
         usage(A=7, C=1),
         {"A": (8, 16), "B": (8, 16), "C": (4, 5)},
     ),
@@ -131,7 +132,7 @@ CASES = {
     # (Had localQuota been computed only for ClusterQueues, available(C) would be 16 - 1 = 15.)
     "cohort-lending-limit-protects-subtree": (
         [cq("A", "team", 6), cq("B", "team", 4), cq("C", "org", 2)],
-        [cohort("org", nominal=4), cohort("team", "org", nominal=0, lending=5)],
+        [model_cohort("org", nominal=4), model_cohort("team", "org", nominal=0, lending=5)],
         usage(C=1),
         {"A": (15, 16), "B": (15, 16), "C": (10, 11)},
     ),
@@ -142,7 +143,7 @@ CASES = {
     # available(A) = 0 + 4 = 4. potential(mid) = min(2 + 3, 0 + 12) = 5; potential(A) = 0 + 5 = 5.
     "cohort-borrowing-limit": (
         [cq("A", "mid", 2)],
-        [cohort("root", nominal=10), cohort("mid", "root", nominal=0, borrowing=3)],
+        [model_cohort("root", nominal=10), model_cohort("mid", "root", nominal=0, borrowing=3)],
         usage(A=1),
         {"A": (4, 5)},
     ),
@@ -265,7 +266,7 @@ def test_unknown_queue():
 
 def test_implicit_cohort_has_no_quota_of_its_own():
     # Cohorts "ghost" (named by A) and "ghost-parent" (named by Cohort mid) have no objects.
-    tree = QuotaTree([cq("A", "ghost", 3), cq("B", "mid", 1)], [cohort("mid", "ghost-parent")])
+    tree = QuotaTree([cq("A", "ghost", 3), cq("B", "mid", 1)], [model_cohort("mid", "ghost-parent")])
     assert implicit_cohorts(tree) == {"ghost", "ghost-parent"}
     assert cohort_subtree_quota(tree, "ghost", F, R) == 3
     assert cohort_quota(tree, "ghost", F, R) is None
@@ -277,7 +278,13 @@ def test_cohort_cycles_make_queues_inactive_without_hanging():
     # x -> y -> x is a cycle; z -> x leads into it (Kueue's HasCycle is true for z too); s -> s loops.
     tree = QuotaTree(
         [cq("A", "x", 2), cq("B", "z", 2), cq("S", "s", 2), cq("OK", "root", 2)],
-        [cohort("x", "y"), cohort("y", "x"), cohort("z", "x"), cohort("s", "s"), cohort("root")],
+        [
+            model_cohort("x", "y"),
+            model_cohort("y", "x"),
+            model_cohort("z", "x"),
+            model_cohort("s", "s"),
+            model_cohort("root"),
+        ],
     )
     assert cyclic_cohorts(tree) == {"x", "y", "z", "s"}
     ledger = QuotaLedger.from_usage(tree, usage(A=1, B=1, OK=1))
@@ -381,7 +388,7 @@ def test_duplicate_objects_are_rejected():
     with pytest.raises(ValueError, match="duplicate ClusterQueue"):
         QuotaTree([cq("A"), cq("A")])
     with pytest.raises(ValueError, match="duplicate Cohort"):
-        QuotaTree([], [cohort("c"), cohort("c")])
+        QuotaTree([], [model_cohort("c"), model_cohort("c")])
 
 
 # --- a literal transliteration of Kueue's resource_node.go, for differential testing ------------------------

@@ -27,6 +27,7 @@ from extender.state.kueue.pod_workload import (
 )
 from extender.state.kueue.workload import parse_workload
 from testkit import builders as b
+from testkit.scenarios import RESOURCE, gpu_pod
 from tests.decisions.quota.test_admission_holds import bound
 from tests.decisions.quota.test_dra_charges_and_flavors import (
     CLASS,
@@ -40,7 +41,7 @@ from tests.decisions.quota.test_dra_charges_and_flavors import (
     run,
 )
 from tests.support.quota import base_objects, filter_pod
-from tests.support.scenarios import RESOURCE, engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 OD = ("team-a", "on-demand", RESOURCE)
 SPOT = ("team-a", "spot", RESOURCE)
