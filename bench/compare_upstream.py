@@ -38,8 +38,8 @@ from extender.decisions.devices.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from testkit import builders as b
+from testkit.builds.oracle import ensure_oracle_binary
 from testkit.clusters import build_cluster, cluster_objects
-from testkit.oracle_build import ensure_oracle_binary
 
 PODS: dict[str, dict[str, str]] = {
     "one": {"gpu": "one"},

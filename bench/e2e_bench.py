@@ -73,6 +73,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.decisions.scoring import STRATEGIES
 from extender.transport.thread_cpu import stat_cpu_seconds
+from testkit.builds.go import build_env, locate_go
 from testkit.control_plane import (
     DEVICE_CLASS,
     KUEUE_CRD_DIR,
@@ -89,7 +90,6 @@ from testkit.control_plane import (
     wait_http_ready,
     wait_until,
 )
-from testkit.go import build_env, locate_go
 
 BUILD_ROOT = REPO_ROOT / "tests" / "e2e" / ".build"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -113,13 +113,13 @@ THREADS = 8
 
 
 def find_binaries() -> dict[str, Path]:
-    """The newest tests/e2e/.build/v*/ holding all four binaries (`python -m tests.e2e.build` builds them;
+    """The newest tests/e2e/.build/v*/ holding all four binaries (`python -m testkit.builds.kubernetes` builds them;
     make bench-e2e runs that first). Only paths are read: the benchmark imports nothing from tests/."""
     for directory in sorted(BUILD_ROOT.glob("v*"), reverse=True):
         paths = {name: directory / name for name in BINARIES}
         if all(os.access(p, os.X_OK) for p in paths.values()):
             return paths
-    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m tests.e2e.build")
+    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m testkit.builds.kubernetes")
 
 
 def parallel(function: Callable[[Any], Any], items: Iterable[Any]) -> None:

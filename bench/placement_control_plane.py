@@ -81,12 +81,12 @@ class Placed:
 
 
 def find_binaries() -> dict[str, Path]:
-    """The newest tests/e2e/.build/v*/ holding the control plane's binaries (python -m tests.e2e.build)."""
+    """The newest tests/e2e/.build/v*/ holding the control plane's binaries (python -m testkit.builds.kubernetes)."""
     for directory in sorted(BUILD_ROOT.glob("v*"), reverse=True):
         paths = {name: directory / name for name in BINARIES}
         if all(path.is_file() for path in paths.values()):
             return paths
-    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m tests.e2e.build")
+    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m testkit.builds.kubernetes")
 
 
 class RealCluster:

@@ -1,6 +1,6 @@
 """A throwaway Kubernetes control plane on loopback, for the end-to-end tests and the end-to-end benchmark.
 
-etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by ``tests/e2e/build.py``) run as
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by ``testkit/builds/kubernetes.py``) run as
 child processes in a temporary folder, every one listening on 127.0.0.1 at a port chosen at run time. There
 are no kubelets: nodes are API objects that the helpers mark Ready, and ResourceSlices are published through
 the API the way the DRA example driver publishes them. Pods get bound (spec.nodeName) but never run.

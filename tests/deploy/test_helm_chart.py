@@ -1,6 +1,6 @@
 """The Helm chart (manifests/helm/dra-quota-scheduler): lint, and equality with the kustomize deployment.
 
-helm and kustomize are built from Go modules (tools/build.py: helm v4.3.2, kustomize v5.8.1 = the kustomize of
+helm and kustomize are built from Go modules (testkit/builds/tools.py: helm v4.3.2, kustomize v5.8.1 = the kustomize of
 kubectl v1.37.2) into tools/.build/. The kustomize side is rendered by that real kustomize, never re-implemented
 here, so "the chart renders the same objects" means the same as `kubectl kustomize manifests/` of kubectl 1.37.
 Default values must render exactly the kustomize base (names, hashed ConfigMap names and config text
@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from extender.cli import load_config  # extender.cli re-exports the config loader
+from testkit.builds import tools as tools_build
 from tests.deploy.test_values_schema import CONFIG_CASES
 from tests.support.manifest_checks import (
     ALL_CHECKS,
@@ -33,7 +34,6 @@ from tests.support.manifest_checks import (
     one,
 )
 from tests.support.paths import ROOT
-from tools import build as tools_build
 
 pytestmark = pytest.mark.helm
 

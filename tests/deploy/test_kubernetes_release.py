@@ -19,8 +19,8 @@ import yaml
 
 from extender.decisions.devices.features import GATES, LOCKED_GATES, UNIMPLEMENTED_ALPHA_GATES
 from extender.service.config import FeaturesSection
-from testkit.go import build_env, locate_go
-from tests.e2e.build import kubernetes_version
+from testkit.builds.go import build_env, locate_go
+from testkit.builds.kubernetes import kubernetes_version
 from tests.support.paths import ROOT
 from tests.support.requirements import missing_requirement
 

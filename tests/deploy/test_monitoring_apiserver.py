@@ -5,7 +5,7 @@ the schema forbids is refused.
 
 The CRDs come from the Go module github.com/prometheus-operator/prometheus-operator (its
 example/prometheus-operator-crd/), downloaded into the Go module cache at test time and copied into the test's
-temporary folder: nothing is committed. The control plane is the e2e harness's (tests/e2e/build.py).
+temporary folder: nothing is committed. The control plane is the e2e harness's (testkit/builds/kubernetes.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit.builds import kubernetes as build
+from testkit.builds import tools as tools_build
+from testkit.builds.go import build_env, locate_go
 from testkit.control_plane import ControlPlane, start_control_plane
-from testkit.go import build_env, locate_go
-from tests.e2e import build
 from tests.support.paths import ROOT
-from tools import build as tools_build
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,7 @@
 promtool is Prometheus' own: `check rules` parses and validates every rule, `test rules` evaluates them over the
 synthetic series of tests/monitoring/alert-rules.test.yaml and compares the alerts that fire, with their labels
 and annotations, at each evaluation time. The dashboard's expressions go through the same parser as recording
-rules. promtool is built from Go modules (tools/build.py, pinned by tools/promtool/go.mod) into tools/.build/;
+rules. promtool is built from Go modules (testkit/builds/tools.py, pinned by tools/promtool/go.mod) into tools/.build/;
 without Go these tests skip, with CI=true they fail.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from testkit.builds import tools as tools_build
 from tests.monitoring.expressions import (
     DASHBOARD,
     ROOT,
@@ -27,7 +28,6 @@ from tests.monitoring.expressions import (
     load_rules,
     rule_expressions,
 )
-from tools import build as tools_build
 
 pytestmark = pytest.mark.helm  # a Go-built tool, like helm: not in `make unit`
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from testkit.builds import kubernetes as build
 from testkit.control_plane import (
     DEVICE_CLASS,
     DRIVER,
@@ -36,7 +37,6 @@ from testkit.control_plane import (
     start_control_plane,
     start_extender,
 )
-from tests.e2e import build
 from tests.e2e.kueue_controller import FEATURE_GATES, FRAMEWORKS, KueueController, start_kueue
 
 # The mapping Kueue charges at admission and our extender reads from Kueue's ConfigMap (same text).

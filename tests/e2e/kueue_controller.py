@@ -1,4 +1,4 @@
-"""Kueue's controller manager (v0.19.2, built by ``tests/e2e/build.py``) in the throwaway control plane.
+"""Kueue's controller manager (v0.19.2, built by ``testkit/builds/kubernetes.py``) in the throwaway control plane.
 
 Kueue normally runs as a Deployment: cert-controller (internal cert management) writes its webhook serving
 certificate into a Secret that the kubelet mounts, and kustomize points the webhook configurations and the

@@ -25,8 +25,8 @@ from extender.kube.binder import Binder, BindingError
 from extender.state.live import from_kubeconfig, write_snapshot
 from extender.state.snapshot_file import load_snapshot_text
 from extender.state.store import ClusterStore
+from testkit.builds import kubernetes as build
 from testkit.control_plane import KUEUE_CRD_DIR, ControlPlane, pod_manifest, start_control_plane, wait_until
-from tests.e2e import build
 from tests.support.fake_api import state_of
 from tests.support.paths import ROOT
 
@@ -181,8 +181,8 @@ def test_the_built_manifests_pass_server_side_dry_run(plane: ControlPlane, tmp_p
 )
 def test_the_helm_chart_passes_server_side_dry_run(plane: ControlPlane, tmp_path: Path, values: list[str]) -> None:
     """The chart's objects (tests/deploy/test_helm_chart.py proves the defaults equal the kustomize build), accepted by
-    the real API server's validation and admission; helm built from Go modules (tools/build.py)."""
-    from tools import build as tools_build
+    the real API server's validation and admission; helm built from Go modules (testkit/builds/tools.py)."""
+    from testkit.builds import tools as tools_build
 
     try:
         helm = tools_build.ensure_tools()["helm"]

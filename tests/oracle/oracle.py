@@ -1,6 +1,6 @@
 """Python access to the Go oracle: the real upstream structured allocator.
 
-``ensure_oracle_binary()`` (from ``testkit/oracle_build.py``, re-exported here) builds ``tests/oracle``
+``ensure_oracle_binary()`` (from ``testkit/builds/oracle.py``, re-exported here) builds ``tests/oracle``
 (a small Go program linking ``k8s.io/dynamic-resource-allocation/structured``) into
 ``tests/oracle/.build/<key>/oracle`` the first time it is needed; ``run_scenarios()`` evaluates a batch of
 scenarios in one process. The scenario and result formats are described in ``tests/oracle/README.md``.
@@ -15,7 +15,7 @@ import json
 import subprocess
 from typing import Any
 
-from testkit.oracle_build import (
+from testkit.builds.oracle import (
     BINARY_NAME,
     BUILD_DIR,
     BUILD_TIMEOUT_S,

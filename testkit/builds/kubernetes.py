@@ -8,8 +8,8 @@ reused while they are there.
 
 Usage from the command line::
 
-    python -m tests.e2e.build            # build what is missing, print the paths
-    python tests/e2e/build.py --force    # rebuild everything
+    python -m testkit.builds.kubernetes            # build what is missing, print the paths
+    python -m testkit.builds.kubernetes --force    # rebuild everything
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testkit.go import build_env, locate_go, pinned_version
+from testkit.builds.go import build_env, locate_go, pinned_version
 
-HERE = Path(__file__).resolve().parent
-HARNESS = HERE / "harness"
-KUEUE_MODULE = HERE / "kueue"
-BUILD_ROOT = HERE / ".build"
+# The Go modules that pin the versions, and the built output, stay beside the end-to-end tests.
+E2E = Path(__file__).resolve().parents[2] / "tests" / "e2e"
+HARNESS = E2E / "harness"
+KUEUE_MODULE = E2E / "kueue"
+BUILD_ROOT = E2E / ".build"
 
 # binary name -> Go package (all resolved through harness/go.mod)
 PACKAGES: dict[str, str] = {

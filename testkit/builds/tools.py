@@ -23,8 +23,8 @@ with the ``remove_all_sd`` tag (plugins/plugin_*.go): without the cloud service 
 
 Usage::
 
-    python -m tools.build            # build what is missing (all three), print the paths (or: make tools)
-    python -m tools.build --force    # rebuild
+    python -m testkit.builds.tools            # build what is missing (all three), print the paths (or: make tools)
+    python -m testkit.builds.tools --force    # rebuild
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ import sys
 import time
 from pathlib import Path
 
-from testkit.go import build_env, locate_go, pinned_version
+from testkit.builds.go import build_env, locate_go, pinned_version
 
-HERE = Path(__file__).resolve().parent
-BUILD_ROOT = HERE / ".build"
+# The go.mod files that pin the versions, and the built output, stay in tools/.
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+BUILD_ROOT = TOOLS / ".build"
 
 # binary name -> (Go package, its module)
 PACKAGES: dict[str, tuple[str, str]] = {
@@ -55,9 +56,9 @@ class BuildError(RuntimeError):
 
 def module_version(module: str) -> str:
     """The version of ``module`` pinned in tools/go.mod, e.g. ``v4.3.2`` for helm.sh/helm/v4."""
-    version = pinned_version(HERE / "go.mod", module)
+    version = pinned_version(TOOLS / "go.mod", module)
     if version is None:
-        raise BuildError(f"{module} is not required in {HERE / 'go.mod'}")
+        raise BuildError(f"{module} is not required in {TOOLS / 'go.mod'}")
     return version
 
 
@@ -92,11 +93,11 @@ def ensure_tools(force: bool = False, quiet: bool = False) -> dict[str, Path]:
         return paths
     ldflags = f"-s -w -X helm.sh/helm/v4/internal/version.version={module_version('helm.sh/helm/v4')}"
     versions = ", ".join(f"{n} {module_version(PACKAGES[n][1])}" for n in missing)
-    _go_build(HERE, {n: PACKAGES[n][0] for n in missing}, out_dir, ldflags, quiet, f"{versions}: about 4 CPU-minutes")
+    _go_build(TOOLS, {n: PACKAGES[n][0] for n in missing}, out_dir, ldflags, quiet, f"{versions}: about 4 CPU-minutes")
     return paths
 
 
-PROMTOOL_MODULE_DIR = HERE / "promtool"
+PROMTOOL_MODULE_DIR = TOOLS / "promtool"
 PROMTOOL_PACKAGE = "github.com/prometheus/prometheus/cmd/promtool"
 PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
 

@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from testkit.go import locate_go
+from testkit.builds.go import locate_go
 
 # The Go sources stay beside the Python half of the oracle, in tests/oracle.
-ORACLE_DIR = Path(__file__).resolve().parent.parent / "tests" / "oracle"
+ORACLE_DIR = Path(__file__).resolve().parents[2] / "tests" / "oracle"
 BUILD_DIR = ORACLE_DIR / ".build"
 BINARY_NAME = "oracle"
 
