@@ -30,7 +30,8 @@ test: deps lint
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 -m "not slow and not e2e and not oracle and not browser and not image and not helm"
 
-# Style, formatting, the type checker (mypy strict on the package) and the layer contract (import-linter).
+# Style, formatting, the type checker (mypy strict on the package, the test kit and the benchmarks) and the layer
+# contract (import-linter).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -116,7 +116,7 @@ class RealCluster:
             if obj["kind"] == "Node":
                 self.plane.create_node(obj["metadata"]["name"])
             elif obj["kind"] == "ResourceSlice":
-                self.plane.resource.create_resource_slice(obj)
+                self.plane.resource.create_resource_slice(obj)  # type: ignore[arg-type]  # the client sends a dict body as it is
 
     def stop(self) -> None:
         """Stop every component and remove the work directory (etcd's data, the logs)."""
@@ -133,7 +133,7 @@ class RealCluster:
         """Create the pod's claim and the pod for the profile of `mode`; wait until bound or refused."""
         claim = b.claim(f"{name}-gpu", namespace, [request])
         del claim["metadata"]["uid"]
-        self.plane.resource.create_namespaced_resource_claim(namespace, claim)
+        self.plane.resource.create_namespaced_resource_claim(namespace, claim)  # type: ignore[arg-type]
         time.sleep(self.settle)  # the extender's watch may see the claim later than kube-scheduler sees the pod
         manifest = pod_manifest(namespace, name, claims={"gpu": f"{name}-gpu"}, scheduler_name=PROFILES[mode])
         started = time.monotonic()

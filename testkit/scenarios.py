@@ -34,7 +34,7 @@ def cluster_queue(
     try_next: bool = False,
     when_can_borrow: str | None = None,
     stop: str | None = None,
-    namespace_selector: dict | None = None,
+    namespace_selector: dict[str, Any] | None = None,
     api_version: str = "kueue.x-k8s.io/v1beta2",
 ) -> dict[str, Any]:
     flavors = []
