@@ -34,6 +34,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from testkit import builders as b
+
 T = TypeVar("T")
 
 LOOPBACK = "127.0.0.1"
@@ -420,28 +422,6 @@ def gpu_devices(node: str, count: int, memory: str = "80Gi") -> list[dict[str, A
     ]
 
 
-def gpu_device_class(name: str = DEVICE_CLASS, driver: str = DRIVER) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
-    }
-
-
-def gpu_claim_template(namespace: str, name: str, count: int = 1, device_class: str = DEVICE_CLASS) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]}
-            }
-        },
-    }
-
-
 def pod_manifest(
     namespace: str,
     name: str,
@@ -763,7 +743,8 @@ class ControlPlane:
     def create_device_class(self, name: str = DEVICE_CLASS, driver: str = DRIVER) -> None:
         """Create the DeviceClass (idempotent) selecting ``device.driver == driver``."""
         try:
-            self.resource.create_device_class(gpu_device_class(name, driver))  # type: ignore[arg-type]  # the client sends a dict body as it is
+            device_class = b.device_class(name, [f"device.driver == '{driver}'"])
+            self.resource.create_device_class(device_class)  # type: ignore[arg-type]  # the client sends a dict as it is
         except ApiException as exc:
             if exc.status != 409:
                 raise
