@@ -30,7 +30,8 @@ test: deps lint
 unit: $(STAMP)
 	$(BIN)/pytest -q -n 2 -m "not slow and not e2e and not oracle and not browser and not image and not helm"
 
-# Style, formatting, the type checker (mypy strict on the package) and the layer contract (import-linter).
+# Style, formatting, the type checker (mypy strict on the package, the test kit and the benchmarks) and the layer
+# contract (import-linter).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -61,7 +62,7 @@ bench-scale: $(STAMP)
 
 # The end-to-end throughput benchmark (real control plane; builds tests/e2e/.build when missing).
 bench-e2e: $(STAMP)
-	$(BIN)/python -m tests.e2e.build
+	$(BIN)/python -m testkit.builds.kubernetes
 	$(BIN)/python -m bench.e2e_bench --floor
 
 # Placement quality (docs/placement.md): seeded streams placed three ways against the exact packing bound.
@@ -79,7 +80,7 @@ bench-placement: $(STAMP)
 # partitioned shape, seeds 1 2, 120 pods, drop mode unless PLACEMENT_ARGS says otherwise (builds tests/e2e/.build
 # when missing).
 bench-placement-real: $(STAMP)
-	$(BIN)/python -m tests.e2e.build
+	$(BIN)/python -m testkit.builds.kubernetes
 	$(BIN)/python -m bench.placement_bench --control-plane $(PLACEMENT_ARGS)
 
 # The long differential run against the upstream allocator (CI runs 2000 scenarios inside make test).
@@ -92,7 +93,7 @@ SOAK_CHAOS_SEEDS ?= 1,2,3,4
 SOAK_CHAOS_LARGE_SEEDS ?= 5
 SOAK_RESULTS ?= soak-results
 soak: $(STAMP)
-	$(BIN)/python -m tests.e2e.build
+	$(BIN)/python -m testkit.builds.kubernetes
 	nice -n 10 $(BIN)/python -m tools.soak --stress $(SOAK_STRESS) --restart-window $(SOAK_RESTART_WINDOW) \
 		--chaos-seeds "$(SOAK_CHAOS_SEEDS)" --chaos-large-seeds "$(SOAK_CHAOS_LARGE_SEEDS)" \
 		--results $(SOAK_RESULTS) --table
@@ -107,7 +108,7 @@ image:
 
 # helm, kustomize and promtool from Go modules (tools/go.mod, tools/promtool/go.mod) into tools/.build/ (gitignored).
 tools: $(STAMP)
-	$(BIN)/python -m tools.build
+	$(BIN)/python -m testkit.builds.tools
 
 clean:
 	rm -rf $(VENV) build *.egg-info

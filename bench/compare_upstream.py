@@ -38,8 +38,8 @@ from extender.decisions.devices.selection import DeviceMatcher
 from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from testkit import builders as b
+from testkit.builds.oracle import ensure_oracle_binary
 from testkit.clusters import build_cluster, cluster_objects
-from testkit.oracle_build import ensure_oracle_binary
 
 PODS: dict[str, dict[str, str]] = {
     "one": {"gpu": "one"},
@@ -116,7 +116,7 @@ def upstream_bench(document: dict[str, Any], bench_time_s: float, min_iterations
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"oracle -bench failed with exit code {proc.returncode}")
-    result = json.loads(out)
+    result: dict[str, Any] = json.loads(out)
     result["rssMB"] = usage.ru_maxrss / 1024
     return result
 
@@ -163,7 +163,8 @@ def worker(nodes: int, pods: int, repeat: int) -> None:
 def in_fresh_process(nodes: int, pods: int, repeat: int) -> dict[str, Any]:
     command = [sys.executable, "-m", "bench.compare_upstream", "--worker", str(nodes), str(pods), str(repeat)]
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    answer: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return answer
 
 
 # --- tables -------------------------------------------------------------------------------------------------------

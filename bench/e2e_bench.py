@@ -73,6 +73,7 @@ from kubernetes.client.exceptions import ApiException
 
 from extender.decisions.scoring import STRATEGIES
 from extender.transport.thread_cpu import stat_cpu_seconds
+from testkit.builds.go import build_env, locate_go
 from testkit.control_plane import (
     DEVICE_CLASS,
     KUEUE_CRD_DIR,
@@ -89,7 +90,6 @@ from testkit.control_plane import (
     wait_http_ready,
     wait_until,
 )
-from testkit.go import build_env, locate_go
 
 BUILD_ROOT = REPO_ROOT / "tests" / "e2e" / ".build"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -113,13 +113,13 @@ THREADS = 8
 
 
 def find_binaries() -> dict[str, Path]:
-    """The newest tests/e2e/.build/v*/ holding all four binaries (`python -m tests.e2e.build` builds them;
+    """The newest tests/e2e/.build/v*/ holding all four binaries (`python -m testkit.builds.kubernetes` builds them;
     make bench-e2e runs that first). Only paths are read: the benchmark imports nothing from tests/."""
     for directory in sorted(BUILD_ROOT.glob("v*"), reverse=True):
         paths = {name: directory / name for name in BINARIES}
         if all(os.access(p, os.X_OK) for p in paths.values()):
             return paths
-    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m tests.e2e.build")
+    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m testkit.builds.kubernetes")
 
 
 def parallel(function: Callable[[Any], Any], items: Iterable[Any]) -> None:
@@ -157,10 +157,10 @@ def kueue_objects(plane: ControlPlane, gpus: int) -> None:
         "kind": "Configuration",
         "resources": {"deviceClassMappings": [{"name": GPU_RESOURCE, "deviceClassNames": [DEVICE_CLASS]}]},
     }
-    plane.core.create_namespace({"metadata": {"name": "kueue-system"}})
+    plane.core.create_namespace({"metadata": {"name": "kueue-system"}})  # type: ignore[arg-type]  # the client sends a dict body as it is
     plane.core.create_namespaced_config_map(
         "kueue-system",
-        {
+        {  # type: ignore[arg-type]
             "metadata": {"name": "kueue-manager-config"},
             "data": {"controller_manager_config.yaml": yaml.safe_dump(configuration)},
         },
@@ -360,19 +360,19 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[fl
     )
     names = [f"pod-{i:04d}" for i in range(pods)]
     resource = plane.resource
-    parallel(lambda n: resource.create_namespaced_resource_claim(namespace, claim(namespace, n)), names)
+    parallel(lambda n: resource.create_namespaced_resource_claim(namespace, claim(namespace, n)), names)  # type: ignore[arg-type]
 
     def create(name: str) -> None:
         manifest = pod_manifest(namespace, name, claims={"gpu": name}, scheduler_name=mode)
         manifest["metadata"]["labels"] = {QUEUE_LABEL: LOCAL_QUEUE}
         manifest["spec"]["schedulingGates"] = [{"name": GATE}]
-        plane.core.create_namespaced_pod(namespace, manifest)
+        plane.core.create_namespaced_pod(namespace, manifest)  # type: ignore[arg-type]  # the client sends a dict body as it is
 
     parallel(create, names)
     bound: dict[str, float] = {}  # pod -> when this bench first saw it bound
     placed: set[str] = set()  # the nodes they went to
     done = threading.Event()
-    watch_client = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))
+    watch_client = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
     watches = [0]  # watch connections the round took (more than one: the server ended one early)
 
     def record(pod: Any) -> None:
@@ -388,9 +388,9 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[fl
         deadline = time.monotonic() + 600
         while len(bound) < pods and time.monotonic() < deadline:
             watches[0] += 1
-            stream = k8s_watch.Watch()
+            stream = k8s_watch.Watch()  # type: ignore[no-untyped-call]  # the watch module is not annotated
             try:
-                for event in stream.stream(
+                for event in stream.stream(  # type: ignore[no-untyped-call]
                     core.list_namespaced_pod, namespace, resource_version=resource_version, timeout_seconds=600
                 ):
                     if event["type"] in ("ADDED", "MODIFIED"):
@@ -401,16 +401,16 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[fl
                 if error.status != 410:
                     raise
             finally:
-                stream.stop()
+                stream.stop()  # type: ignore[no-untyped-call]
             if len(bound) < pods:
                 listed_again = core.list_namespaced_pod(namespace)
                 for pod in listed_again.items:
                     record(pod)
-                resource_version = listed_again.metadata.resource_version
+                resource_version = listed_again.metadata.resource_version  # type: ignore[union-attr,assignment]
         done.set()
 
     listed = plane.core.list_namespaced_pod(namespace)
-    watcher = threading.Thread(target=follow, args=(listed.metadata.resource_version,), daemon=True)
+    watcher = threading.Thread(target=follow, args=(listed.metadata.resource_version,), daemon=True)  # type: ignore[union-attr]
     watcher.start()
     time.sleep(0.5)  # the watch is established before the first gate goes
     started = time.monotonic()
@@ -419,7 +419,10 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[fl
     # The answers are not turned into V1Pods (_preload_content=False): the bench's own CPU shares the machine
     # with the cluster it measures. (The gates still take 2-4 s to come off at 200 nodes: the API server,
     # etcd, both schedulers and the extender keep both cores busy all round long.)
-    parallel(lambda n: core.patch_namespaced_pod(n, namespace, ungate, _preload_content=False).release_conn(), names)
+    parallel(
+        lambda n: core.patch_namespaced_pod(n, namespace, ungate, _preload_content=False).release_conn(),  # type: ignore[attr-defined]
+        names,
+    )
     if not done.wait(timeout=610) or len(bound) < pods:
         raise SystemExit(f"{mode} round {index}: only {len(bound)} of {pods} pods bound after 600 s")
     if watches[0] > 1:
@@ -432,8 +435,9 @@ def run_round(plane: ControlPlane, mode: str, index: int, pods: int) -> tuple[fl
         """The round's pods and claims are gone (so its devices are free again). The namespace object itself
         lingers: the namespace controller retries its finalization with a backoff that took about 50 s a round
         while nothing was left in it; the next round uses a new namespace, so it does not wait for that."""
-        claims = plane.resource.list_namespaced_resource_claim(namespace, limit=1, _preload_content=False)
-        left = plane.core.list_namespaced_pod(namespace, limit=1, _preload_content=False)
+        # Raw HTTP responses (_preload_content=False), not the models the client's stubs name.
+        claims: Any = plane.resource.list_namespaced_resource_claim(namespace, limit=1, _preload_content=False)
+        left: Any = plane.core.list_namespaced_pod(namespace, limit=1, _preload_content=False)
         return not orjson.loads(claims.data)["items"] and not orjson.loads(left.data)["items"]
 
     wait_until(emptied, timeout=300, interval=0.5, message=f"namespace {namespace} emptied (claims deallocated)")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 from bench.loop_bench import CLOCKS, PrefilledSource, bind_events, choose
 from bench.loop_bench import Burst as LoopBurst
@@ -70,7 +71,7 @@ def attempt(run: LoopBurst, pods: int, grouped: bool, clock: object, placements:
     for raw in members:  # kube-scheduler's pod-group cycle starts once minCount members exist
         service.store.apply("Pod", "ADDED", raw)
     domains = [run.names[index::placements] for index in range(placements)]
-    chosen: list[tuple[dict, str]] = []
+    chosen: list[tuple[dict[str, Any], str]] = []
     for names in domains:
         # what kube-scheduler's assumptions take within the placement (reverted after it)
         left = {name: len(run.free[name]) for name in names}

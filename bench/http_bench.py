@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
@@ -36,7 +37,8 @@ BIN = Path(sys.executable).parent / "dra-extender"
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -57,7 +59,7 @@ def cpu_seconds(pid: int) -> float:
 class Case:
     """One kind of pod, asked about over its own connection (kube-scheduler keeps one)."""
 
-    def __init__(self, port: int, pod_factory: Callable[[int], dict]) -> None:
+    def __init__(self, port: int, pod_factory: Callable[[int], dict[str, Any]]) -> None:
         self.pod_factory = pod_factory
         self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.latencies: list[float] = []  # from the filter request sent to the prioritize answer read
@@ -127,13 +129,16 @@ def main() -> None:
                         break
                 except OSError:
                     time.sleep(0.2)
-            factories: dict[str, Callable[[int], dict]] = {
+            factories: dict[str, Callable[[int], dict[str, Any]]] = {
                 "no claims": lambda i: b.pod(f"plain-{i}", "bench"),
                 "2-GPU claim": lambda i: b.pod(f"gpu-{i}", "bench", templates={"gpu": "two-big"}),
                 "2-GPU claim + quota": lambda i: b.pod(f"q-{i}", "bench", templates={"gpu": "two-big"}, queue="q"),
             }
             run_interleaved(  # warm-up: CEL verdicts, per-node caches
-                [Case(port, lambda i, f=f: f(100_000 + i)) for f in factories.values()], names, 5, server.pid
+                [Case(port, lambda i, f=f: f(100_000 + i)) for f in factories.values()],  # type: ignore[misc]
+                names,
+                5,
+                server.pid,
             )
             cases = {label: Case(port, factory) for label, factory in factories.items()}
             run_interleaved(list(cases.values()), names, args.pairs, server.pid)

@@ -33,6 +33,7 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -109,11 +110,11 @@ def burst_over(store: ClusterStore) -> Burst:
     return Burst(service, sorted(snapshot.nodes), free)
 
 
-def pod_object(index: int) -> dict:
+def pod_object(index: int) -> dict[str, Any]:
     return b.pod(f"burst-{index}", "bench", templates={"gpu": "one"}, queue="q")
 
 
-def bind_events(burst: Burst, raw_pod: dict, node: str) -> None:
+def bind_events(burst: Burst, raw_pod: dict[str, Any], node: str) -> None:
     """What the API server sends after kube-scheduler's PreBind and Bind: the claim, then the bound pod."""
     uid = raw_pod["metadata"]["uid"]
     device = burst.free[node].pop(0)
@@ -242,7 +243,8 @@ def main() -> None:
     header = f"{'nodes':>6} {'verbs':>8} {'pods/s':>8} {'ahead':>8} " + " ".join(f"{step:>8}" for step in STEPS)
     print(header)
     for nodes in args.nodes:
-        verbs, made_ahead, split = [], [], {step: [] for step in STEPS}
+        verbs, made_ahead = [], []
+        split: dict[str, list[float]] = {step: [] for step in STEPS}
         for _ in range(args.rounds):
             costs, ahead_costs = run_verbs(nodes, args.pods)
             verbs.append(median_ms(costs))

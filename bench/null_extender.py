@@ -77,7 +77,7 @@ def main() -> None:
     defaults = ExtenderConfig().server  # the scheduling listener's bounds as `dra-extender serve` applies them
     listener = ListenerSettings(address, app, defaults.max_connections, direct=NullVerbs())
     ExtenderWorker.configure([listener], ServerLimits())
-    ExtenderServer(app, gunicorn_options([address])).run()
+    ExtenderServer(app, gunicorn_options([address])).run()  # type: ignore[arg-type]  # serves any WSGI callable
 
 
 if __name__ == "__main__":

@@ -81,12 +81,12 @@ class Placed:
 
 
 def find_binaries() -> dict[str, Path]:
-    """The newest tests/e2e/.build/v*/ holding the control plane's binaries (python -m tests.e2e.build)."""
+    """The newest tests/e2e/.build/v*/ holding the control plane's binaries (python -m testkit.builds.kubernetes)."""
     for directory in sorted(BUILD_ROOT.glob("v*"), reverse=True):
         paths = {name: directory / name for name in BINARIES}
         if all(path.is_file() for path in paths.values()):
             return paths
-    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m tests.e2e.build")
+    raise SystemExit(f"no control plane binaries under {BUILD_ROOT}: run .venv/bin/python -m testkit.builds.kubernetes")
 
 
 class RealCluster:
@@ -116,7 +116,7 @@ class RealCluster:
             if obj["kind"] == "Node":
                 self.plane.create_node(obj["metadata"]["name"])
             elif obj["kind"] == "ResourceSlice":
-                self.plane.resource.create_resource_slice(obj)
+                self.plane.resource.create_resource_slice(obj)  # type: ignore[arg-type]  # the client sends a dict body as it is
 
     def stop(self) -> None:
         """Stop every component and remove the work directory (etcd's data, the logs)."""
@@ -133,7 +133,7 @@ class RealCluster:
         """Create the pod's claim and the pod for the profile of `mode`; wait until bound or refused."""
         claim = b.claim(f"{name}-gpu", namespace, [request])
         del claim["metadata"]["uid"]
-        self.plane.resource.create_namespaced_resource_claim(namespace, claim)
+        self.plane.resource.create_namespaced_resource_claim(namespace, claim)  # type: ignore[arg-type]
         time.sleep(self.settle)  # the extender's watch may see the claim later than kube-scheduler sees the pod
         manifest = pod_manifest(namespace, name, claims={"gpu": f"{name}-gpu"}, scheduler_name=PROFILES[mode])
         started = time.monotonic()

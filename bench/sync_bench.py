@@ -125,7 +125,8 @@ def claim_update(index: int, node: str, device: int) -> dict[str, Any]:
         allocated_node=node,
         reserved_for=[(f"holder-{index}", f"uid-holder-{index}")],
     )
-    return orjson.loads(orjson.dumps(claim))
+    parsed: dict[str, Any] = orjson.loads(orjson.dumps(claim))
+    return parsed
 
 
 def event_costs(store: ClusterStore, nodes: int, events: int, rng: random.Random) -> dict[str, dict[str, float]]:

@@ -248,8 +248,10 @@ class Cluster:
             return fits
         fits &= self.accessible(pod.gpu_spec)
         if pod.shares:
-            return fits & (self.gpu_left.max(axis=1) >= pod.gpu_milli)
-        return fits & ((self.gpu_left == MILLI).sum(axis=1) >= pod.num_gpu)
+            shared: BoolArray = fits & (self.gpu_left.max(axis=1) >= pod.gpu_milli)
+            return shared
+        whole: BoolArray = fits & ((self.gpu_left == MILLI).sum(axis=1) >= pod.num_gpu)
+        return whole
 
     def place(self, pod: TracePod, node: int, gpus: Sequence[int]) -> None:
         self.cpu_left[node] -= pod.cpu_milli
@@ -346,7 +348,8 @@ class Fragmentation:
         at_least = left[:, :, None] >= self.milli[None, None, :]  # rows x GPUs x shapes
         usable = (left[:, :, None] * at_least).sum(axis=1)
         fits = (at_least.sum(axis=1) >= self.count) & (cpu_left[:, None] >= self.cpu) & self.access[model]
-        return self.total_p * left.sum(axis=1) - (fits * usable) @ self.p
+        fragmentation: FloatArray = self.total_p * left.sum(axis=1) - (fits * usable) @ self.p
+        return fragmentation
 
 
 def _sigmoid_score(before: FloatArray, after: FloatArray) -> FloatArray:

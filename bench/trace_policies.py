@@ -111,7 +111,8 @@ class DotProductPolicy(ScorePolicy):
         dot = (cluster.cpu_left[feasible] / MAX_SPEC_CPU) * (cpu / MAX_SPEC_CPU) + (gpu_left / MAX_SPEC_GPU) * (
             pod.total_milli / MAX_SPEC_GPU
         )
-        return np.trunc(100.0 * (1.0 - dot / 2.0))
+        score: FloatArray = np.trunc(100.0 * (1.0 - dot / 2.0))
+        return score
 
 
 class GpuClusteringPolicy(ScorePolicy):
@@ -128,7 +129,8 @@ class GpuClusteringPolicy(ScorePolicy):
         kinds = (tags > 0).sum(axis=1)
         fill = (25 * (MAX_SPEC_GPU - cluster.gpu_left[feasible].sum(axis=1))) // MAX_SPEC_GPU
         band = np.where(mine, np.where(kinds == 1, 75, 50), np.where(kinds == 0, 25, 0))
-        return (fill + band).astype(np.float64)
+        packed: FloatArray = (fill + band).astype(np.float64)
+        return packed
 
 
 class GpuPackingPolicy(ScorePolicy):
@@ -166,7 +168,8 @@ class BestFitPolicy(ScorePolicy):
         low, high = raw.min(), raw.max()
         if high == low:
             return np.zeros(feasible.size)
-        return ((raw - low) * 100 // (high - low)).astype(np.float64)
+        normalized: FloatArray = ((raw - low) * 100 // (high - low)).astype(np.float64)
+        return normalized
 
 
 class FGDPolicy(ScorePolicy):
@@ -218,7 +221,8 @@ def in_tree_scores(cluster: Cluster, pod: TracePod, feasible: IntArray) -> Float
         1.0, (cluster.memory_total[feasible] - cluster.memory_left[feasible] + pod.memory_mib) / memory_alloc
     )
     balanced = np.trunc((1.0 - np.abs(cpu_share - memory_share) / 2.0) * 100.0)
-    return (least + balanced).astype(np.float64)
+    total: FloatArray = (least + balanced).astype(np.float64)
+    return total
 
 
 class KubeSchedulerPolicy(ScorePolicy):

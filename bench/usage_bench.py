@@ -10,8 +10,9 @@ import argparse
 import time
 
 from testkit import builders as b
+from testkit.scenarios import gpu_pod
 from tests.support.quota import base_objects
-from tests.support.scenarios import engine_for, gpu_pod
+from tests.support.scenarios import engine_for
 
 
 def main() -> None:

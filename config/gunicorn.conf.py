@@ -1,5 +1,6 @@
 # gunicorn settings for `dra-extender serve --gunicorn-config config/gunicorn.conf.py`: these are the defaults
-# (extender/transport/server.py GUNICORN_DEFAULTS; tests/test_service.py keeps the two equal). Change what you need.
+# (extender/transport/server.py GUNICORN_DEFAULTS; tests/service/test_service.py keeps the two equal).
+# Change what you need.
 # One worker, many threads: the cluster view, the selector caches and the quota reservation ledger must live
 # in ONE process, or two workers would each admit pods against their own ledger and over-commit quota.
 workers = 1

@@ -1,6 +1,6 @@
 """The bounded memo every cache of cluster-derived values is built on, and the extender's memo policy.
 
-The policy (tests/test_memo_policy.py keeps it true):
+The policy (tests/tooling/test_memo_policy.py keeps it true):
 
 - **Values derived from cluster objects** (device views, selector verdicts, CEL programs, flavor partitions:
   anything whose keys a cluster can multiply) live in a `BoundedMemo`, held by an owner the service can name

@@ -41,7 +41,7 @@ fi
 
 # crun supports cgroup v2 and pure v1, not the hybrid layout (systemd's default on some older hosts and VMs):
 # /sys/fs/cgroup a tmpfs of v1 controllers with cgroup2 mounted at /sys/fs/cgroup/unified. runc runs there.
-CGROUP_ROOT=${CGROUP_ROOT:-/sys/fs/cgroup}  # another root only for tests/test_image_build_script.py
+CGROUP_ROOT=${CGROUP_ROOT:-/sys/fs/cgroup}  # another root only for tests/deploy/test_image_build_script.py
 hybrid_cgroups() { [ ! -e "$CGROUP_ROOT/cgroup.controllers" ] && [ -e "$CGROUP_ROOT/unified/cgroup.controllers" ]; }
 
 if [ -z "${RUNTIME:-}" ] && hybrid_cgroups; then

@@ -1,13 +1,13 @@
 #!/bin/sh
 # Copy config/*.yaml into manifests/config/ (kustomize loads nothing outside manifests/) and into the Helm chart's
-# files/, and regenerate the bind component's copies. Run after editing config/; tests/test_manifests.py and
-# tests/test_helm_chart.py fail until the copies agree.
+# files/, and regenerate the bind component's copies. Run after editing config/; tests/deploy/test_manifests.py and
+# tests/deploy/test_helm_chart.py fail until the copies agree.
 #
 # Also writes the one Kubernetes release into the deployment: the k8s.io/kubernetes version the e2e harness pins
 # (tests/e2e/harness/go.mod, the kube-scheduler every e2e test runs and whose feature-gate defaults the extender's
 # `features:` follow) becomes the kube-scheduler image tag of the kustomize base and the chart, and the chart's
 # kubeVersion floor (kube-scheduler must not be newer than the API server), and into the pages that name it
-# (manifests/README.md, README.md, docs/deploying.md). tests/test_kubernetes_release.py
+# (manifests/README.md, README.md, docs/deploying.md). tests/deploy/test_kubernetes_release.py
 # fails while any of them names another release.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)

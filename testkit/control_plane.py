@@ -1,11 +1,11 @@
 """A throwaway Kubernetes control plane on loopback, for the end-to-end tests and the end-to-end benchmark.
 
-etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by ``tests/e2e/build.py``) run as
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by ``testkit/builds/kubernetes.py``) run as
 child processes in a temporary folder, every one listening on 127.0.0.1 at a port chosen at run time. There
 are no kubelets: nodes are API objects that the helpers mark Ready, and ResourceSlices are published through
 the API the way the DRA example driver publishes them. Pods get bound (spec.nodeName) but never run.
-It lives in testkit (not shipped) so that bench/e2e_bench.py shares it without importing tests/;
-tests/e2e/cluster.py re-exports it for the tests.
+It lives in testkit (not shipped) so that the tests and bench/e2e_bench.py share it (bench/ imports nothing
+from tests/).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,6 +33,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+
+from testkit import builders as b
 
 T = TypeVar("T")
 
@@ -419,28 +422,6 @@ def gpu_devices(node: str, count: int, memory: str = "80Gi") -> list[dict[str, A
     ]
 
 
-def gpu_device_class(name: str = DEVICE_CLASS, driver: str = DRIVER) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]},
-    }
-
-
-def gpu_claim_template(namespace: str, name: str, count: int = 1, device_class: str = DEVICE_CLASS) -> dict:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]}
-            }
-        },
-    }
-
-
 def pod_manifest(
     namespace: str,
     name: str,
@@ -505,7 +486,9 @@ class ControlPlane:
     @property
     def client(self) -> k8s.ApiClient:
         if self.api_client is None:
-            self.api_client = k8s_config.new_client_from_config(config_file=str(self.kubeconfig))
+            self.api_client = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]  # not annotated
+                config_file=str(self.kubeconfig)
+            )
         return self.api_client
 
     @property
@@ -685,7 +668,7 @@ class ControlPlane:
         for name in reversed(list(self.components)):
             self.stop_component(name)
         if self.api_client is not None:
-            self.api_client.close()
+            self.api_client.close()  # type: ignore[no-untyped-call]  # not annotated
             self.api_client = None
 
     def check_alive(self) -> None:
@@ -699,7 +682,7 @@ class ControlPlane:
 
     def create_namespace(self, name: str, wait_for_service_account: bool = True) -> str:
         """Create a namespace; wait for its default ServiceAccount (pods are refused without it)."""
-        self.core.create_namespace({"metadata": {"name": name}})
+        self.core.create_namespace({"metadata": {"name": name}})  # type: ignore[arg-type]  # the client sends a dict body as it is
         if wait_for_service_account:
             wait_until(
                 lambda: self.core.read_namespaced_service_account("default", name),
@@ -727,7 +710,7 @@ class ControlPlane:
     ) -> dict[str, Any]:
         """Create a Node without taints and mark it Ready with the given allocatable resources."""
         self.core.create_node(
-            {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}
+            {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}  # type: ignore[arg-type]
         )
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         resources = {"cpu": cpu, "memory": memory, "pods": pods}
@@ -750,14 +733,18 @@ class ControlPlane:
         }
         self.core.patch_node_status(name, status)
         node = self.core.read_node(name)
-        if node.spec.taints:
+        if node.spec.taints:  # type: ignore[union-attr]  # a node read from the API server has a spec
             self.core.patch_node(name, {"spec": {"taints": None}})
-        return self.client.sanitize_for_serialization(self.core.read_node(name))
+        node_object: dict[str, Any] = self.client.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+            self.core.read_node(name)
+        )
+        return node_object
 
     def create_device_class(self, name: str = DEVICE_CLASS, driver: str = DRIVER) -> None:
         """Create the DeviceClass (idempotent) selecting ``device.driver == driver``."""
         try:
-            self.resource.create_device_class(gpu_device_class(name, driver))
+            device_class = b.device_class(name, [f"device.driver == '{driver}'"])
+            self.resource.create_device_class(device_class)  # type: ignore[arg-type]  # the client sends a dict as it is
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -780,25 +767,34 @@ class ControlPlane:
             },
         }
         try:
-            created = self.resource.create_resource_slice(body)
+            created = self.resource.create_resource_slice(body)  # type: ignore[arg-type]  # the client sends a dict body as it is
         except ApiException as exc:
             if exc.status != 409:
                 raise
             current = self.resource.read_resource_slice(name)
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            created = self.resource.replace_resource_slice(name, body)
-        return self.client.sanitize_for_serialization(created)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version  # type: ignore[union-attr]  # read back
+            created = self.resource.replace_resource_slice(name, body)  # type: ignore[arg-type]  # the client sends a dict body as it is
+        published: dict[str, Any] = self.client.sanitize_for_serialization(created)  # type: ignore[no-untyped-call]
+        return published
 
     def apply_manifest(self, path: Path) -> list[dict[str, Any]]:
         """Create every object of a YAML file (kinds the kubernetes client's create_from_yaml knows)."""
         from kubernetes import utils
 
-        created = utils.create_from_yaml(self.client, str(path))
-        return [self.client.sanitize_for_serialization(obj) for group in created for obj in group]
+        created = utils.create_from_yaml(self.client, str(path))  # type: ignore[no-untyped-call]  # not annotated
+        objects: list[dict[str, Any]] = [
+            self.client.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]  # not annotated
+            for group in created
+            for obj in group
+        ]
+        return objects
 
     def read_crd(self, name: str) -> dict[str, Any]:
         """The CustomResourceDefinition as plain JSON (the typed model chokes on some CRD schemas)."""
-        return json.loads(self.apiextensions.read_custom_resource_definition(name, _preload_content=False).data)
+        # With _preload_content=False the client returns the raw HTTP response, not the model its stub names.
+        response: Any = self.apiextensions.read_custom_resource_definition(name, _preload_content=False)
+        crd: dict[str, Any] = json.loads(response.data)
+        return crd
 
     def apply_crds(self, crd_dir: Path = KUEUE_CRD_DIR, timeout: float = 60.0) -> list[str]:
         """Create (or replace) the CRDs of every *.yaml in ``crd_dir``; wait for them to be Established."""
@@ -809,6 +805,7 @@ class ControlPlane:
                     continue
                 name = doc["metadata"]["name"]
                 names.append(name)
+                response: Any  # the raw HTTP response (_preload_content=False)
                 try:
                     response = self.apiextensions.create_custom_resource_definition(doc, _preload_content=False)
                 except ApiException as exc:
@@ -818,7 +815,7 @@ class ControlPlane:
                     response = self.apiextensions.replace_custom_resource_definition(name, doc, _preload_content=False)
                 response.read()  # an unread response would be cut off mid-write
         for name in names:
-            wait_until(lambda n=name: self.crd_established(n), timeout=timeout, message=f"CRD {name} Established")
+            wait_until(partial(self.crd_established, name), timeout=timeout, message=f"CRD {name} Established")
         return names
 
     def crd_established(self, name: str) -> bool:
@@ -828,14 +825,14 @@ class ControlPlane:
     # pods, claims, events ----------------------------------------------------------------------------
 
     def create_pod(self, manifest: dict[str, Any]) -> k8s.V1Pod:
-        return self.core.create_namespaced_pod(manifest["metadata"]["namespace"], manifest)
+        return self.core.create_namespaced_pod(manifest["metadata"]["namespace"], manifest)  # type: ignore[arg-type]
 
     def wait_for_pod_scheduled(self, namespace: str, name: str, timeout: float = 60.0) -> k8s.V1Pod:
         """Wait until the pod is bound to a node (spec.nodeName set)."""
 
         def bound() -> k8s.V1Pod | None:
             pod = self.core.read_namespaced_pod(name, namespace)
-            return pod if pod.spec.node_name else None
+            return pod if pod.spec.node_name else None  # type: ignore[union-attr]  # read pods have a spec
 
         return wait_until(bound, timeout=timeout, message=f"pod {namespace}/{name} to be scheduled")
 
@@ -855,12 +852,15 @@ class ControlPlane:
 
         def claims() -> list[k8s.ResourceV1ResourceClaim] | None:
             pod = self.core.read_namespaced_pod(pod_name, namespace)
-            wanted = pod.spec.resource_claims or []
-            statuses = {s.name: s.resource_claim_name for s in (pod.status.resource_claim_statuses or [])}
+            wanted = pod.spec.resource_claims or []  # type: ignore[union-attr]  # read pods have a spec
+            statuses = {
+                s.name: s.resource_claim_name
+                for s in (pod.status.resource_claim_statuses or [])  # type: ignore[union-attr]  # and a status
+            }
             names = [c.resource_claim_name or statuses.get(c.name) for c in wanted]
             if not all(names):
                 return None
-            return [self.resource.read_namespaced_resource_claim(n, namespace) for n in names]
+            return [self.resource.read_namespaced_resource_claim(n, namespace) for n in names]  # type: ignore[arg-type]
 
         return wait_until(claims, timeout=timeout, message=f"claims of pod {namespace}/{pod_name}")
 

@@ -1,7 +1,7 @@
 """Cluster shapes for placement: partitionable GPUs (MIG-like profiles drawing on a counter set per GPU), GPUs
 shared by consumable capacity, plain GPUs; claims that hold their devices; pods asking for one shape.
 
-Shared by tests/test_device_fit.py and bench/placement_bench.py. A partitionable GPU follows the DRA
+Shared by tests/decisions/test_device_fit.py and bench/placement_bench.py. A partitionable GPU follows the DRA
 partitionable-devices model (k8s.io/api resource/v1: a ResourceSlice's sharedCounters, each device's
 consumesCounters): one counter set per GPU with `slices` (7) and `memory` counters, and devices whole / 3g / 2g /
 1g drawing 7 / 3 / 2 / 1 slices and 1 / 1/2 / 1/4 / 1/8 of the memory, as the MIG profiles of a 40Gi or 80Gi

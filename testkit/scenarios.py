@@ -16,12 +16,13 @@ RESOURCE = "example.com/gpu"
 FLAVOR_LABEL = "example.com/capacity-type"
 
 
-def flavor(name: str) -> dict[str, Any]:
+def flavor(name: str, node_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ResourceFlavor for the nodes with `node_labels` (default: FLAVOR_LABEL set to the flavor's name)."""
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",
         "metadata": {"name": name},
-        "spec": {"nodeLabels": {FLAVOR_LABEL: name}},
+        "spec": {"nodeLabels": {FLAVOR_LABEL: name} if node_labels is None else node_labels},
     }
 
 
@@ -31,8 +32,9 @@ def cluster_queue(
     *,
     cohort: str | None = "pool",
     try_next: bool = False,
+    when_can_borrow: str | None = None,
     stop: str | None = None,
-    namespace_selector: dict | None = None,
+    namespace_selector: dict[str, Any] | None = None,
     api_version: str = "kueue.x-k8s.io/v1beta2",
 ) -> dict[str, Any]:
     flavors = []
@@ -48,11 +50,22 @@ def cluster_queue(
     }
     if cohort:
         spec["cohortName" if api_version.endswith("v1beta2") else "cohort"] = cohort
-    if try_next:
-        spec["flavorFungibility"] = {"whenCanBorrow": "TryNextFlavor"}
+    if when_can_borrow or try_next:
+        spec["flavorFungibility"] = {"whenCanBorrow": when_can_borrow or "TryNextFlavor"}
     if stop:
         spec["stopPolicy"] = stop
     return {"apiVersion": api_version, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def cohort(name: str, parent: str | None = None, nominal: dict[str, int] | None = None) -> dict[str, Any]:
+    """A Kueue Cohort: a child of `parent` when given, with `nominal` quota of RESOURCE per flavor when given."""
+    spec: dict[str, Any] = {}
+    if parent:
+        spec["parentName"] = parent
+    if nominal:
+        flavors = [{"name": f, "resources": [{"name": RESOURCE, "nominalQuota": n}]} for f, n in nominal.items()]
+        spec["resourceGroups"] = [{"coveredResources": [RESOURCE], "flavors": flavors}]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": name}, "spec": spec}
 
 
 def local_queue(namespace: str, cq: str, name: str = "q") -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """A generated cluster with one node of every device state the web view draws, loaded without a YAML round trip
-(tests/test_web_view.py, tests/browser, bench/web_bench.py)."""
+(tests/transport/test_web_view.py, tests/browser, bench/web_bench.py)."""
 
 from __future__ import annotations
 

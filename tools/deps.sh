@@ -80,8 +80,8 @@ if command -v go >/dev/null 2>&1; then
   step
   if make --no-print-directory tools; then took "helm, kustomize, promtool (make tools)"; else build_failed=1; fi
   step
-  if .venv/bin/python -m tests.e2e.build >/dev/null; then
-    took "the control plane and Kueue (tests/e2e/build.py)"
+  if .venv/bin/python -m testkit.builds.kubernetes >/dev/null; then
+    took "the control plane and Kueue (testkit/builds/kubernetes.py)"
   else
     echo "deps: building the control plane or Kueue failed" >&2
     build_failed=1

@@ -64,7 +64,9 @@ def planned_runs(args: argparse.Namespace) -> list[Run]:
     """The runs asked for, interleaved test by test (so a stop midway still has some of each)."""
     first = args.first_seed
     stress = [
-        Run("stress", first + i, "tests/test_overcommit_stress.py", {"STRESS_SEED": str(first + i)}, 900)
+        Run(
+            "stress", first + i, "tests/decisions/quota/test_overcommit_stress.py", {"STRESS_SEED": str(first + i)}, 900
+        )
         for i in range(args.stress)
     ]
     window = [

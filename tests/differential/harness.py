@@ -43,8 +43,9 @@ from extender.state.errors import ObjectError
 from extender.state.quantity import parse_quantity
 from extender.state.snapshot import ClusterSnapshot
 from extender.state.store import ClusterStore
+from testkit.builds.oracle import ensure_oracle_binary
 from tests.differential.strategies import OUR_FEATURE_FIELDS, PROFILES
-from tests.oracle.oracle import ensure_oracle_binary, run_scenarios
+from tests.oracle.oracle import run_scenarios
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

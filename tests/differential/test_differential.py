@@ -67,6 +67,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis.control import current_build_context
 
+from testkit.builds.oracle import OracleBuildError, OracleUnavailableError, ensure_oracle_binary
 from tests.differential import harness as h
 from tests.differential.strategies import (
     FEATURES,
@@ -76,7 +77,7 @@ from tests.differential.strategies import (
     random_cases,
     stable_reference,
 )
-from tests.oracle.oracle import OracleBuildError, OracleUnavailableError, ensure_oracle_binary, run_scenarios
+from tests.oracle.oracle import run_scenarios
 
 # Differential against the upstream allocator; also the replay of its stored verdicts and the generator checks.
 pytestmark = pytest.mark.oracle

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from tests.e2e import build
-from tests.e2e.cluster import (
+from testkit.builds import kubernetes as build
+from testkit.control_plane import (
     DEVICE_CLASS,
     DRIVER,
     KUEUE_CRD_DIR,

@@ -1,4 +1,4 @@
-"""Kueue's controller manager (v0.19.2, built by ``tests/e2e/build.py``) in the throwaway control plane.
+"""Kueue's controller manager (v0.19.2, built by ``testkit/builds/kubernetes.py``) in the throwaway control plane.
 
 Kueue normally runs as a Deployment: cert-controller (internal cert management) writes its webhook serving
 certificate into a Secret that the kubelet mounts, and kustomize points the webhook configurations and the
@@ -46,7 +46,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import (
+from testkit.control_plane import (
     LOOPBACK,
     Component,
     ControlPlane,

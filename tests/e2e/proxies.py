@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from tests.e2e.cluster import LOOPBACK
+from testkit.control_plane import LOOPBACK
 
 
 class TcpProxy:

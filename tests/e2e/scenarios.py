@@ -19,7 +19,9 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEVICE_CLASS, ControlPlane, pod_manifest, wait_until
+from testkit import builders as b
+from testkit import scenarios as ts
+from testkit.control_plane import DEVICE_CLASS, ControlPlane, pod_manifest, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 
 GPU = "example.com/gpu"  # the quota resource the deviceClassMapping maps gpu.example.com to
@@ -87,95 +89,10 @@ class FlavorQuota:
     nominal: int
     borrowing_limit: int | None = None
 
-
-def resource_flavor(name: str, node_labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": name},
-        "spec": {"nodeLabels": node_labels},
-    }
-
-
-def cluster_queue(
-    name: str, flavors: list[FlavorQuota], cohort: str | None = None, when_can_borrow: str | None = None
-) -> dict[str, Any]:
-    def quota(entry: FlavorQuota) -> dict[str, Any]:
-        resource: dict[str, Any] = {"name": GPU, "nominalQuota": entry.nominal}
-        if entry.borrowing_limit is not None:
-            resource["borrowingLimit"] = entry.borrowing_limit
-        return {"name": entry.flavor, "resources": [resource]}
-
-    spec: dict[str, Any] = {
-        "namespaceSelector": {},  # every namespace (null would admit none)
-        "resourceGroups": [{"coveredResources": [GPU], "flavors": [quota(f) for f in flavors]}],
-    }
-    if cohort:
-        spec["cohortName"] = cohort
-    if when_can_borrow:
-        spec["flavorFungibility"] = {"whenCanBorrow": when_can_borrow}
-    return {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
-def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "LocalQueue",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"clusterQueue": cluster_queue_name},
-    }
-
-
-def kueue_configmap() -> dict[str, Any]:
-    configuration = {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-        "kind": "Configuration",
-        "resources": {"deviceClassMappings": [{"name": GPU, "deviceClassNames": [DEVICE_CLASS]}]},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": KUEUE_CONFIGMAP, "namespace": KUEUE_NAMESPACE},
-        "data": {KUEUE_CONFIG_KEY: yaml.safe_dump(configuration, sort_keys=False)},
-    }
-
-
-# --- claims --------------------------------------------------------------------------------------------
-
-
-def claim_template(namespace: str, name: str, requests: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"spec": {"devices": {"requests": requests}}},
-    }
-
-
-def exactly(count: int, name: str = "gpu") -> dict[str, Any]:
-    return {"name": name, "exactly": {"deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount", "count": count}}
-
-
-def all_devices(name: str = "gpu") -> dict[str, Any]:
-    return {"name": name, "exactly": {"deviceClassName": DEVICE_CLASS, "allocationMode": "All"}}
-
-
-def first_available(name: str, subrequests: list[tuple[str, int]]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "firstAvailable": [
-            {"name": sub, "deviceClassName": DEVICE_CLASS, "allocationMode": "ExactCount", "count": count}
-            for sub, count in subrequests
-        ],
-    }
-
-
-# --- a scenario: namespace, nodes, queues, pods --------------------------------------------------------
+    def quota(self) -> dict[str, Any]:
+        """The flavor's entry in testkit.scenarios.cluster_queue's quotas."""
+        limit = {} if self.borrowing_limit is None else {"borrowingLimit": self.borrowing_limit}
+        return {"nominal": self.nominal, **limit}
 
 
 @dataclass
@@ -209,7 +126,7 @@ class Scenario:
     def add_flavor(self, name: str, extra_labels: dict[str, str] | None = None) -> str:
         node_labels = {SCENARIO_LABEL: self.name, **(extra_labels or {})}
         self.plane.custom.create_cluster_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", resource_flavor(name, node_labels)
+            KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", ts.flavor(name, node_labels)
         )
         self.flavors[name] = node_labels
         return name
@@ -225,12 +142,17 @@ class Scenario:
         """A ClusterQueue and a LocalQueue (default: same name) for it in the scenario's namespace; waits until
         the extender shows the ClusterQueue with its quota and no problem."""
         self.plane.custom.create_cluster_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(name, flavors, cohort, when_can_borrow)
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            "clusterqueues",
+            ts.cluster_queue(
+                name, {f.flavor: f.quota() for f in flavors}, cohort=cohort, when_can_borrow=when_can_borrow
+            ),
         )
         self.cluster_queues.append(name)
         lq = local_queue_name or name
         self.plane.custom.create_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", local_queue(self.namespace, lq, name)
+            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", ts.local_queue(self.namespace, name, lq)
         )
         wanted = {f.flavor: f.nominal for f in flavors}
 
@@ -246,7 +168,7 @@ class Scenario:
 
     def add_template(self, name: str, requests: list[dict[str, Any]]) -> str:
         self.plane.resource.create_namespaced_resource_claim_template(
-            self.namespace, claim_template(self.namespace, name, requests)
+            self.namespace, b.claim_template(name, self.namespace, requests)
         )
         return name
 
@@ -259,7 +181,7 @@ class Scenario:
         self.add_nodes("n", nodes, gpus=gpus)
         flavor = self.add_flavor(f"{self.name}-gpus")
         queue = self.add_queue(self.name, [FlavorQuota(flavor, nominal)])
-        self.add_template("one-gpu", [exactly(1)])
+        self.add_template("one-gpu", [b.exact_request("gpu", 1)])
         if wait:
             self.wait_extender_sees("one-gpu", queue, self.name)
         return flavor, queue
@@ -466,7 +388,7 @@ def kueue_plane(extender_control_plane: ExtenderControlPlane) -> ExtenderControl
         if exc.status != 409:
             raise
     try:
-        plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, kueue_configmap())
+        plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, ts.kueue_config())
     except ApiException as exc:
         if exc.status != 409:
             raise

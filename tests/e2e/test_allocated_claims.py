@@ -26,8 +26,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import wait_until
-from tests.e2e.scenarios import QUOTA_EXHAUSTED, SCHEDULE_TIMEOUT, SYNC_TIMEOUT, Scenario, exactly, extender_get
+from testkit import builders as b
+from testkit.control_plane import wait_until
+from tests.e2e.scenarios import QUOTA_EXHAUSTED, SCHEDULE_TIMEOUT, SYNC_TIMEOUT, Scenario, extender_get
 from tests.e2e.test_gang_scenarios import GangScenario, gang_plane, gangs, setup_queue
 
 pytestmark = pytest.mark.e2e
@@ -196,7 +197,7 @@ def group_claim_reservation(gangs: GangScenario) -> list[Any]:
 
 def test_a_podgroup_claim_with_no_member_left_keeps_counting(gangs: GangScenario) -> None:
     queue = setup_queue(gangs, nodes=2, gpus=4, quota=6)
-    gangs.add_template("four-gpus", [exactly(4)])
+    gangs.add_template("four-gpus", [b.exact_request("gpu", 4)])
     gangs.wait_extender_sees("four-gpus", queue, gangs.name)
     gangs.add_pod_group("train", 2, claim_templates={"gpu": "four-gpus"})
     with AllocatedSampler(gangs) as sampler:

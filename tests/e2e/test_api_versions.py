@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import wait_until
+from testkit.control_plane import wait_until
 from tests.e2e.scenarios import KUEUE_GROUP, QUOTA_EXHAUSTED, SYNC_TIMEOUT, Scenario, kueue_plane, scenario
 
 __all__ = ["kueue_plane", "scenario"]  # fixtures used by this module's tests

@@ -43,7 +43,8 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import (
+from testkit import scenarios as ts
+from testkit.control_plane import (
     LOOPBACK,
     Component,
     ControlPlane,
@@ -59,7 +60,6 @@ from tests.e2e.scenarios import (
     GPU,
     KUEUE_NAMESPACE,
     Scenario,
-    kueue_configmap,
 )
 
 pytestmark = pytest.mark.e2e
@@ -102,7 +102,7 @@ def chaos_plane(pytestconfig: pytest.Config, e2e_binaries: dict[str, Path]) -> I
     try:
         plane.create_device_class()
         plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False)
-        plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, kueue_configmap())
+        plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, ts.kueue_config())
         add_background_pods(plane, BACKGROUND_PODS)
         kubeconfig = write_kubeconfig(
             plane.workdir / "extender-via-proxy.kubeconfig",

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import DRIVER, wait_until
+from testkit.control_plane import DRIVER, wait_until
 from tests.e2e.scenarios import (
     QUOTA_EXHAUSTED,
     SCENARIO_LABEL,

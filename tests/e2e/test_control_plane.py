@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.cluster import DEVICE_CLASS, DRIVER, ControlPlane, gpu_claim_template, pod_manifest
+from testkit import builders as b
+from testkit.control_plane import DEVICE_CLASS, DRIVER, ControlPlane, pod_manifest
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +58,7 @@ def test_pod_with_one_gpu_gets_a_device_on_its_node(
     control_plane: ControlPlane, gpu_nodes: tuple[str, ...], namespace: str
 ) -> None:
     control_plane.resource.create_namespaced_resource_claim_template(
-        namespace, gpu_claim_template(namespace, "one-gpu", count=1)
+        namespace, b.claim_template("one-gpu", namespace, [b.exact_request("gpu", 1)])
     )
     control_plane.create_pod(pod_manifest(namespace, "gpu-pod", claim_templates={"gpu": "one-gpu"}))
 
@@ -78,7 +79,7 @@ def test_pod_asking_for_more_gpus_than_any_node_has_stays_pending(
     control_plane: ControlPlane, gpu_nodes: tuple[str, ...], namespace: str
 ) -> None:
     control_plane.resource.create_namespaced_resource_claim_template(
-        namespace, gpu_claim_template(namespace, "four-gpus", count=4, device_class=DEVICE_CLASS)
+        namespace, b.claim_template("four-gpus", namespace, [b.exact_request("gpu", 4, device_class_name=DEVICE_CLASS)])
     )
     control_plane.create_pod(pod_manifest(namespace, "greedy", claim_templates={"gpu": "four-gpus"}))
 

@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from extender.kube.api import load_kubeconfig
 from extender.transport.access_review import AccessReviewer
 from extender.transport.app import create_app
-from tests.e2e.cluster import ControlPlane
+from testkit.control_plane import ControlPlane
 from tests.support.scenarios import engine_for
 
 pytestmark = pytest.mark.e2e

@@ -19,7 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.e2e.cluster import DRIVER, wait_until
+from testkit import builders as b
+from testkit.control_plane import DRIVER, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     GPU,
@@ -30,11 +31,8 @@ from tests.e2e.scenarios import (
     FlavorQuota,
     QuotaWatch,
     Scenario,
-    all_devices,
-    exactly,
     extender_get,
     extender_ready,
-    first_available,
     queue_reserved,
     queue_rows,
     queue_usage,
@@ -49,8 +47,8 @@ def test_seed_pods_get_devices_on_the_node_the_extender_passed(scenario: Scenari
     small, big = scenario.add_nodes("small", 1, gpus=2), scenario.add_nodes("big", 1, gpus=6)
     flavor = scenario.add_flavor(f"{scenario.name}-gpus")
     queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 8)])
-    scenario.add_template("one-gpu", [exactly(1)])
-    scenario.add_template("four-gpus", [exactly(4)])
+    scenario.add_template("one-gpu", [b.exact_request("gpu", 1)])
+    scenario.add_template("four-gpus", [b.exact_request("gpu", 4)])
     explained = scenario.wait_extender_sees("four-gpus", queue, scenario.name)
     verdicts = {n["node"]: n for n in explained["nodes"]}
     assert verdicts[big[0]]["passed"] and not verdicts[small[0]]["passed"]  # only the 6-GPU node fits 4
@@ -92,7 +90,7 @@ def test_quota_bounds_bound_pods_and_a_deleted_pod_frees_its_share(scenario: Sce
     scenario.add_nodes("node", 2, gpus=8)
     flavor = scenario.add_flavor(f"{scenario.name}-gpus")
     queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 8)])
-    scenario.add_template("two-gpus", [exactly(2)])
+    scenario.add_template("two-gpus", [b.exact_request("gpu", 2)])
     scenario.wait_extender_sees("two-gpus", queue, scenario.name)
 
     names = [f"pod-{i}" for i in range(6)]
@@ -139,7 +137,7 @@ def test_burst_never_exceeds_quota(scenario: Scenario) -> None:
     scenario.add_nodes("node", 4, gpus=8)
     flavor = scenario.add_flavor(f"{scenario.name}-gpus")
     queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 16)])
-    scenario.add_template("one-gpu", [exactly(1)])
+    scenario.add_template("one-gpu", [b.exact_request("gpu", 1)])
     scenario.wait_extender_sees("one-gpu", queue, scenario.name)
 
     names = [f"pod-{i:02d}" for i in range(40)]
@@ -179,7 +177,7 @@ def test_flavor_order_and_borrowing(scenario: Scenario) -> None:
     spot_nodes = scenario.add_nodes("spot", 2, gpus=4, labels={POOL_LABEL: "spot"})
     on_demand = scenario.add_flavor("on-demand", {POOL_LABEL: "on-demand"})
     spot = scenario.add_flavor("spot", {POOL_LABEL: "spot"})
-    scenario.add_template("two-gpus", [exactly(2)])
+    scenario.add_template("two-gpus", [b.exact_request("gpu", 2)])
 
     # order: first flavor, then the next when the first is full, then quota exhausted
     solo = scenario.add_queue("fl-solo", [FlavorQuota(on_demand, 2), FlavorQuota(spot, 2)])
@@ -234,8 +232,10 @@ def test_all_and_first_available_are_charged_what_was_allocated(scenario: Scenar
     scenario.add_nodes("node", 2, gpus=3)
     flavor = scenario.add_flavor(f"{scenario.name}-gpus")
     queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 16)])
-    scenario.add_template("all-gpus", [all_devices()])
-    scenario.add_template("four-or-two", [first_available("gpu", [("four", 4), ("two", 2)])])
+    scenario.add_template("all-gpus", [b.exact_request("gpu", mode="All")])
+    scenario.add_template(
+        "four-or-two", [b.first_available_request("gpu", [b.subrequest("four", 4), b.subrequest("two", 2)])]
+    )
     scenario.wait_extender_sees("all-gpus", queue, scenario.name)
 
     scenario.create_pod("all", "all-gpus", queue)
@@ -272,7 +272,7 @@ def test_extender_and_apiserver_restarts_mid_burst(kueue_plane: ExtenderControlP
     scenario.add_nodes("node", 4, gpus=8)
     flavor = scenario.add_flavor(f"{scenario.name}-gpus")
     queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 16)])
-    scenario.add_template("one-gpu", [exactly(1)])
+    scenario.add_template("one-gpu", [b.exact_request("gpu", 1)])
     scenario.wait_extender_sees("one-gpu", queue, scenario.name)
     watch = QuotaWatch(scenario)
     names = [f"pod-{i:02d}" for i in range(40)]

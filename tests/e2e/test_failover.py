@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.cluster import LOOPBACK, Component, free_port, scheduler_config, spawn, start_extender, wait_until
+from testkit.control_plane import LOOPBACK, Component, free_port, scheduler_config, spawn, start_extender, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     FlavorQuota,

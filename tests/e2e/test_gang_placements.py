@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import wait_until
+from testkit import builders as b
+from testkit.control_plane import wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     QUEUE_LABEL,
@@ -28,9 +29,7 @@ from tests.e2e.scenarios import (
     SYNC_TIMEOUT,
     FlavorQuota,
     QuotaWatch,
-    exactly,
     extender_get,
-    first_available,
     queue_reserved,
 )
 from tests.e2e.test_gang_scenarios import SCHEDULING, GangScenario, prepared_for_gangs
@@ -100,7 +99,7 @@ def one_flavor_queue(
     flavor = gangs.add_flavor(f"{gangs.name}-gpus")
     queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
     for name, count in templates.items():
-        gangs.add_template(name, [exactly(count)])
+        gangs.add_template(name, [b.exact_request("gpu", count)])
     gangs.wait_extender_sees(next(iter(templates)), queue, gangs.name)
     return flavor, queue
 
@@ -113,9 +112,9 @@ def two_racks(gangs: GangScenario, quota: int) -> tuple[str, list[str]]:
         gangs.add_nodes(rack, 3, gpus=4, labels={RACK: value})
         flavors.append(gangs.add_flavor(value, {RACK: value}))
     queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota) for flavor in flavors])
-    gangs.add_template("two-gpus", [exactly(2)])
-    gangs.add_template("one-gpu", [exactly(1)])
-    gangs.add_template("four-gpus", [exactly(4)])
+    gangs.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    gangs.add_template("one-gpu", [b.exact_request("gpu", 1)])
+    gangs.add_template("four-gpus", [b.exact_request("gpu", 4)])
     gangs.wait_extender_sees("two-gpus", queue, gangs.name)
     return queue, flavors
 
@@ -353,7 +352,9 @@ def test_a_charge_that_depends_on_the_node_is_held_in_the_flavor_the_gang_takes(
     gangs.add_nodes("s", 2, gpus=2, labels={"example.com/size": "small"})
     gangs.add_nodes("b", 2, gpus=8, labels={"example.com/size": "big"})
     queue = gangs.add_queue(gangs.name, [FlavorQuota(small, 2), FlavorQuota(big, big_quota)])
-    gangs.add_template("four-or-two", [first_available("gpu", [("four", 4), ("two", 2)])])
+    gangs.add_template(
+        "four-or-two", [b.first_available_request("gpu", [b.subrequest("four", 4), b.subrequest("two", 2)])]
+    )
     gangs.wait_extender_sees("four-or-two", queue, gangs.name)
     gangs.add_pod_group("train", 4)
     watch = FlavorWatch(gangs)

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEVICE_CLASS, wait_until
+from testkit import builders as b
+from testkit import scenarios as ts
+from testkit.control_plane import DEVICE_CLASS, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     GPU,
@@ -29,9 +31,7 @@ from tests.e2e.scenarios import (
     FlavorQuota,
     QuotaWatch,
     Scenario,
-    exactly,
     extender_get,
-    kueue_configmap,
     queue_reserved,
     queue_usage,
 )
@@ -52,7 +52,7 @@ def prepared_for_gangs(started: ExtenderControlPlane) -> ExtenderControlPlane:
     plane.create_device_class()
     for create in (
         lambda: plane.create_namespace(KUEUE_NAMESPACE, wait_for_service_account=False),
-        lambda: plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, kueue_configmap()),
+        lambda: plane.core.create_namespaced_config_map(KUEUE_NAMESPACE, ts.kueue_config()),
     ):
         try:
             create()
@@ -135,7 +135,7 @@ def setup_queue(gangs: GangScenario, nodes: int, gpus: int, quota: int) -> str:
     gangs.add_nodes("gpu", nodes, gpus=gpus)
     flavor = gangs.add_flavor(f"{gangs.name}-gpus")
     queue = gangs.add_queue(gangs.name, [FlavorQuota(flavor, quota)])
-    gangs.add_template("two-gpus", [exactly(2)])
+    gangs.add_template("two-gpus", [b.exact_request("gpu", 2)])
     gangs.wait_extender_sees("two-gpus", queue, gangs.name)
     return queue
 

@@ -19,14 +19,14 @@ import pytest
 import yaml
 
 from extender.commands.outcomes import EXIT_REFUSED
-from tests.e2e.cluster import wait_until
+from testkit import builders as b
+from testkit.control_plane import wait_until
 from tests.e2e.scenarios import (  # the scenario fixtures and helpers, shared
     GPU,
     QUOTA_EXHAUSTED,
     SCHEDULE_TIMEOUT,
     FlavorQuota,
     Scenario,
-    exactly,
     extender_get,
     kueue_plane,  # noqa: F401 - a fixture
     queue_rows,
@@ -48,7 +48,7 @@ def test_plugin_explains_a_pending_pod_with_the_quota_reason(scenario: Scenario,
     (node,) = scenario.add_nodes("node", 1, gpus=4)
     flavor = scenario.add_flavor(f"{scenario.name}-gpus")
     queue = scenario.add_queue(scenario.name, [FlavorQuota(flavor, 2)])
-    scenario.add_template("two-gpus", [exactly(2)])
+    scenario.add_template("two-gpus", [b.exact_request("gpu", 2)])
     scenario.wait_extender_sees("two-gpus", queue, scenario.name)
     scenario.create_pod("first", "two-gpus", queue)
     assert scenario.wait_bound("first") == node

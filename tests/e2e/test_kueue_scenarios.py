@@ -33,7 +33,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import ControlPlane, pod_manifest, wait_until
+from testkit import builders as b
+from testkit import scenarios as ts
+from testkit.control_plane import ControlPlane, pod_manifest, wait_until
 from tests.e2e.conftest import KueueControlPlane
 from tests.e2e.scenarios import (
     GPU,
@@ -42,17 +44,11 @@ from tests.e2e.scenarios import (
     POOL_LABEL,
     QUEUE_LABEL,
     SCENARIO_LABEL,
-    all_devices,
-    claim_template,
     delete_cluster_object,
-    exactly,
     extender_get,
     extender_post,
-    first_available,
-    local_queue,
     node_devices,
     queue_rows,
-    resource_flavor,
 )
 
 pytestmark = pytest.mark.e2e
@@ -65,27 +61,6 @@ SYNC_TIMEOUT = 30.0
 
 
 # --- Kueue objects -------------------------------------------------------------------------------------
-
-
-def cluster_queue(name: str, quotas: dict[str, int], cohort: str | None = None) -> dict[str, Any]:
-    """A v1beta2 ClusterQueue covering only example.com/gpu, flavors in the given order."""
-    spec: dict[str, Any] = {
-        "namespaceSelector": {},
-        "resourceGroups": [
-            {
-                "coveredResources": [GPU],
-                "flavors": [{"name": f, "resources": [{"name": GPU, "nominalQuota": n}]} for f, n in quotas.items()],
-            }
-        ],
-    }
-    if cohort:
-        spec["cohortName"] = cohort
-    return {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -152,7 +127,7 @@ class KueueScenario:
     def add_flavor(self, name: str, pool: str) -> str:
         labels = {SCENARIO_LABEL: self.name, POOL_LABEL: pool}
         self.plane.custom.create_cluster_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", resource_flavor(name, labels)
+            KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", ts.flavor(name, labels)
         )
         self.flavors[name] = labels
         return name
@@ -161,10 +136,13 @@ class KueueScenario:
         """A ClusterQueue and a LocalQueue of the same name; waits until Kueue reports the ClusterQueue Active
         and the extender shows it with this quota."""
         self.plane.custom.create_cluster_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(name, quotas, cohort)
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            "clusterqueues",
+            ts.cluster_queue(name, {f: {"nominal": n} for f, n in quotas.items()}, cohort=cohort),
         )
         self.plane.custom.create_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", local_queue(self.namespace, name, name)
+            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", ts.local_queue(self.namespace, name, name)
         )
         self.cluster_queues[name] = name
         wait_until(
@@ -190,7 +168,7 @@ class KueueScenario:
 
     def add_template(self, name: str, requests: list[dict[str, Any]]) -> str:
         self.plane.resource.create_namespaced_resource_claim_template(
-            self.namespace, claim_template(self.namespace, name, requests)
+            self.namespace, b.claim_template(name, self.namespace, requests)
         )
         return name
 
@@ -444,7 +422,7 @@ def test_admit_and_place_two_queues_in_a_cohort(scenario: KueueScenario) -> None
     cohort = f"{s.name}-cohort"
     a = s.add_queue(f"{s.name}-a", {flavor: 4}, cohort)
     b = s.add_queue(f"{s.name}-b", {flavor: 4}, cohort)
-    two = s.add_template("two-gpus", [exactly(2)])
+    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
 
     s.create_job("a1", a, two, pods=2)
     s.create_job("b1", b, two, pods=1)
@@ -482,7 +460,10 @@ def test_admitted_flavor_without_free_device(scenario: KueueScenario) -> None:
     nodes = s.add_nodes("gpu", 2, gpus=2)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 8})
-    two, one = s.add_template("two-gpus", [exactly(2)]), s.add_template("one-gpu", [exactly(1)])
+    two, one = (
+        s.add_template("two-gpus", [b.exact_request("gpu", 2)]),
+        s.add_template("one-gpu", [b.exact_request("gpu", 1)]),
+    )
     blockers = []
     for i, _ in enumerate(nodes):  # not Kueue's (no queue label): the extender decides devices only
         manifest = pod_manifest(s.namespace, f"blocker-{i}", claim_templates={"gpu": two})
@@ -536,8 +517,10 @@ def test_all_and_first_available_are_refused_by_kueue(scenario: KueueScenario) -
     s.add_nodes("gpu", 3, gpus=3)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 6})
-    every = s.add_template("all", [all_devices()])
-    alternatives = s.add_template("first-available", [first_available("gpu", [("four", 4), ("two", 2)])])
+    every = s.add_template("all", [b.exact_request("gpu", mode="All")])
+    alternatives = s.add_template(
+        "first-available", [b.first_available_request("gpu", [b.subrequest("four", 4), b.subrequest("two", 2)])]
+    )
     s.create_job("all", q, every)
     s.create_job("first-available", q, alternatives)
     refusals = {
@@ -576,7 +559,7 @@ def test_all_and_first_available_are_refused_by_kueue(scenario: KueueScenario) -
     # So Kueue admits into quota those pods hold: 2 more of the 6 (Kueue: 0 used), and our extender, counting 5
     # used, refuses the pod although the third node has 3 free devices: the Workload is Admitted, its pod
     # waits with "quota exhausted".
-    two = s.add_template("two-gpus", [exactly(2)])
+    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     s.create_job("over", q, two)
     assert_admitted(s.wait_workload("over", "Admitted"), q, flavor, 1, 2)
     over = wait_until(lambda: next(iter(s.job_pods("over")), None), timeout=KUEUE_TIMEOUT, message="over's pod")
@@ -601,7 +584,7 @@ def test_quota_reclaimed_when_jobs_finish(scenario: KueueScenario) -> None:
     cohort = f"{s.name}-cohort"
     a = s.add_queue(f"{s.name}-a", {flavor: 2}, cohort)
     b = s.add_queue(f"{s.name}-b", {flavor: 2}, cohort)
-    two = s.add_template("two-gpus", [exactly(2)])
+    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     for job in ("a1", "a2"):  # one after the other, so a1 is the one within a's own quota
         s.create_job(job, a, two)
         assert_admitted(s.wait_workload(job, "Admitted"), a, flavor, 1, 2)
@@ -650,7 +633,7 @@ def test_job_labelled_only_on_the_job_is_quota_governed(scenario: KueueScenario)
     s.add_nodes("gpu", 1, gpus=4)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 4})
-    two = s.add_template("two-gpus", [exactly(2)])
+    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     s.create_job("job-label-only", q, two, pods=1, pod_label=False)
     assert_admitted(s.wait_workload("job-label-only", "Admitted"), q, flavor, 1, 2)
     (pod,) = wait_until(lambda: s.job_pods("job-label-only"), timeout=KUEUE_TIMEOUT, message="the Job's pod")
@@ -679,7 +662,7 @@ def test_admitted_workload_keeps_its_quota_against_unmanaged_pods(scenario: Kueu
     first, second = s.add_nodes("gpu", 2, gpus=2)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 2})
-    two = s.add_template("two-gpus", [exactly(2)])
+    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     blocker = pod_manifest(s.namespace, "blocker", claim_templates={"gpu": two})
     blocker["spec"]["nodeSelector"] = {"kubernetes.io/hostname": first}
     s.plane.create_pod(blocker)
@@ -733,7 +716,7 @@ def test_pod_outside_kueue_bound_first_then_the_admitted_workload_waits(scenario
     s.add_nodes("gpu", 3, gpus=2)  # two stay free: "quota exhausted" is what most nodes say
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 2})
-    two = s.add_template("two-gpus", [exactly(2)])
+    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     outsider = pod_manifest(s.namespace, "outsider", claim_templates={"gpu": two}, labels={QUEUE_LABEL: q})
     outsider["spec"]["nodeSelector"] = {SCENARIO_LABEL: s.name}
     s.plane.create_pod(outsider)

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import DRIVER, pod_manifest, wait_until
+from testkit import scenarios as ts
+from testkit.control_plane import DRIVER, pod_manifest, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     KUEUE_CONFIG_KEY,
@@ -31,7 +32,6 @@ from tests.e2e.scenarios import (
     extender_get,
     extender_post,
     kueue_plane,
-    local_queue,
     scenario,
 )
 
@@ -170,7 +170,7 @@ def add_queue(scn: Scenario, resource: str, flavors: list[tuple[str, Any]]) -> s
     scn.plane.custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", body)
     scn.cluster_queues.append(scn.name)
     scn.plane.custom.create_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, scn.namespace, "localqueues", local_queue(scn.namespace, scn.name, scn.name)
+        KUEUE_GROUP, KUEUE_VERSION, scn.namespace, "localqueues", ts.local_queue(scn.namespace, scn.name, scn.name)
     )
 
     def seen() -> bool:

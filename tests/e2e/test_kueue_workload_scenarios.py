@@ -27,7 +27,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import pod_manifest, wait_until
+from testkit import builders as b
+from testkit import scenarios as ts
+from testkit.control_plane import pod_manifest, wait_until
 from tests.e2e.conftest import CAPACITY_CLASS, CAPACITY_RESOURCE, KueueControlPlane
 from tests.e2e.scenarios import (
     GPU,
@@ -35,9 +37,7 @@ from tests.e2e.scenarios import (
     KUEUE_VERSION,
     QUEUE_LABEL,
     SCENARIO_LABEL,
-    exactly,
     extender_get,
-    local_queue,
 )
 from tests.e2e.test_kueue_scenarios import (
     CLUSTER_QUEUE_LABEL,
@@ -87,7 +87,7 @@ class WorkloadScenario(KueueScenario):
             KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", {**body, "spec": spec}
         )
         self.plane.custom.create_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", local_queue(self.namespace, name, name)
+            KUEUE_GROUP, KUEUE_VERSION, self.namespace, "localqueues", ts.local_queue(self.namespace, name, name)
         )
         self.cluster_queues[name] = name
         wait_until(lambda: is_true(self.cluster_queue(name), "Active"), timeout=KUEUE_TIMEOUT, message="CQ Active")
@@ -282,7 +282,7 @@ def test_jobset_admitted_by_kueue_binds_whole_and_charges_once(scenario: Workloa
     s.add_nodes("gpu", 2, gpus=2)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 4})
-    s.add_template("two-gpus", [exactly(2)])
+    s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     s.create_jobset("train", q, [("workers", 2, "two-gpus")])
     workload = s.wait_jobset_admitted("train")
     assert assignments(workload) == {"workers": (flavor, 2, 4)}
@@ -314,7 +314,7 @@ def test_two_pod_sets_admitted_to_different_flavors_both_bind(scenario: Workload
     fa = s.add_flavor(f"{s.name}-fa", "a")
     fb = s.add_flavor(f"{s.name}-fb", "b")
     q = s.add_queue(f"{s.name}-q", {fa: 2, fb: 2})
-    s.add_template("two-gpus", [exactly(2)])
+    s.add_template("two-gpus", [b.exact_request("gpu", 2)])
     s.create_jobset("pt", q, [("leader", 1, "two-gpus"), ("workers", 1, "two-gpus")])
     workload = s.wait_jobset_admitted("pt")
     assert assignments(workload) == {"leader": (fa, 1, 2), "workers": (fb, 1, 2)}

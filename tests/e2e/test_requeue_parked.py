@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import Component, free_port, start_extender, wait_until
+from testkit import scenarios as ts
+from testkit.control_plane import Component, free_port, start_extender, wait_until
 from tests.e2e.conftest import ExtenderControlPlane
 from tests.e2e.scenarios import (
     KUEUE_GROUP,
@@ -26,7 +27,6 @@ from tests.e2e.scenarios import (
     FlavorQuota,
     Scenario,
     _extender_profile,
-    cluster_queue,
 )
 
 pytestmark = pytest.mark.e2e
@@ -74,7 +74,7 @@ def park_a_pod(scenario: Scenario) -> str:
 
 def raise_quota(scenario: Scenario, name: str, nominal: int) -> float:
     flavor = f"{scenario.name}-gpus"
-    body: dict[str, Any] = cluster_queue(name, [FlavorQuota(flavor, nominal)])
+    body: dict[str, Any] = ts.cluster_queue(name, {flavor: FlavorQuota(flavor, nominal).quota()}, cohort=None)
     current = scenario.plane.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
     body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     scenario.plane.custom.replace_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name, body)

@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.cluster import (
+from testkit.control_plane import (
     LOOPBACK,
     Component,
     free_port,

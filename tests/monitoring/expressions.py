@@ -3,7 +3,7 @@
 The names come from a small lexer, not a PromQL parser: strings, label matchers `{...}`, ranges `[...]` and the
 label lists of `by`/`without`/`on`/`ignoring`/`group_left`/`group_right` are cut out, and what remains as an
 identifier not called as a function and not a keyword is a metric name. That every expression parses is
-promtool's to check (tests/test_monitoring_rules.py); the two together catch a renamed or misspelt metric.
+promtool's to check (tests/deploy/test_monitoring_rules.py); the two together catch a renamed or misspelt metric.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Python access to the Go oracle: the real upstream structured allocator.
 
-``ensure_oracle_binary()`` (from ``testkit/oracle_build.py``, re-exported here) builds ``tests/oracle``
+``ensure_oracle_binary()`` (``testkit/builds/oracle.py``, with the suite's other builds) builds ``tests/oracle``
 (a small Go program linking ``k8s.io/dynamic-resource-allocation/structured``) into
 ``tests/oracle/.build/<key>/oracle`` the first time it is needed; ``run_scenarios()`` evaluates a batch of
 scenarios in one process. The scenario and result formats are described in ``tests/oracle/README.md``.
@@ -15,36 +15,9 @@ import json
 import subprocess
 from typing import Any
 
-from testkit.oracle_build import (
-    BINARY_NAME,
-    BUILD_DIR,
-    BUILD_TIMEOUT_S,
-    ORACLE_DIR,
-    OracleBuildError,
-    OracleError,
-    OracleUnavailableError,
-    binary_path,
-    ensure_oracle_binary,
-    find_go,
-    source_key,
-)
+from testkit.builds.oracle import OracleError, ensure_oracle_binary
 
-__all__ = [
-    "BINARY_NAME",
-    "BUILD_DIR",
-    "BUILD_TIMEOUT_S",
-    "ORACLE_DIR",
-    "OracleBuildError",
-    "OracleError",
-    "OracleUnavailableError",
-    "bench_scenario",
-    "binary_path",
-    "ensure_oracle_binary",
-    "find_go",
-    "run_scenario",
-    "run_scenarios",
-    "source_key",
-]
+__all__ = ["bench_scenario", "run_scenario", "run_scenarios"]
 
 
 def _run(args: list[str], payload: str, timeout: float | None) -> str:

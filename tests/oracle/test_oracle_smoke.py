@@ -12,12 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.oracle.oracle import (
-    OracleBuildError,
-    OracleUnavailableError,
-    ensure_oracle_binary,
-    run_scenarios,
-)
+from testkit.builds.oracle import OracleBuildError, OracleUnavailableError, ensure_oracle_binary
+from tests.oracle.oracle import run_scenarios
 
 pytestmark = pytest.mark.oracle
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.cluster import free_port
+from testkit.control_plane import free_port
 
 DRA_EXTENDER = Path(sys.executable).parent / "dra-extender"
 

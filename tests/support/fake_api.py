@@ -1,4 +1,4 @@
-"""A scripted Kubernetes API server for the live-source tests (its own tests: tests/test_live_fake_api.py).
+"""A scripted Kubernetes API server for the live-source tests (its own tests: tests/tooling/test_live_fake_api.py).
 
 Real API servers are not available in unit tests, and a mock of the client would test nothing of the wire:
 this server speaks HTTP on 127.0.0.1 (discovery, paginated lists, chunked watch streams, bindings) and keeps,

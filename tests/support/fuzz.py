@@ -1,4 +1,5 @@
-"""Hostile values and hypothesis settings shared by the fuzz tests (tests/test_fuzz_inputs.py, test_fuzz_http.py).
+"""Hostile values and hypothesis settings shared by the fuzz tests (tests/state/test_fuzz_inputs.py,
+tests/service/test_fuzz_http.py).
 
 The examples are derandomized so CI is reproducible; FUZZ_EXAMPLES=N runs N random examples per test instead,
 FUZZ_NO_SHRINK=1 reports failures of long exploratory runs unshrunk.

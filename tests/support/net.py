@@ -1,4 +1,5 @@
-"""Network helpers for the tests that start real servers (tests/test_server_process.py, tests/test_tls.py)."""
+"""Network helpers for the tests that start real servers (tests/commands/test_server_process.py,
+tests/transport/test_tls.py)."""
 
 from __future__ import annotations
 

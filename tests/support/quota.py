@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 from extender.decisions.quota.ledger import QuotaLedger
 from extender.decisions.quota.tree import FlavorResource, QuotaTree
@@ -12,18 +13,18 @@ from extender.state.kueue.quotas import ResourceQuota
 from extender.state.reservations import QuotaKey
 from extender.state.store import ClusterStore
 from testkit import builders as b
-from tests.support.scenarios import (
-    cluster_queue,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
+from testkit.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
 
 
-def base_objects(team_a_quota, team_b_quota=None, *, try_next=False, od_nodes=2, spot_nodes=2, gpus=8):
+def base_objects(
+    team_a_quota: dict[str, dict[str, Any]],
+    team_b_quota: dict[str, dict[str, Any]] | None = None,
+    *,
+    try_next: bool = False,
+    od_nodes: int = 2,
+    spot_nodes: int = 2,
+    gpus: int = 8,
+) -> list[dict[str, Any]]:
     objects = [
         b.namespace("team-a"),
         b.namespace("team-b"),

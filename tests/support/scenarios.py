@@ -1,4 +1,5 @@
-"""The quota scenario objects (testkit/scenarios.py) plus the engine the tests run them through."""
+"""The engine the tests run their scenario objects through (the objects' builders: testkit/scenarios.py and
+testkit/builders.py)."""
 
 from __future__ import annotations
 
@@ -8,30 +9,6 @@ import yaml
 
 from extender.service import ExtenderConfig, SchedulingService
 from extender.state.sources import SnapshotSource
-from testkit.scenarios import (
-    FLAVOR_LABEL,
-    RESOURCE,
-    cluster_queue,
-    flavor,
-    gpu_pod,
-    kueue_config,
-    local_queue,
-    nodes_in_flavor,
-    templates,
-)
-
-__all__ = [
-    "FLAVOR_LABEL",
-    "RESOURCE",
-    "cluster_queue",
-    "engine_for",
-    "flavor",
-    "gpu_pod",
-    "kueue_config",
-    "local_queue",
-    "nodes_in_flavor",
-    "templates",
-]
 
 
 def engine_for(

@@ -1,5 +1,5 @@
 """`dra-extender serve` as a real process on a small one-flavor cluster, for the tests that drive its server
-over sockets (tests/test_hostile_clients.py, tests/test_direct_http.py)."""
+over sockets (tests/transport/test_hostile_clients.py, tests/transport/test_direct_http.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from testkit import builders as b
+from testkit.scenarios import cluster_queue, flavor, kueue_config, local_queue, nodes_in_flavor, templates
 from tests.support.net import free_port
-from tests.support.scenarios import cluster_queue, flavor, kueue_config, local_queue, nodes_in_flavor, templates
 
 BIN = Path(sys.executable).parent / "dra-extender"
 

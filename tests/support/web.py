@@ -1,4 +1,5 @@
-"""The web view's test clusters and a real HTTP server around a service (tests/test_web_view.py, tests/browser)."""
+"""The web view's test clusters and a real HTTP server around a service (tests/transport/test_web_view.py,
+tests/browser)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ puts our exporter (``exporter/table_export_test.go``) beside it, builds the pack
 The JSON lands in the gitignored ``tests/upstream_table/.build/<key>/table.json``; the key hashes the module
 version, the exporter and the patch, so any of those changing builds afresh. The temporary copy is removed.
 
-Standard library only, like tests/oracle/oracle.py (whose ``find_go`` it shares).
+Standard library only, like tests/oracle/oracle.py (``find_go`` is the oracle build's, testkit/builds/oracle.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.oracle.oracle import ORACLE_DIR, OracleBuildError, find_go
+from testkit.builds.oracle import ORACLE_DIR, OracleBuildError, find_go
 
 MODULE = "k8s.io/dynamic-resource-allocation"
 # The version kube-scheduler 1.37.2 links (tests/oracle/go.mod pins the same).

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from testkit.builds.oracle import OracleUnavailableError
 from tests.differential.harness import in_ci
-from tests.oracle.oracle import OracleUnavailableError
 from tests.upstream_table.compare import compare, gate_dependent
 from tests.upstream_table.expectations import (
     DEFAULTS_EXPECTED_FAILURES,

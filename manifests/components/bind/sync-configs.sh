@@ -1,12 +1,12 @@
 #!/bin/sh
 # Regenerate this component's copies of config/*.yaml with the bind verb turned on.
-# Run after editing config/extender.yaml or config/kube-scheduler-config.yaml; tests/test_manifests.py checks it.
+# Run after editing config/extender.yaml or config/kube-scheduler-config.yaml; tests/deploy/test_manifests.py checks it.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 config="$here/../../../config"
 header() {
   echo "# Copy of config/$1 with the bind verb turned on, used by components/bind in place of the original."
-  echo "# Regenerate with manifests/components/bind/sync-configs.sh; tests/test_manifests.py checks they agree."
+  echo "# Regenerate with manifests/components/bind/sync-configs.sh; tests/deploy/test_manifests.py checks they agree."
 }
 { header extender.yaml; sed -e 's/^  enabled: false$/  enabled: true/' "$config/extender.yaml"; } > "$here/extender.yaml"
 { header kube-scheduler-config.yaml; sed -e 's/^  # bindVerb: bind.*$/  bindVerb: bind/' "$config/kube-scheduler-config.yaml"; } \
