@@ -80,6 +80,14 @@ def go() -> str:
     return found
 
 
+def module_cache() -> Path:
+    """The Go module cache (``go env GOMODCACHE``)."""
+    proc = subprocess.run([go(), "env", "GOMODCACHE"], env=build_env(), capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RunError(f"go env GOMODCACHE failed: {proc.stderr[-2000:]}")
+    return Path(proc.stdout.strip())
+
+
 def scheduler_perf_dir() -> Path:
     """test/integration/scheduler_perf of the pinned k8s.io/kubernetes module in the Go module cache."""
     proc = subprocess.run(
@@ -304,6 +312,12 @@ def run_mode(
         "SCHEDPERF_CRDS": str(KUEUE_CRDS),
         # scheduler_perf writes each workload's log to $ARTIFACTS and deletes it when the workload passes.
         "ARTIFACTS": str(workdir),
+        # The binary is built with -trimpath (sharing the build cache with tests/e2e/build.py's builds), so the
+        # test API server cannot find its own source directory (its serving-certificate fixtures) from the call
+        # stack; cmd/kube-apiserver/app/testing/testserver.go pkgPath then joins these two with the trimmed
+        # path, module@version/..., which resolves in the module cache.
+        "TEST_SRCDIR": str(module_cache()),
+        "TEST_WORKSPACE": ".",
     }
     env.pop("SCHEDPERF_EXTENDER_BIN", None)
     if mode == "with":

@@ -49,10 +49,15 @@ class Throughput:
 
 def parse_data_items(document: Any) -> list[Throughput]:
     """Every SchedulingThroughput item of one DataItems document, in file order."""
-    if not isinstance(document, dict) or not isinstance(document.get("dataItems"), list):
+    # A run whose workloads all failed writes "dataItems": null (a nil slice): nothing measured.
+    if (
+        not isinstance(document, dict)
+        or "dataItems" not in document
+        or not isinstance(document["dataItems"], (list, type(None)))
+    ):
         raise ResultError("not a scheduler_perf DataItems document (no dataItems list)")
     found: list[Throughput] = []
-    for item in document["dataItems"]:
+    for item in document.get("dataItems") or []:
         if not isinstance(item, dict):
             raise ResultError(f"data item is not an object: {item!r}")
         labels = item.get("labels") or {}

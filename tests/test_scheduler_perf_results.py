@@ -61,6 +61,8 @@ def test_a_workload_too_short_to_sample_gives_no_throughput_rather_than_zero() -
     # util.go throughputCollector.collect: no samples -> the item has neither the Metric label nor data.
     document = {"version": "v1", "dataItems": [{"data": None, "unit": "", "labels": {"Name": "x/y"}}]}
     assert parse_data_items(document) == []
+    # Every workload failed: Go writes the nil slice as null.
+    assert parse_data_items({"version": "v1", "dataItems": None}) == []
 
 
 @pytest.mark.parametrize(
