@@ -115,11 +115,14 @@ def ensure_binary(force: bool = False) -> Path:
     log = BUILD_DIR / "build.log"
     print(f"scheduler-perf: building {BINARY} (a cold build takes about 20 minutes on 2 cores; log: {log})", flush=True)
     start = time.monotonic()
-    cmd = [go(), "test", "-c", "-trimpath", "-o", str(BINARY), PACKAGE]
+    # Built beside and renamed into place: a binary another run is executing cannot be overwritten.
+    partial = BINARY.with_suffix(".partial")
+    cmd = [go(), "test", "-c", "-trimpath", "-o", str(partial), PACKAGE]
     with log.open("w") as out:
         proc = subprocess.run(cmd, cwd=HARNESS, env=build_env(), stdout=out, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         raise RunError(f"go test -c failed (exit {proc.returncode}); see {log}")
+    partial.replace(BINARY)
     print(f"scheduler-perf: built in {time.monotonic() - start:.0f}s", flush=True)
     return BINARY
 

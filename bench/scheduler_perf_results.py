@@ -123,6 +123,7 @@ class ExtenderRecord:
     verbs: dict[str, VerbTotals] = field(default_factory=dict)
     thread_cpu_seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: float = 0.0
+    pods_scheduled: int = 0
     pods_bound: int = 0
     pods_total: int = 0
 
@@ -131,10 +132,12 @@ class ExtenderRecord:
         return sum(self.verbs[verb].calls for verb in SCHEDULING_VERBS if verb in self.verbs)
 
     def calls_per_pod(self, verb: str = "filter") -> float | None:
+        """Calls per pod scheduled in the workload (per pod bound at its end when that count is missing)."""
         totals = self.verbs.get(verb)
-        if totals is None or not self.pods_bound:
+        pods = self.pods_scheduled or self.pods_bound
+        if totals is None or not pods:
             return None
-        return totals.calls / self.pods_bound
+        return totals.calls / pods
 
     def cpu_ms_per_call(self) -> float | None:
         calls = self.scheduling_calls
@@ -166,6 +169,7 @@ def read_extender_record(path: Path) -> ExtenderRecord:
         verbs=verbs,
         thread_cpu_seconds=threads,
         cpu_seconds=float(raw.get("cpuSeconds", 0.0)),
+        pods_scheduled=int(raw.get("podsScheduled", 0)),
         pods_bound=int(raw.get("podsBound", 0)),
         pods_total=int(raw.get("podsTotal", 0)),
     )
@@ -221,6 +225,7 @@ class CaseResult:
                 "verbs": {verb: asdict(totals) for verb, totals in sorted(self.extender.verbs.items())},
                 "threadCpuSeconds": self.extender.thread_cpu_seconds,
                 "cpuSeconds": self.extender.cpu_seconds,
+                "podsScheduled": self.extender.pods_scheduled,
                 "podsBound": self.extender.pods_bound,
                 "podsTotal": self.extender.pods_total,
                 "filterCallsPerPod": self.extender.calls_per_pod("filter"),

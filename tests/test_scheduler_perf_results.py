@@ -140,6 +140,9 @@ def test_extender_metrics_give_calls_latency_cpu_and_calls_per_pod(tmp_path: Pat
     assert record.cpu_ms_per_call() == pytest.approx(1.0)  # 9 s over 9000 filter + prioritize calls
     assert record.latency_ms("filter") == pytest.approx(0.8)
     assert ExtenderRecord().calls_per_pod() is None and ExtenderRecord().cpu_ms_per_call() is None
+    # A steady-state workload deletes what it scheduled: calls count per pod scheduled, not per pod left bound.
+    path.write_text(json.dumps({"cpuSeconds": 9.0, "podsScheduled": 1000, "podsBound": 10, "metrics": METRICS}))
+    assert read_extender_record(path).calls_per_pod("filter") == 5.0
 
 
 def throughput(average: float) -> Throughput:

@@ -45,6 +45,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/dynamic-resource-allocation/structured"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
@@ -153,13 +154,41 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 }
 
 // extenderRecord is what the driver reads per workload: the extender's CPU
-// (its process and every descendant, user + system), the pods bound at the
-// end of the workload and the raw text of its /metrics.
+// (its process and every descendant, user + system), the pods the scheduler
+// scheduled in the workload (its scheduler_schedule_attempts_total with
+// result="scheduled": steady-state workloads delete pods, so the pods bound
+// at the end are fewer), the pods bound and existing at the end and the raw
+// text of its /metrics.
 type extenderRecord struct {
-	CPUSeconds float64 `json:"cpuSeconds"`
-	PodsBound  int     `json:"podsBound"`
-	PodsTotal  int     `json:"podsTotal"`
-	Metrics    string  `json:"metrics"`
+	CPUSeconds    float64 `json:"cpuSeconds"`
+	PodsScheduled int     `json:"podsScheduled"`
+	PodsBound     int     `json:"podsBound"`
+	PodsTotal     int     `json:"podsTotal"`
+	Metrics       string  `json:"metrics"`
+}
+
+// scheduledPods reads the in-process scheduler's scheduled attempts from the
+// legacy registry, which upstream resets only after the workload's cleanups
+// that were registered after its own (this one) have run.
+func scheduledPods() int {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, family := range families {
+		if family.GetName() != "scheduler_schedule_attempts_total" {
+			continue
+		}
+		for _, metric := range family.GetMetric() {
+			for _, label := range metric.GetLabel() {
+				if label.GetName() == "result" && label.GetValue() == "scheduled" {
+					total += metric.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return int(total)
 }
 
 func startExtender(tCtx ktesting.TContext, bin, dir, kubeconfigPath string) error {
@@ -203,7 +232,7 @@ func startExtender(tCtx ktesting.TContext, bin, dir, kubeconfigPath string) erro
 		return fmt.Errorf("extender not ready (log: %s): %w", logFile.Name(), err)
 	}
 	tCtx.Cleanup(func() {
-		record := extenderRecord{CPUSeconds: treeCPUSeconds(cmd.Process.Pid)}
+		record := extenderRecord{CPUSeconds: treeCPUSeconds(cmd.Process.Pid), PodsScheduled: scheduledPods()}
 		if pods, err := tCtx.Client().CoreV1().Pods("").List(tCtx, metav1.ListOptions{}); err == nil {
 			record.PodsTotal = len(pods.Items)
 			for _, pod := range pods.Items {
