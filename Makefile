@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install deps run test unit lint fmt bench bench-scale bench-e2e bench-placement bench-placement-real bench-trace differential clean image tools soak
+.PHONY: install deps run test unit lint fmt bench bench-scale bench-e2e bench-placement bench-placement-real bench-trace bench-scheduler-perf differential clean image tools soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,13 @@ bench-scale: $(STAMP)
 bench-e2e: $(STAMP)
 	$(BIN)/python -m testkit.builds.kubernetes
 	$(BIN)/python -m bench.e2e_bench --floor
+
+# kube-scheduler's own scale benchmark (k8s.io/kubernetes test/integration/scheduler_perf) without and with the
+# extender, the cases of bench/scheduler_perf/config.yaml (docs/benchmarks.md). Builds the benchmark binary into
+# bench/.build and the e2e etcd when missing; JSON under bench/results/. A subset or other sizes:
+# make bench-scheduler-perf BENCH_ARGS="--cases gang-1000x3 --param gang-1000x3.initNodes=1000"
+bench-scheduler-perf: $(STAMP)
+	$(BIN)/python -m bench.scheduler_perf_bench $(BENCH_ARGS)
 
 # Placement quality (docs/placement.md): seeded streams placed three ways against the exact packing bound.
 # The production GPU trace (../shared/traces/openb-gpu-2023): the paper's policies, kube-scheduler, the extender.
