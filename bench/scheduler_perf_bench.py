@@ -49,8 +49,8 @@ from bench.scheduler_perf_results import (
     summary_line,
     workload_threshold,
 )
+from testkit.builds.go import build_env, locate_go
 from testkit.control_plane import EXTENDER_BIN, free_port
-from testkit.go import build_env, locate_go
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "tests" / "e2e" / "harness"
@@ -128,8 +128,9 @@ def ensure_binary(force: bool = False) -> Path:
 
 
 def etcd_dir() -> Path:
-    """The directory of the etcd the e2e tests build (tests/e2e/build.py), which the integration framework runs."""
-    from tests.e2e.build import ensure_binaries
+    """The directory of the etcd the e2e tests build (testkit/builds/kubernetes.py), which the integration framework
+    runs."""
+    from testkit.builds.kubernetes import ensure_binaries
 
     return ensure_binaries()["etcd"].parent
 
@@ -315,7 +316,7 @@ def run_mode(
         "SCHEDPERF_CRDS": str(KUEUE_CRDS),
         # scheduler_perf writes each workload's log to $ARTIFACTS and deletes it when the workload passes.
         "ARTIFACTS": str(workdir),
-        # The binary is built with -trimpath (sharing the build cache with tests/e2e/build.py's builds), so the
+        # The binary is built with -trimpath (sharing the build cache with testkit/builds/kubernetes.py's), so the
         # test API server cannot find its own source directory (its serving-certificate fixtures) from the call
         # stack; cmd/kube-apiserver/app/testing/testserver.go pkgPath then joins these two with the trimmed
         # path, module@version/..., which resolves in the module cache.

@@ -63,6 +63,17 @@ def test_discovery_reports_what_is_missing(tmp_path: Path) -> None:
     assert set(discovery.resources) == {"Node", "Namespace", "Pod", "ConfigMap", "ClusterQueue", "Workload"}
 
 
+def test_a_kind_at_no_version_we_understand_names_the_versions_its_own_group_serves(tmp_path: Path) -> None:
+    """The message lists the versions of the kind's API group, not those of whichever group was read last."""
+    groups = {KUEUE: {"v1beta2": ("clusterqueues",), "v9": KUEUE_PLURALS}, DRA: {"v1": DRA_PLURALS}}  # DRA read last
+    server = FakeApiServer(groups=groups).start()
+    try:
+        discovery = discover(api_for(server, tmp_path))
+    finally:
+        server.close()
+    assert discovery.missing["Workload"].endswith("the server serves v1beta2, v9"), discovery.missing["Workload"]
+
+
 def test_paginated_list_and_expired_continue_token(fake_api: FakeApiServer, tmp_path: Path) -> None:
     fake_api.put_all(*(b.node(f"n{i}") for i in range(7)))
     api = api_for(fake_api, tmp_path)

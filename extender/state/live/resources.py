@@ -128,7 +128,7 @@ def discover(
             understood = ", ".join(info.versions)
             missing[info.kind] = (
                 f"{info.plural}.{info.group} is not served at a version we understand ({understood}); "
-                f"the server serves {', '.join(versions) or 'no versions'}"
+                f"the server serves {', '.join(group_versions) or 'no versions'}"
             )
     return Discovery(resources, served, missing)
 
