@@ -33,7 +33,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from testkit import builders as b
+from testkit import builders
 from testkit import scenarios as ts
 from testkit.control_plane import ControlPlane, pod_manifest, wait_until
 from tests.e2e.conftest import KueueControlPlane
@@ -168,7 +168,7 @@ class KueueScenario:
 
     def add_template(self, name: str, requests: list[dict[str, Any]]) -> str:
         self.plane.resource.create_namespaced_resource_claim_template(
-            self.namespace, b.claim_template(name, self.namespace, requests)
+            self.namespace, builders.claim_template(name, self.namespace, requests)
         )
         return name
 
@@ -422,7 +422,7 @@ def test_admit_and_place_two_queues_in_a_cohort(scenario: KueueScenario) -> None
     cohort = f"{s.name}-cohort"
     a = s.add_queue(f"{s.name}-a", {flavor: 4}, cohort)
     b = s.add_queue(f"{s.name}-b", {flavor: 4}, cohort)
-    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    two = s.add_template("two-gpus", [builders.exact_request("gpu", 2)])
 
     s.create_job("a1", a, two, pods=2)
     s.create_job("b1", b, two, pods=1)
@@ -461,8 +461,8 @@ def test_admitted_flavor_without_free_device(scenario: KueueScenario) -> None:
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 8})
     two, one = (
-        s.add_template("two-gpus", [b.exact_request("gpu", 2)]),
-        s.add_template("one-gpu", [b.exact_request("gpu", 1)]),
+        s.add_template("two-gpus", [builders.exact_request("gpu", 2)]),
+        s.add_template("one-gpu", [builders.exact_request("gpu", 1)]),
     )
     blockers = []
     for i, _ in enumerate(nodes):  # not Kueue's (no queue label): the extender decides devices only
@@ -517,9 +517,10 @@ def test_all_and_first_available_are_refused_by_kueue(scenario: KueueScenario) -
     s.add_nodes("gpu", 3, gpus=3)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 6})
-    every = s.add_template("all", [b.exact_request("gpu", mode="All")])
+    every = s.add_template("all", [builders.exact_request("gpu", mode="All")])
     alternatives = s.add_template(
-        "first-available", [b.first_available_request("gpu", [b.subrequest("four", 4), b.subrequest("two", 2)])]
+        "first-available",
+        [builders.first_available_request("gpu", [builders.subrequest("four", 4), builders.subrequest("two", 2)])],
     )
     s.create_job("all", q, every)
     s.create_job("first-available", q, alternatives)
@@ -559,7 +560,7 @@ def test_all_and_first_available_are_refused_by_kueue(scenario: KueueScenario) -
     # So Kueue admits into quota those pods hold: 2 more of the 6 (Kueue: 0 used), and our extender, counting 5
     # used, refuses the pod although the third node has 3 free devices: the Workload is Admitted, its pod
     # waits with "quota exhausted".
-    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    two = s.add_template("two-gpus", [builders.exact_request("gpu", 2)])
     s.create_job("over", q, two)
     assert_admitted(s.wait_workload("over", "Admitted"), q, flavor, 1, 2)
     over = wait_until(lambda: next(iter(s.job_pods("over")), None), timeout=KUEUE_TIMEOUT, message="over's pod")
@@ -584,7 +585,7 @@ def test_quota_reclaimed_when_jobs_finish(scenario: KueueScenario) -> None:
     cohort = f"{s.name}-cohort"
     a = s.add_queue(f"{s.name}-a", {flavor: 2}, cohort)
     b = s.add_queue(f"{s.name}-b", {flavor: 2}, cohort)
-    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    two = s.add_template("two-gpus", [builders.exact_request("gpu", 2)])
     for job in ("a1", "a2"):  # one after the other, so a1 is the one within a's own quota
         s.create_job(job, a, two)
         assert_admitted(s.wait_workload(job, "Admitted"), a, flavor, 1, 2)
@@ -633,7 +634,7 @@ def test_job_labelled_only_on_the_job_is_quota_governed(scenario: KueueScenario)
     s.add_nodes("gpu", 1, gpus=4)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 4})
-    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    two = s.add_template("two-gpus", [builders.exact_request("gpu", 2)])
     s.create_job("job-label-only", q, two, pods=1, pod_label=False)
     assert_admitted(s.wait_workload("job-label-only", "Admitted"), q, flavor, 1, 2)
     (pod,) = wait_until(lambda: s.job_pods("job-label-only"), timeout=KUEUE_TIMEOUT, message="the Job's pod")
@@ -662,7 +663,7 @@ def test_admitted_workload_keeps_its_quota_against_unmanaged_pods(scenario: Kueu
     first, second = s.add_nodes("gpu", 2, gpus=2)
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 2})
-    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    two = s.add_template("two-gpus", [builders.exact_request("gpu", 2)])
     blocker = pod_manifest(s.namespace, "blocker", claim_templates={"gpu": two})
     blocker["spec"]["nodeSelector"] = {"kubernetes.io/hostname": first}
     s.plane.create_pod(blocker)
@@ -716,7 +717,7 @@ def test_pod_outside_kueue_bound_first_then_the_admitted_workload_waits(scenario
     s.add_nodes("gpu", 3, gpus=2)  # two stay free: "quota exhausted" is what most nodes say
     flavor = s.add_flavor(f"{s.name}-gpu", "gpu")
     q = s.add_queue(f"{s.name}-q", {flavor: 2})
-    two = s.add_template("two-gpus", [b.exact_request("gpu", 2)])
+    two = s.add_template("two-gpus", [builders.exact_request("gpu", 2)])
     outsider = pod_manifest(s.namespace, "outsider", claim_templates={"gpu": two}, labels={QUEUE_LABEL: q})
     outsider["spec"]["nodeSelector"] = {SCENARIO_LABEL: s.name}
     s.plane.create_pod(outsider)
