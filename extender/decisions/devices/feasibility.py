@@ -80,6 +80,12 @@ def device_outcomes(
         refused = {name: NotAllocatable(name, CATEGORY_CLAIM_MISSING, summary, summary, True) for name in node_names}
         return DeviceOutcomes({}, refused)
     nodes = snapshot.nodes
+    if not pod_claims.pending and not pod_claims.allocated:
+        # Nothing to allocate (a pod of a LocalQueue without claims): every known node holds it as it is, the
+        # answer allocator.py allocate gives each node for no pending claim and no allocated one, without a
+        # question built per node (kube-scheduler's own DynamicResources plugin skips such a pod in PreFilter).
+        known = {name: Allocation(name, ()) for name in node_names if name in nodes}
+        return DeviceOutcomes(known, {name: unknown_node(name) for name in node_names if name not in known})
     allocated = snapshot.allocated
     classes = snapshot.device_classes
     allocator = PodAllocator(

@@ -407,3 +407,28 @@ def test_a_count_shortfall_reads_as_english(selectable: int, words: str) -> None
     sub = DeviceSubRequest("gpu", "gpu.example.com", (), "ExactCount", 4, False, ())
     refusal = count_shortfall("node-a", "claim gpu", "gpu", sub, selectable, selectable)
     assert refusal.detail.endswith(f"needs 4 devices of class gpu.example.com; {words}"), refusal.detail
+
+
+def test_a_pod_without_claims_fits_every_known_node_as_the_allocator_answers_each() -> None:
+    """A pod of a LocalQueue with no claim has nothing to allocate: device_outcomes answers every known node as
+    allocator.allocate answers it (an empty allocation) without asking the allocator per node, and an unknown node
+    is refused as before. Full nodes, tainted devices and pools do not matter to such a pod."""
+    from extender.decisions.devices.allocator import allocate
+    from extender.decisions.devices.feasibility import device_outcomes, unknown_node
+    from extender.decisions.devices.pod_claims import resolve_pod_claims
+    from extender.decisions.devices.results import NodeQuestion
+    from extender.decisions.devices.selection import DeviceMatcher
+    from extender.state.core import parse_pod
+
+    store = cluster(b.device_class("gpu"), b.node("n1"), b.gpu_slice("n1", 2), b.node("n2"), b.node("n3"))
+    snapshot = store.snapshot()
+    pod = parse_pod(b.pod("p", "ns", queue="team-a"))
+    matcher = DeviceMatcher()
+    asked = ["n1", "n2", "gone", "n3"]
+    found = device_outcomes(snapshot, resolve_pod_claims(snapshot, pod), asked, matcher).by_node(asked)
+    for name in ("n1", "n2", "n3"):
+        question = NodeQuestion(
+            snapshot.nodes[name], snapshot.node_devices(name), snapshot.allocated, snapshot.device_classes, {}
+        )
+        assert found[name] == allocate(question, [], [], matcher)
+    assert found["gone"] == unknown_node("gone")
