@@ -19,6 +19,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -134,11 +135,24 @@ class ControlPlaneError(RuntimeError):
     """A component did not start or did not become ready."""
 
 
+# Ports free_port has handed out in this process. A port is free from the moment its probe socket closes until
+# the component given it binds, which for kube-scheduler's secure port is seconds later: the kernel may hand the
+# same port to the next probe meanwhile, and two components started one after the other (a failover replica's
+# scheduler, then the next replica's extender) would then race for it.
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that is free right now and not handed out before by this process."""
+    with _HANDED_OUT_LOCK:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((LOOPBACK, 0))
+                port = int(sock.getsockname()[1])
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 def wait_until(

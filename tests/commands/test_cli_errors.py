@@ -17,7 +17,7 @@ import yaml
 
 from extender import cli, kubectl_plugin
 from extender.commands.outcomes import EXIT_INPUT, EXIT_REFUSED, EXIT_STDOUT_CLOSED, EXIT_UNREACHABLE, EXIT_USAGE
-from tests.support.net import free_port
+from testkit.control_plane import free_port
 from tests.support.paths import ROOT
 
 BIN = Path(sys.executable).parent

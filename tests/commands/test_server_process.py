@@ -16,8 +16,8 @@ import yaml
 
 from extender.commands.outcomes import EXIT_INPUT
 from testkit import builders as b
+from testkit.control_plane import free_port
 from testkit.scenarios import cluster_queue, flavor, gpu_pod, kueue_config, local_queue, nodes_in_flavor, templates
-from tests.support.net import free_port
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow  # starts `dra-extender serve` (gunicorn) and the CLI as real processes

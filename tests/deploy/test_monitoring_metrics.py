@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from testkit.control_plane import free_port
 from tests.monitoring.expressions import (
     ROOT,
     dashboard_expressions,
@@ -35,7 +36,6 @@ from tests.monitoring.expressions import (
     test_series_names,
 )
 from tests.support.fake_api import FakeApiServer
-from tests.support.net import free_port
 
 pytestmark = pytest.mark.slow  # starts `dra-extender serve` (gunicorn) twice
 

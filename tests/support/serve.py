@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from testkit import builders as b
+from testkit.control_plane import free_port
 from testkit.scenarios import cluster_queue, flavor, kueue_config, local_queue, nodes_in_flavor, templates
-from tests.support.net import free_port
 
 BIN = Path(sys.executable).parent / "dra-extender"
 

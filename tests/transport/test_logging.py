@@ -22,7 +22,7 @@ from gunicorn.config import Config
 
 from extender.transport import logs
 from extender.transport.logs import GunicornLogger, JsonFormatter, configure_logging
-from tests.support.net import free_port
+from testkit.control_plane import free_port
 
 BIN = Path(sys.executable).parent / "dra-extender"
 

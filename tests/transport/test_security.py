@@ -33,9 +33,9 @@ from extender.transport import access_review
 from extender.transport.app import create_app
 from extender.transport.diagnostics_auth import TOKEN_COOKIE, host_refusal
 from extender.transport.server import is_loopback
+from testkit.control_plane import free_port
 from testkit.scenarios import gpu_pod
 from tests.support.fake_api import TOKEN, FakeApiServer
-from tests.support.net import free_port
 from tests.support.paths import ROOT
 from tests.support.quota import one_queue_objects as quota_objects
 from tests.support.scenarios import engine_for

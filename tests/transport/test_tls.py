@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.net import free_port
+from testkit.control_plane import free_port
 
 BIN = Path(sys.executable).parent / "dra-extender"
 pytestmark = [
