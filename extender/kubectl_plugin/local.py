@@ -74,7 +74,7 @@ class LocalExtender:
         no decision and holds nothing (no hold, no attempt): each pending member is explained now instead
         (``what-if``, reserving nothing), and the first one's answer is the group's verdict (``verdictNow``):
         deciding a member of a gang decides the group as a whole (docs/gangs.md)."""
-        from extender.reports.podgroups import podgroup_json
+        from extender.reports.podgroups import podgroup_json, what_if_members
 
         group_key = f"{namespace}/{name}"
         status = self._service.gang_status(namespace, name)
@@ -82,38 +82,8 @@ class LocalExtender:
             raise RefusedError(podgroup_unknown(namespace, name))
         report = podgroup_json(status, self._service.group_claims(namespace, name))
         note_gates_off(self._service, group_key)
-        report["verdictNow"] = self._what_if_members(report["members"])
+        report["verdictNow"] = what_if_members(report["members"], self._service.snapshot().pods, self._service.explain)
         return report
-
-    def _what_if_members(self, members: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """Fill each pending member's verdict with an explanation computed now; the first one's, as the group's
-        verdict: ``{"pod", "fits", "refusal"}`` (None when no member is pending)."""
-        from extender.reports.decisions import decision_json
-
-        snapshot = self._service.snapshot()
-        verdict: dict[str, Any] | None = None
-        for member in members:
-            pod = snapshot.pods.get(member["pod"])
-            if member["state"] != "pending" or member["lastVerb"] or pod is None:
-                continue
-            report = decision_json(self._service.explain(pod))
-            passing = [node["node"] for node in report["nodes"] if node["passed"]]
-            gang = report.get("gang") or {}
-            refusal = gang.get("refused") or ("" if passing else _common_reason(report["nodes"]))
-            member.update(
-                lastVerb="what-if", passedNodes=len(passing), bestNode=passing[0] if passing else "", refusal=refusal
-            )
-            if verdict is None and gang:
-                verdict = {"pod": member["pod"], "fits": bool(passing), "refusal": refusal}
-        return verdict
 
     def close(self) -> None:
         self._service.stop()
-
-
-def _common_reason(nodes: list[dict[str, Any]]) -> str:
-    """The reason most failing nodes give (the web view's pod list shows the same)."""
-    from extender.reports.pods import failure_reasons
-
-    reasons = failure_reasons(nodes)
-    return reasons[0][0] if reasons else "no node to run on"

@@ -5,12 +5,16 @@ PodGroup page and `kubectl dra-quota podgroup` all show this report."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.reports.decisions import charges_json
+from extender.decisions.ranking import Ranking
+from extender.reports.decisions import charges_json, decision_json
+from extender.reports.pods import failure_reasons
 from extender.reports.queues import allocated_claims_json
 from extender.service.drift import AllocatedClaim
 from extender.service.gang_attempts import GangStatus
+from extender.state.core import Pod
 from extender.state.podgroups.podgroup import INITIALLY_SCHEDULED
 
 
@@ -70,3 +74,28 @@ def podgroup_json(status: GangStatus, claims: list[AllocatedClaim] | None = None
             ],
         },
     }
+
+
+def what_if_members(
+    members: list[dict[str, Any]], pods: Mapping[str, Pod], explain: Callable[[Pod], Ranking]
+) -> dict[str, Any] | None:
+    """For a process that has made no decision for the group (the kubectl plugin's own service): fill each pending
+    member of a PodGroup report with an explanation computed now (``what-if``, reserving nothing), and return the
+    first one's as the group's verdict, ``{"pod", "fits", "refusal"}`` (None when no member is pending): deciding
+    a member of a gang decides the group as a whole (docs/gangs.md)."""
+    verdict: dict[str, Any] | None = None
+    for member in members:
+        pod = pods.get(member["pod"])
+        if member["state"] != "pending" or member["lastVerb"] or pod is None:
+            continue
+        report = decision_json(explain(pod))
+        passing = [node["node"] for node in report["nodes"] if node["passed"]]
+        gang = report.get("gang") or {}
+        reasons = failure_reasons(report["nodes"])
+        refusal = gang.get("refused") or ("" if passing else reasons[0][0] if reasons else "no node to run on")
+        member.update(
+            lastVerb="what-if", passedNodes=len(passing), bestNode=passing[0] if passing else "", refusal=refusal
+        )
+        if verdict is None and gang:
+            verdict = {"pod": member["pod"], "fits": bool(passing), "refusal": refusal}
+    return verdict

@@ -5,8 +5,8 @@ happens to the pod's labels. For a pod the extender alone governs, the flavor wa
 chose one flavor per resource group (decisions/quota/decision.py: every passing node is in the chosen flavor), and
 its reservation holds the charge there. That choice cannot be re-derived from the node once the pod is bound: a
 node can be in several flavors (a labelled flavor and a label-less default one share it), and the first flavor
-holding the node is not the one the walk took when that flavor was full. The queue cannot be re-read from the
-pod's labels either: a relabelled bound pod still holds the devices it was given under the old queue.
+holding the node is not the one the walk took when that flavor was full. Nor is the queue read from the pod's
+labels: a bound pod whose labels change keeps the devices it was given under the queue that charged them.
 
 So the booking is remembered: per pod uid, from the reservation that let it through (held at filter, replaced
 when bind confirms the node), and per claim uid, the booking under which the claim was first charged (its
