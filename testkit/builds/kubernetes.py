@@ -178,11 +178,11 @@ def kueue_config_dir(directory: Path | None = None) -> Path:
     return (directory or kueue_build_dir()) / "config"
 
 
-def _kueue_module_info(go: str) -> dict[str, Any]:
-    """``go mod download -json`` of the pinned Kueue module (downloads it when absent): its Dir in the module
-    cache."""
+def _downloaded_module(go: str, module: str) -> dict[str, Any]:
+    """``go mod download -json`` of a module at the version tests/e2e/kueue/go.mod pins (downloaded when absent):
+    its Dir in the module cache, among the rest."""
     proc = subprocess.run(
-        [go, "mod", "download", "-json", KUEUE_GO_MODULE],
+        [go, "mod", "download", "-json", module],
         cwd=KUEUE_MODULE,
         env=_go_env(),
         capture_output=True,
@@ -190,11 +190,16 @@ def _kueue_module_info(go: str) -> dict[str, Any]:
         timeout=600,
     )
     if proc.returncode != 0:
-        raise BuildError(f"go mod download {KUEUE_GO_MODULE} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+        raise BuildError(f"go mod download {module} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     info: dict[str, Any] = json.loads(proc.stdout)
     if not info.get("Dir"):
-        raise BuildError(f"go mod download {KUEUE_GO_MODULE} did not report a module directory: {proc.stdout}")
+        raise BuildError(f"go mod download {module} did not report a module directory: {proc.stdout}")
     return info
+
+
+def _kueue_module_info(go: str) -> dict[str, Any]:
+    """The pinned Kueue module in the module cache."""
+    return _downloaded_module(go, KUEUE_GO_MODULE)
 
 
 JOBSET_GO_MODULE = "sigs.k8s.io/jobset"  # the version Kueue v0.19.2's go.mod requires (tests/e2e/kueue/go.mod)
@@ -209,18 +214,7 @@ def ensure_jobset_crd() -> Path:
     target = out_dir / Path(JOBSET_CRD).name
     if target.is_file():
         return out_dir
-    go = find_go()
-    proc = subprocess.run(
-        [go, "mod", "download", "-json", JOBSET_GO_MODULE],
-        cwd=KUEUE_MODULE,
-        env=_go_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise BuildError(f"go mod download {JOBSET_GO_MODULE} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    module_dir = Path(json.loads(proc.stdout)["Dir"])
+    module_dir = Path(_downloaded_module(find_go(), JOBSET_GO_MODULE)["Dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = out_dir / ".partial"
     shutil.copyfile(module_dir / JOBSET_CRD, staging)
