@@ -126,6 +126,7 @@ def bind_events(burst: Burst, raw_pod: dict[str, Any], node: str) -> None:
         allocated_node=node,
         reserved_for=[(raw_pod["metadata"]["name"], uid)],
         owner_uid=uid,
+        owner_name=raw_pod["metadata"]["name"],  # as the ResourceClaim controller names the pod it made it for
         pod_claim_name="gpu",
     )
     store = burst.service.store
@@ -207,7 +208,7 @@ def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
         passed = decision.passed
         started = begin()
         # prioritize asked about the very list filter passed, as kube-scheduler asks (SchedulingService.prioritize)
-        ranking = score_nodes(decision, passed, view.snapshot, service.caches, weights, passed_exactly=True)
+        ranking = score_nodes(decision, passed, view.snapshot, service.caches, weights)
         steps["score"].append(clock() - started)
         started = clock()
         orjson.dumps(filter_result(ExtenderArgs(pod, burst.names, None), decision))

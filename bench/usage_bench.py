@@ -34,8 +34,8 @@ def main() -> None:
             allocated_node=node,
             reserved_for=[(name, uid)],
             owner_uid=uid,
+            owner_name=name,
         )
-        claim["metadata"]["ownerReferences"][0]["name"] = name
         store.apply("ResourceClaim", "ADDED", claim)
         store.apply("Pod", "ADDED", gpu_pod(name, claim_statuses={"gpu": f"{name}-gpu"}, node_name=node))
     engine.quota_view()
