@@ -10,9 +10,9 @@ with every reservation, is combined afresh, once per NodeQuota.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, KeysView, Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
 from extender.decisions.caches import DecisionCaches
 from extender.decisions.devices.results import Allocation
@@ -61,13 +61,8 @@ def score_nodes(
     snapshot: ClusterSnapshot,
     caches: DecisionCaches,
     weights: ScoringWeights,
-    asked: KeysView[str] | None = None,
-    passed_exactly: bool = False,
 ) -> Ranking:
-    """Scores of the named nodes that passed (prioritize asks for a few, explain for all). `asked`: the same
-    nodes as a dict's keys, when the caller has them. `passed_exactly`: the names are `decision.passed` (equal
-    lists), so the nodes scored by group are the ones asked when they are as many (they hold every passing
-    node), and no node needs a look.
+    """Scores of the named nodes that passed (prioritize asks for a few, explain for all).
 
     The node parts of a score (device fit, firstAvailable choice) of the commonest pods are remembered in
     `caches.node_scores`: a one-claim ExactCount allocation on the fast path takes its devices from the node's
@@ -81,72 +76,72 @@ def score_nodes(
     allocation hashes every device in it, per node. Nodes with equal parts share one combined breakdown per
     headroom. Only the headroom, which moves with every
     reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor).
-    A decision made of the remembered answers of its shape (`PodDecision.settled`) skips even that lookup: its
-    nodes are scored a group of equal parts at a time (`_scores_by_group`)."""
+    A decision made of the remembered answers of its shape (`PodDecision.settled`) skips even that lookup when
+    every node asked passed with a remembered answer (prioritize's list): its nodes' parts are read from the
+    answers' score groups and mapped to one breakdown per distinct parts and headroom (`_scores_by_group`)."""
     if not decision.verdicts.allocations:  # nothing for us to decide, or refused everywhere: no node to score
         return Ranking(decision, {})
     strategy = decision.strategy
     names = node_names if isinstance(node_names, list) else list(node_names)
     settled = decision.settled
     if settled is not None and decision.quota.pod_rejection is None:
-        grouped = _scores_by_group(decision, settled, snapshot, caches, strategy, weights)
-        if len(grouped) == len(names) and (
-            passed_exactly or grouped.keys() == (asked if asked is not None else dict.fromkeys(names).keys())
-        ):
-            return Ranking(decision, grouped)  # asked about exactly the nodes that passed (prioritize)
-        # Asked about other nodes (explain asks about all): the device fit is scaled over the nodes asked that
-        # passed, so those are scored one by one below.
+        grouped = _scores_by_group(decision, names, settled, snapshot, caches, strategy, weights)
+        if grouped is not None:
+            return Ranking(decision, grouped)
+        # Asked about nodes that did not pass or were decided afresh (explain asks about all): the device fit
+        # is scaled over the nodes asked that passed, so those are scored one by one below.
     return Ranking(decision, _scores_node_by_node(decision, names, snapshot, caches, strategy, weights))
 
 
 def _scores_by_group(
     decision: PodDecision,
+    names: list[str],
     settled: SettledNodes,
     snapshot: ClusterSnapshot,
     caches: DecisionCaches,
     strategy: str,
     weights: ScoringWeights,
-) -> dict[str, ScoreBreakdown]:
-    """The passing nodes' scores, for a decision whose allocations are remembered ones (`settled`): the nodes
-    of one score group (equal parts) and one quota headroom (one NodeQuota) share a score, so the scores are a
-    few dict updates in C. Outside quota every remembered node gets one (the caller keeps the ones asked about).
-    The groups are completed here for the nodes they lack (the ones the last changes dropped) and published for
-    the next pod of this shape."""
+) -> dict[str, ScoreBreakdown] | None:
+    """The scores of `names`, for a decision whose allocations are remembered ones (`settled`), when every node
+    asked passed with a remembered allocation; None otherwise (the caller scores node by node). A node's parts
+    are one lookup in the answers' score groups (computed here for the nodes they lack, and published for the
+    next pod of this shape); nodes of equal parts and one quota headroom (one NodeQuota) share a breakdown, so
+    past the lookups the scores are a few comprehensions in C. The work is the nodes asked, never the nodes
+    remembered: at 65,000 nodes kube-scheduler asks about 5 % of them."""
+    if not all(map(decision.verdicts.allocations.__contains__, names)):
+        return None  # a node this decision refused or did not look at
     groups = settled.scores.get(strategy, NO_SCORE_GROUPS)
-    if len(groups.scored) != len(settled.allocations):
-        missing = set(settled.allocations).difference(groups.scored)
-        allocation_of = settled.allocations.__getitem__
-        found = {node: _score_parts(allocation_of(node), snapshot, node, caches, strategy) for node in missing}
-        groups = settled.scores[strategy] = groups.with_nodes(found)
-    scores: dict[str, ScoreBreakdown] = {}
+    looked_up = list(map(groups.parts.get, names))
+    if None in looked_up:
+        allocation_of = settled.allocations.get
+        found: dict[str, ScoreParts] = {}
+        for index, node in enumerate(names):
+            if looked_up[index] is None:
+                allocation = allocation_of(node)
+                if allocation is None:
+                    return None  # decided afresh: not a remembered answer
+                looked_up[index] = found[node] = _score_parts(allocation, snapshot, node, caches, strategy)
+        settled.scores[strategy] = groups.with_nodes(found)
+    node_parts = cast(list[ScoreParts], looked_up)  # every None replaced above
     quota = decision.quota
-    passed_groups = quota.passed_groups
-    # One headroom for every remembered node: outside quota (full headroom everywhere), or one bucket holding
-    # every remembered node (its nodes have allocations, all of them remembered ones). Then each score group
-    # goes in whole, with no intersection.
-    headroom_of_all: float | None = None
-    if not quota.per_node:
-        headroom_of_all = 1.0
-    elif len(passed_groups) == 1 and len(passed_groups[0][1]) == len(settled.allocations):
-        headroom_of_all = quota_headroom(passed_groups[0][0])
-    if headroom_of_all is not None:
-        scale = fit_scale(parts[0].value for parts in groups.by_parts)
-        for parts, nodes in groups.by_parts.items():
-            scores.update(dict.fromkeys(nodes, combine(parts[0], parts[1], headroom_of_all, strategy, weights, scale)))
-        return scores
-    # The fit is scaled over the nodes quota lets through: the score groups they meet, per bucket.
-    met: list[tuple[AbstractSet[str], ScoreParts, float]] = []
-    for node_quota, names in passed_groups:
-        headroom = quota_headroom(node_quota)
-        bucket = set(names)
-        for parts, nodes in groups.by_parts.items():
-            common = nodes & bucket
-            if common:
-                met.append((common, parts, headroom))
-    scale = fit_scale(parts[0].value for _, parts, _ in met)
-    for members, parts, headroom in met:
-        scores.update(dict.fromkeys(members, combine(parts[0], parts[1], headroom, strategy, weights, scale)))
-    return scores
+    distinct = {id(parts): parts for parts in node_parts}  # interned (caches.score_part): by identity
+    scale = fit_scale(parts[0].value for parts in distinct.values())
+    if not quota.per_node:  # outside quota: full headroom on every node
+        breakdowns = {
+            key: combine(parts[0], parts[1], 1.0, strategy, weights, scale) for key, parts in distinct.items()
+        }
+        return dict(zip(names, map(breakdowns.__getitem__, map(id, node_parts)), strict=True))
+    headroom_of: dict[str, float] = {}
+    for node_quota, bucket in quota.passed_groups:
+        headroom_of.update(dict.fromkeys(bucket, quota_headroom(node_quota)))
+    if not all(map(headroom_of.__contains__, names)):
+        return None  # quota refused one of the nodes asked
+    keys = list(zip(map(id, node_parts), map(headroom_of.__getitem__, names), strict=True))
+    by_key = {
+        (key, headroom): combine(distinct[key][0], distinct[key][1], headroom, strategy, weights, scale)
+        for key, headroom in set(keys)
+    }
+    return dict(zip(names, map(by_key.__getitem__, keys), strict=True))
 
 
 def _scores_node_by_node(

@@ -455,9 +455,7 @@ class SchedulingService:
         answer."""
         if decision.fast_path or not decision.verdicts.allocations:
             return None  # prioritize answers these without scoring anything
-        ranking = score_nodes(
-            decision, decision.passed, self.snapshot(), self.caches, self.options.weights, passed_exactly=True
-        )
+        ranking = score_nodes(decision, decision.passed, self.snapshot(), self.caches, self.options.weights)
         return ranking if self.history.remember_ranking(decision.pod_uid or decision.pod_key, ranking) else None
 
     def prioritize(self, pod: Pod, node_names: Iterable[str]) -> Ranking:
@@ -479,9 +477,7 @@ class SchedulingService:
             if not needs_our_decision(pod, snapshot):
                 return Ranking(self._decide(snapshot, pod, names, view=None), {})
             decision = self._decide(snapshot, pod, names, view=self.quota_view(), started=started)
-        ranking = score_nodes(
-            decision, names, snapshot, self.caches, self.options.weights, asked=asked, passed_exactly=asked is None
-        )
+        ranking = score_nodes(decision, names, snapshot, self.caches, self.options.weights)
         if not decision.fast_path:
             self.history.record("prioritize", ranking, started)
         return ranking

@@ -34,33 +34,26 @@ class Shortfall(NamedTuple):
 
 
 class ScoreGroups(NamedTuple):
-    """The nodes of one SettledNodes grouped by their score parts (device fit, firstAvailable; interned), for
-    one strategy: nodes with equal parts and equal quota headroom get the same score, so score_nodes
-    answers a group at a time in C instead of a node at a time. Never changed: a new value replaces it."""
+    """The score parts (device fit, firstAvailable; interned) of one SettledNodes' nodes, for one strategy, node
+    by node: nodes with equal parts and equal quota headroom get the same score, so score_nodes makes one
+    breakdown per distinct parts and maps the nodes asked to it in C. A persistent map, as the answers are: a
+    binding drops its node and a call adds the nodes it scored in O(log n) each, never a copy of every node.
+    Never changed: a new value replaces it."""
 
-    by_parts: Mapping[tuple[FitParts, float], frozenset[str]]
-    scored: frozenset[str]  # every node in by_parts
+    parts: immutables.Map[str, tuple[FitParts, float]]
 
-    def without(self, names: set[str]) -> ScoreGroups:
-        if self.scored.isdisjoint(names):
-            return self
-        kept = {parts: nodes - names for parts, nodes in self.by_parts.items()}
-        return ScoreGroups({parts: nodes for parts, nodes in kept.items() if nodes}, self.scored - names)
+    def without(self, names: Iterable[str]) -> ScoreGroups:
+        smaller = _without(self.parts, names)
+        return self if smaller is self.parts else ScoreGroups(smaller)
 
     def with_nodes(self, found: Mapping[str, tuple[FitParts, float]]) -> ScoreGroups:
         """These plus `found` (node -> its parts)."""
-        added: dict[tuple[FitParts, float], list[str]] = {}
-        for node, parts in found.items():
-            added.setdefault(parts, []).append(node)
-        by_parts = dict(self.by_parts)
-        for parts, nodes in added.items():
-            by_parts[parts] = by_parts.get(parts, frozenset()).union(nodes)
-        return ScoreGroups(by_parts, self.scored.union(found))
+        return ScoreGroups(self.parts.update(found)) if found else self
 
 
-NO_SCORE_GROUPS = ScoreGroups({}, frozenset())
 NO_ALLOCATIONS: immutables.Map[str, Allocation] = immutables.Map()
 NO_SHORTFALLS: immutables.Map[str, Shortfall] = immutables.Map()
+NO_SCORE_GROUPS = ScoreGroups(immutables.Map())
 
 V = TypeVar("V")
 
@@ -127,5 +120,5 @@ class SettledNodes(NamedTuple):
                     allocating[name] = answer  # type: ignore[assignment]  # the other kind of answer
                     short.pop(name, None)
             allocations, shortfalls = allocating.finish(), short.finish()
-        scores = {strategy: groups.without(set(found)) for strategy, groups in self.scores.items()}
+        scores = {strategy: groups.without(found) for strategy, groups in self.scores.items()}
         return self._replace(allocations=allocations, shortfalls=shortfalls, scores=scores)
