@@ -16,6 +16,8 @@ def tune_for_large_heap() -> None:
 
 
 def freeze_loaded_state() -> None:
-    """Call after a bulk load (initial list, relist): what exists now is not scanned again."""
-    gc.collect()
+    """Call after a bulk load (initial list, relist): what exists now is not scanned again. Only the young
+    generations are collected first: a bulk load leaves almost no cyclic garbage (decoded JSON is freed by
+    reference counting), and a full collection walks the whole model (about 4 s at 65,000 nodes) to find it."""
+    gc.collect(1)
     gc.freeze()

@@ -123,6 +123,8 @@ def map_items(
     obj: Mapping[str, Any], key: str, path: str, *, required: bool = False
 ) -> list[tuple[str, Mapping[str, Any]]]:
     """The items of a list of objects, each with its field path, rejecting non-object entries."""
+    if obj.get(key) is None and not required:
+        return []  # absent, as most optional lists are: no path to build
     items = []
     list_path = child_path(path, key)
     for index, item in enumerate(get_list(obj, key, path, required=required)):
