@@ -215,7 +215,7 @@ def _parse_attributes(raw: Mapping[str, Any], body_path: str, driver: str) -> di
         if type(value) is dict and len(value) == 1:
             ((kind, field_value),) = value.items()
             if type(field_value) is _ATTRIBUTE_TYPES.get(kind):
-                attribute = Attribute(kind, field_value)
+                attribute = Attribute(kind, cast("int | bool | str", field_value))  # its type, checked above
         if attribute is None:
             attribute = _parse_attribute(value, child_path(child_path(body_path, "attributes"), attr_name))
         attributes[qualify(attr_name, driver)] = attribute
