@@ -114,3 +114,19 @@ def test_group_scores_equal_a_look_at_every_node_while_the_cluster_changes(one_f
     assert grouped_decisions > 40  # the grouped path was the one under test
     if one_flavor:
         assert one_bucket > 5, one_bucket  # and quota's one bucket of the passing nodes
+
+
+def test_a_prioritize_scores_the_nodes_asked_never_every_node_remembered() -> None:
+    """In the largest clusters kube-scheduler asks about a sample of the nodes (5 % at 65,000): a prioritize
+    must cost that sample, so the score groups it publishes for the next pod hold the nodes it was asked about,
+    not every node whose answer is remembered (scoring all of them made each call cost the whole cluster)."""
+    service, names, _free = burst_engine(one_flavor=True)
+    service.filter(parse_pod(b.pod("first", "bench", templates={"gpu": "one"}, queue="q")), names)  # remembered
+    pod = parse_pod(b.pod("sampled", "bench", templates={"gpu": "one"}, queue="q"))
+    decision = service.filter(pod, names)
+    sample = decision.passed[:6]
+    ranking = service.prioritize(pod, sample)
+    settled = decision.settled
+    assert settled is not None and len(settled.allocations) > 2 * len(sample) > 0
+    assert set(settled.scores[decision.strategy].parts.keys()) == set(sample) == set(ranking.scores)
+    assert dict(ranking.scores) == per_node_scores(service, decision, sample)
