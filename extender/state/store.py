@@ -17,6 +17,7 @@ from typing import Any
 
 import immutables
 
+from extender.state.bulk_load import bulk_load, loaded
 from extender.state.capacity import SharedUse, add_share
 from extender.state.core import POD_CLAIM_NAME_ANNOTATION, Node, Pod
 from extender.state.dra.claims import ResourceClaim
@@ -134,6 +135,11 @@ class ClusterStore:
         and returned as an error, the rule the watch path follows too (ResourceWatcher._apply): one bad object
         never fails its kind, and a list and a watch agree that it is absent.
         """
+        with bulk_load():  # millions of objects at the largest clusters: the collector paused (state/bulk_load.py)
+            errors = self._replace(kind, raws)
+        return errors
+
+    def _replace(self, kind: str, raws: Iterable[Mapping[str, Any]]) -> list[ObjectError]:
         info = KINDS_BY_NAME[kind]
         parsed: dict[str, Any] = {}
         queue_raws: dict[str, Mapping[str, Any]] = {}
@@ -153,6 +159,7 @@ class ClusterStore:
                 continue
             if kind == "ClusterQueue":
                 queue_raws[key] = raw
+        loaded(len(parsed))
         with self._lock:
             for key in list(self._objects_of(kind)):
                 if key not in parsed:

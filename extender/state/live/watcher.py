@@ -26,6 +26,7 @@ import orjson
 import urllib3
 
 from extender.kube.api import ApiError, KubeApi, iter_lines, status_causes, too_large_resource_version
+from extender.state.bulk_load import bulk_load
 from extender.state.errors import ObjectError
 from extender.state.kinds import object_key
 from extender.state.live.resources import Resource, list_objects, normalise_item
@@ -292,16 +293,19 @@ class ResourceWatcher:
         return resync is not None and resync > 0 and time.monotonic() - self._last_list >= resync
 
     def _list(self) -> None:
-        items, resource_version = list_objects(
-            self.api,
-            self.resource,
-            page_size=self.settings.list_page_size,
-            read_timeout=self.settings.request_timeout_seconds,
-        )
-        with self._write_lock:
-            if self._stopping.is_set():
-                return
-            errors = self.store.replace(self.resource.kind, items)
+        with bulk_load():  # the decoded pages stay alive until they are parsed: the collector paused throughout
+            items, resource_version = list_objects(
+                self.api,
+                self.resource,
+                page_size=self.settings.list_page_size,
+                read_timeout=self.settings.request_timeout_seconds,
+            )
+            with self._write_lock:
+                if self._stopping.is_set():
+                    return
+                errors = self.store.replace(self.resource.kind, items)
+            listed = len(items)
+            del items  # freed before the load ends and what exists is frozen
         for error in errors:
             log.warning("skipping malformed object from the API: %s", error.describe())
         first = not self._listed
@@ -314,7 +318,7 @@ class ResourceWatcher:
             self._last_list = now
             self._touch(now)
             self._disconnected_since = None
-        log.debug("%s: listed %d objects at resourceVersion %s", self.resource.describe(), len(items), resource_version)
+        log.debug("%s: listed %d objects at resourceVersion %s", self.resource.describe(), listed, resource_version)
         if first:
             self._on_listed(self)
 
