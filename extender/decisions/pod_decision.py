@@ -186,6 +186,9 @@ class PodDecision:
     # The remembered answers of the pod's shape when every allocation is theirs: score_nodes scores the nodes
     # a group of equal parts at a time.
     settled: SettledNodes | None = None
+    # Whether the pod takes no device (no claim, no DRA-backed extended resource; a pod of a LocalQueue with
+    # cpu and memory only): its device parts are the same on every node, so score_nodes reads none.
+    takes_no_devices: bool = False
     # For a pod of a gang (decisions/gang/quota.py): the group's decision, what the attempt holds besides the pod
     gang: GangQuota | None = None
 

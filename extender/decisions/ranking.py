@@ -19,6 +19,7 @@ from extender.decisions.devices.results import Allocation
 from extender.decisions.devices.settled import NO_SCORE_GROUPS, SettledNodes
 from extender.decisions.pod_decision import NodeVerdict, PodDecision
 from extender.decisions.scoring import (
+    NO_DEVICE_PARTS,
     NO_SCALE,
     ScoreBreakdown,
     ScoreParts,
@@ -78,14 +79,22 @@ def score_nodes(
     reservation, is combined afresh, once per NodeQuota (shared by every node of one charge and flavor).
     A decision made of the remembered answers of its shape (`PodDecision.settled`) skips even that lookup when
     every node asked passed with a remembered answer (prioritize's list): its nodes' parts are read from the
-    answers' score groups and mapped to one breakdown per distinct parts and headroom (`_scores_by_group`)."""
+    answers' score groups and mapped to one breakdown per distinct parts and headroom (`_scores_by_group`). A pod
+    that takes no device (a pod of a LocalQueue with cpu and memory only) has the same parts on every node, so
+    only its headroom is looked up (`_scores_by_headroom`)."""
     if not decision.verdicts.allocations:  # nothing for us to decide, or refused everywhere: no node to score
         return Ranking(decision, {})
     strategy = decision.strategy
     names = node_names if isinstance(node_names, list) else list(node_names)
     settled = decision.settled
-    if settled is not None and decision.quota.pod_rejection is None:
-        grouped = _scores_by_group(decision, names, settled, snapshot, caches, strategy, weights)
+    if decision.quota.pod_rejection is None and (settled is not None or decision.takes_no_devices):
+        if settled is not None:
+            grouped = _scores_by_group(decision, names, settled, snapshot, caches, strategy, weights)
+        elif all(map(decision.verdicts.allocations.__contains__, names)):
+            # The same device parts on every node (no device taken): only the quota headroom tells them apart.
+            grouped = _scores_by_headroom(decision, names, [caches.score_part(NO_DEVICE_PARTS)] * len(names), weights)
+        else:
+            grouped = None
         if grouped is not None:
             return Ranking(decision, grouped)
         # Asked about nodes that did not pass or were decided afresh (explain asks about all): the device fit
@@ -122,7 +131,16 @@ def _scores_by_group(
                     return None  # decided afresh: not a remembered answer
                 looked_up[index] = found[node] = _score_parts(allocation, snapshot, node, caches, strategy)
         settled.scores[strategy] = groups.with_nodes(found)
-    node_parts = cast(list[ScoreParts], looked_up)  # every None replaced above
+    return _scores_by_headroom(decision, names, cast(list[ScoreParts], looked_up), weights)  # no None left
+
+
+def _scores_by_headroom(
+    decision: PodDecision, names: list[str], node_parts: list[ScoreParts], weights: ScoringWeights
+) -> dict[str, ScoreBreakdown] | None:
+    """The scores of `names` from their parts (`node_parts`, interned, in the same order) and quota's headroom
+    on each: one breakdown per distinct (parts, headroom), mapped to the nodes in C. None when quota refused a
+    node asked (the caller scores node by node)."""
+    strategy = decision.strategy
     quota = decision.quota
     distinct = {id(parts): parts for parts in node_parts}  # interned (caches.score_part): by identity
     scale = fit_scale(parts[0].value for parts in distinct.values())

@@ -147,6 +147,7 @@ def decide_pod(
         reservation=held if len(verdicts.failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
         settled=devices.settled,
+        takes_no_devices=not (pod_claims.pending or pod_claims.allocated or pod_claims.problems or extended.resources),
         gang=gang_quota,
     )
 

@@ -188,6 +188,9 @@ def node_parts(allocation: Allocation, room: NodeRoom, strategy: str) -> ScorePa
     return device_fit(allocation, room, strategy), _first_available(allocation)
 
 
+# node_parts of an allocation that takes no device, on any node: nothing to pack, no alternative chosen.
+NO_DEVICE_PARTS: ScoreParts = (NEUTRAL_FIT, 1.0)
+
 NO_SCALE = (0.0, 1.0)  # (lowest, span): device fit values as they are
 
 

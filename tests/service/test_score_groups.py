@@ -62,8 +62,9 @@ def pod_object(index: int, rng: random.Random) -> dict[str, Any]:
 
 
 def per_node_scores(service: SchedulingService, decision: Any, names: list[str]) -> dict[str, Any]:
-    """The same decision scored node by node (no remembered answers to group by)."""
-    unsettled = dataclasses.replace(decision, settled=None)
+    """The same decision scored node by node (no remembered answers to group by, no shortcut for a pod that takes
+    no device)."""
+    unsettled = dataclasses.replace(decision, settled=None, takes_no_devices=False)
     snapshot = service.snapshot()
     return dict(score_nodes(unsettled, names, snapshot, service.caches, service.options.weights).scores)
 
@@ -130,3 +131,19 @@ def test_a_prioritize_scores_the_nodes_asked_never_every_node_remembered() -> No
     assert settled is not None and len(settled.allocations) > 2 * len(sample) > 0
     assert set(settled.scores[decision.strategy].parts.keys()) == set(sample) == set(ranking.scores)
     assert dict(ranking.scores) == per_node_scores(service, decision, sample)
+
+
+@pytest.mark.parametrize("one_flavor", [False, True], ids=["two-flavors", "one-flavor"])
+def test_a_pod_that_takes_no_device_is_scored_by_headroom_alone(one_flavor: bool) -> None:
+    """A pod of a LocalQueue with cpu and memory only (kube-scheduler's gang and topology benchmarks are made of
+    them) has the same device parts on every node: its scores come from quota's headroom per bucket, and equal
+    a look at every node, with quota held elsewhere in between."""
+    service, names, _free = burst_engine(one_flavor)
+    for index in range(6):
+        service.filter(parse_pod(b.pod(f"gpu-{index}", "bench", templates={"gpu": "one"}, queue="q")), names)
+        pod = parse_pod(b.pod(f"cpu-only-{index}", "bench", queue="q"))
+        decision = service.filter(pod, names)
+        assert decision.takes_no_devices and decision.passed
+        ranking = service.prioritize(pod, decision.passed)
+        assert dict(ranking.scores) == per_node_scores(service, decision, decision.passed)
+        assert set(ranking.scores) == set(decision.passed)

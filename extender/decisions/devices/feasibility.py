@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, KeysView, Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features
 from extender.decisions.devices.pod_allocator import PodAllocator
 from extender.decisions.devices.pod_claims import PodClaims
-from extender.decisions.devices.results import Allocation, AllocationOutcome, NotAllocatable
+from extender.decisions.devices.results import Allocation, AllocationOutcome, NotAllocatable, new_allocation
 from extender.decisions.devices.selection import DeviceMatcher
 from extender.decisions.devices.settled import SettledNodes
 from extender.state.snapshot import ClusterSnapshot
@@ -84,7 +85,12 @@ def device_outcomes(
         # Nothing to allocate (a pod of a LocalQueue without claims): every known node holds it as it is, the
         # answer allocator.py allocate gives each node for no pending claim and no allocated one, without a
         # question built per node (kube-scheduler's own DynamicResources plugin skips such a pod in PreFilter).
-        known = {name: Allocation(name, ()) for name in node_names if name in nodes}
+        # Its class counts are known (none), so quota charges the first node once and every other joins its
+        # bucket (decisions/quota/decision.py _nodes_by_charge) instead of counting each node's devices.
+        if all(map(nodes.__contains__, node_names)):  # the usual case: each allocation made in C
+            empty = map(new_allocation, zip(node_names, repeat(()), repeat(())))
+            return DeviceOutcomes(dict(zip(node_names, empty, strict=True)), {})
+        known = {name: new_allocation((name, (), ())) for name in node_names if name in nodes}
         return DeviceOutcomes(known, {name: unknown_node(name) for name in node_names if name not in known})
     allocated = snapshot.allocated
     classes = snapshot.device_classes

@@ -416,7 +416,7 @@ def test_a_pod_without_claims_fits_every_known_node_as_the_allocator_answers_eac
     from extender.decisions.devices.allocator import allocate
     from extender.decisions.devices.feasibility import device_outcomes, unknown_node
     from extender.decisions.devices.pod_claims import resolve_pod_claims
-    from extender.decisions.devices.results import NodeQuestion
+    from extender.decisions.devices.results import Allocation, NodeQuestion
     from extender.decisions.devices.selection import DeviceMatcher
     from extender.state.core import parse_pod
 
@@ -430,5 +430,14 @@ def test_a_pod_without_claims_fits_every_known_node_as_the_allocator_answers_eac
         question = NodeQuestion(
             snapshot.nodes[name], snapshot.node_devices(name), snapshot.allocated, snapshot.device_classes, {}
         )
-        assert found[name] == allocate(question, [], [], matcher)
+        expected = allocate(question, [], [], matcher)
+        got = found[name]
+        assert isinstance(got, Allocation) and isinstance(expected, Allocation)
+        # the same allocation; device_outcomes also says its class counts (none), which quota reads without a count
+        assert (got.node, got.claims, got.class_counts()) == (expected.node, expected.claims, expected.class_counts())
+        assert got.known_class_counts == ()
     assert found["gone"] == unknown_node("gone")
+    known = ["n3", "n1", "n2"]  # every node known: the answers made at once, in the order asked
+    every = device_outcomes(snapshot, resolve_pod_claims(snapshot, pod), known, matcher)
+    assert list(every.allocations) == known and not every.refusals
+    assert every.allocations == {name: found[name] for name in known}
