@@ -73,7 +73,10 @@ class NullVerbs:
 
 
 def main() -> None:
-    address = sys.argv[1]
+    # `python -m bench.null_extender HOST:PORT`, or the arguments `dra-extender serve` takes
+    # (bench/scheduler_perf_bench.py --floor starts it in place of the extender): only --listen is read.
+    args = sys.argv[1:]
+    address = args[args.index("--listen") + 1] if "--listen" in args else args[0]
     defaults = ExtenderConfig().server  # the scheduling listener's bounds as `dra-extender serve` applies them
     listener = ListenerSettings(address, app, defaults.max_connections, direct=NullVerbs())
     ExtenderWorker.configure([listener], ServerLimits())

@@ -15,7 +15,9 @@ the Kueue objects by createAny, the queue label on the pods). Each case runs twi
 scheduler alone and then the same scheduler configuration plus the extender (filter + prioritize over HTTP,
 nodeCacheCapable, as config/kube-scheduler-config.yaml), the extender watching the benchmark's own API server
 (started by the benchmark's prepare hook, tests/e2e/harness/schedperf). The time ratio is throughput without /
-throughput with (Average): the goal is <= 1.10.
+throughput with (Average): the goal is <= 1.10. With --floor a third run calls an extender that decides nothing
+(bench/null_extender.py under our own server, launched as the harness launches `dra-extender serve`): the floor
+of the protocol in this case, what calling any extender this way costs the scheduler's cycle.
 
 Output: one line per case, the JSON of every case under bench/results/ (gitignored), and last
 `scheduler-perf: N cases, worst time ratio R (CASE)`. Exit status 1 only when a run failed (the benchmark binary
@@ -64,6 +66,7 @@ RESULTS = REPO / "bench" / "results"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 QUEUE_NAME = "scheduler-perf"
 MODES = ("without", "with")
+FLOOR = "floor"  # with --floor, after the two modes
 
 
 class RunError(RuntimeError):
@@ -301,7 +304,7 @@ def run_mode(
     workdir = run_dir / f"{case.name}-{mode}"
     workdir.mkdir(parents=True)
     listen = f"127.0.0.1:{free_port()}"
-    extender_url = f"http://{listen}" if mode == "with" else None
+    extender_url = f"http://{listen}" if mode in ("with", FLOOR) else None
     scheduler_config = workdir / "scheduler-config.yaml"
     scheduler_config.write_text(yaml.safe_dump(scheduler_configuration(extender_url)))
     config, threshold = generated_config(perf_dir, case, workdir, scheduler_config)
@@ -324,6 +327,8 @@ def run_mode(
         "TEST_WORKSPACE": ".",
     }
     env.pop("SCHEDPERF_EXTENDER_BIN", None)
+    if mode == FLOOR:
+        env |= {"SCHEDPERF_EXTENDER_BIN": str(null_extender_launcher(workdir)), "SCHEDPERF_EXTENDER_LISTEN": listen}
     if mode == "with":
         extender_config = workdir / "extender.yaml"
         extender_config.write_text(yaml.safe_dump(EXTENDER_CONFIG))
@@ -376,6 +381,15 @@ def run_mode(
     return throughput, record, threshold, failures
 
 
+def null_extender_launcher(directory: Path) -> Path:
+    """An executable the harness starts as it starts `dra-extender serve` (same arguments), which serves
+    bench/null_extender.py on the address it is given."""
+    launcher = directory / "null-extender"
+    launcher.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m bench.null_extender "$@"\n')
+    launcher.chmod(0o755)
+    return launcher
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=CONFIG, help="our cases file (default: %(default)s)")
@@ -386,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS, help="where the JSON goes (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run (default: %(default)s)")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the benchmark binary")
+    parser.add_argument("--floor", action="store_true", help="also run each case with an extender that decides nothing")
     args = parser.parse_args(argv)
 
     cases = load_cases(args.config, args.cases, args.param)
@@ -403,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         record: ExtenderRecord | None = None
         threshold: float | None = None
         failures: list[str] = []
-        for mode in MODES:
+        for mode in (*MODES, FLOOR) if args.floor else MODES:
             throughput, mode_record, threshold, mode_failures = run_mode(
                 binary, perf_dir, case, mode, run_dir, etcd, args.timeout
             )
@@ -411,7 +426,15 @@ def main(argv: list[str] | None = None) -> int:
             record = mode_record or record
             failures += mode_failures
         workload = case.workload + (f" {case.params}" if case.params else "")
-        result = CaseResult(case.name, workload, threshold, throughputs["without"], throughputs["with"], record)
+        result = CaseResult(
+            case.name,
+            workload,
+            threshold,
+            throughputs["without"],
+            throughputs["with"],
+            record,
+            floor=throughputs.get(FLOOR),
+        )
         result.failures = failures
         results.append(result)
         print(result.line(), flush=True)

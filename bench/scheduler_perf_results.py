@@ -186,13 +186,18 @@ class CaseResult:
     with_extender: Throughput | None
     extender: ExtenderRecord | None
     failures: list[str] = field(default_factory=list)
+    # With --floor: the same scheduler configuration calling an extender that decides nothing (bench/null_extender.py)
+    floor: Throughput | None = None
 
     @property
     def time_ratio(self) -> float | None:
         """Time per pod with the extender over time per pod without: throughput without / throughput with."""
-        if self.without is None or self.with_extender is None or self.with_extender.average <= 0:
-            return None
-        return self.without.average / self.with_extender.average
+        return _ratio(self.without, self.with_extender)
+
+    @property
+    def floor_ratio(self) -> float | None:
+        """The same ratio for the extender that decides nothing: what calling any extender costs this case."""
+        return _ratio(self.without, self.floor)
 
     def line(self) -> str:
         def pods(throughput: Throughput | None) -> str:
@@ -207,6 +212,10 @@ class CaseResult:
         ]
         if self.threshold is not None:
             parts.append(f"(threshold {self.threshold:g})")
+        if self.floor is not None:
+            floor_ratio = self.floor_ratio
+            shown = f"{floor_ratio:.3f}" if floor_ratio is not None else "n/a"
+            parts.append(f"[protocol floor: {pods(self.floor)} pods/s, time ratio {shown}]")
         if self.extender is not None:
             per_pod = self.extender.calls_per_pod()
             cpu = self.extender.cpu_ms_per_call()
@@ -240,9 +249,17 @@ class CaseResult:
             "without": asdict(self.without) if self.without else None,
             "with": asdict(self.with_extender) if self.with_extender else None,
             "timeRatio": self.time_ratio,
+            "floor": asdict(self.floor) if self.floor else None,
+            "floorTimeRatio": self.floor_ratio,
             "extender": extender,
             "failures": self.failures,
         }
+
+
+def _ratio(without: Throughput | None, other: Throughput | None) -> float | None:
+    if without is None or other is None or other.average <= 0:
+        return None
+    return without.average / other.average
 
 
 def summary_line(results: list[CaseResult]) -> str:

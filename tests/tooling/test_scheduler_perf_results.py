@@ -162,6 +162,16 @@ def test_time_ratio_line_and_summary_name_the_worst_case() -> None:
     assert json.loads(json.dumps(a.to_json()))["timeRatio"] == pytest.approx(1.25)
 
 
+def test_the_protocol_floor_is_reported_beside_and_never_counts_as_the_case_ratio() -> None:
+    result = CaseResult("gang", "w", None, throughput(100), throughput(50), None, floor=throughput(80))
+    assert result.floor_ratio == pytest.approx(1.25) and result.time_ratio == pytest.approx(2.0)
+    assert "[protocol floor: 80.0 pods/s, time ratio 1.250]" in result.line()
+    encoded = json.loads(json.dumps(result.to_json()))
+    assert encoded["floorTimeRatio"] == pytest.approx(1.25) and encoded["floor"]["average"] == 80
+    assert summary_line([result]) == "scheduler-perf: 1 cases, worst time ratio 2.000 (gang)"
+    assert "protocol floor" not in CaseResult("gang", "w", None, throughput(100), throughput(50), None).line()
+
+
 # --- the generated configuration -------------------------------------------------------------------------
 
 UPSTREAM = """
