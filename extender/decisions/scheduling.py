@@ -98,6 +98,8 @@ def decide_pod(
     if extended.problems:
         pod_claims = PodClaims(pod_claims.pending, pod_claims.allocated, pod_claims.problems + extended.problems)
     names = list(order)
+    # No device to take: every node's allocation is the same empty one (device_outcomes), one charge for all.
+    takes_no_devices = not (pod_claims.pending or pod_claims.allocated or pod_claims.problems or extended.resources)
     if not extended.resources:
         devices = device_outcomes(
             snapshot,
@@ -123,7 +125,7 @@ def decide_pod(
             unmapped=options.unmapped_classes,
             extended=extended,
             matcher=matcher,
-            same_counts=devices.settled is not None,
+            same_counts=devices.settled is not None or takes_no_devices,
             holders=holders,
             group=rest_of_gang,
             bookings=bookings,
@@ -147,7 +149,7 @@ def decide_pod(
         reservation=held if len(verdicts.failures) < len(order) else {},
         claim_labels=tuple(claim.label for claim in pod_claims.pending),
         settled=devices.settled,
-        takes_no_devices=not (pod_claims.pending or pod_claims.allocated or pod_claims.problems or extended.resources),
+        takes_no_devices=takes_no_devices,
         gang=gang_quota,
     )
 
