@@ -367,3 +367,26 @@ def test_filter_over_http_with_a_malformed_request_policy_fails_that_node_only()
     assert [device["state"] for device in node.get_json()["devices"]] == ["unusable"]
     (device,) = node.get_json()["devices"]
     assert "malformed requestPolicy" in device["why"] and "validRange.step" in device["why"], device
+
+
+def test_devices_of_one_model_share_their_parsed_capacity_and_a_broken_one_is_named_each_time() -> None:
+    """A capacity map is parsed once per distinct map (the devices of one model publish the same one); a map
+    with a malformed policy is never answered from that memo: each device's reason names its own device."""
+    from extender.state.dra.devices import parse_resource_slice
+
+    broken_policy = {"default": "10Gi", "validRange": {"min": "10Gi", "step": "0"}}
+    devices = [shared_gpu("gpu-0"), shared_gpu("gpu-1"), shared_gpu("gpu-2"), shared_gpu("gpu-3")]
+    for device in devices[2:]:
+        device["capacity"]["memory"]["requestPolicy"] = broken_policy
+    raw = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "n1-gpu"},
+        "spec": {"driver": "gpu.example.com", "pool": {"name": "n1"}, "nodeName": "n1", "devices": devices},
+    }
+    parsed = parse_resource_slice(orjson.loads(orjson.dumps(raw)))
+    first, second, third, fourth = parsed.devices
+    assert first.consumable is second.consumable and first.capacity is second.capacity
+    assert first.unusable_reason == second.unusable_reason == ""
+    assert "device gpu-2: malformed requestPolicy, field spec.devices[2]" in third.unusable_reason
+    assert "device gpu-3: malformed requestPolicy, field spec.devices[3]" in fourth.unusable_reason

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, NamedTuple, cast
 
 import orjson
@@ -228,24 +229,40 @@ class _ParsedCapacity(NamedTuple):
     default_request_fits: bool
 
 
-# The capacity maps already parsed, by driver and the map's JSON: the devices of one model publish the same map,
-# so a cluster's few hundred thousand devices share a few parsed values (read-only: Device never changes them).
-_CAPACITY_MEMO: dict[tuple[str, bytes], _ParsedCapacity] = {}
-_CAPACITY_MEMO_LIMIT = 4096
-
-
 def _parse_capacity(
     raw: Mapping[str, Any], body_path: str, driver: str, slice_name: str, name: str
 ) -> tuple[_ParsedCapacity, str]:
     """A device's capacity map, and why the device is unusable ("" when it is not). A map that parses cleanly
-    is remembered by its JSON (a map with a malformed policy is not: its reason names the device)."""
+    comes from `_clean_capacity` (the devices of one model publish the same map: parsed once); any other is
+    parsed here, so that its error names the device's own field path and its reason the slice and the device."""
     if not raw:
         return _NO_CAPACITY, ""
-    memo_key = (driver, orjson.dumps(raw)) if type(raw) is dict else None
-    if memo_key is not None:
-        parsed = _CAPACITY_MEMO.get(memo_key)
-        if parsed is not None:
-            return parsed, ""
+    if type(raw) is dict:
+        try:
+            encoded = orjson.dumps(raw)
+        except TypeError:  # not JSON (a YAML file's non-string key or date): the full parse says what is wrong
+            encoded = b""
+        clean = _clean_capacity(driver, encoded) if encoded else None
+        if clean is not None:
+            return clean, ""
+    return _capacity_of(raw, body_path, driver, slice_name, name)
+
+
+@lru_cache(maxsize=4096)
+def _clean_capacity(driver: str, raw_json: bytes) -> _ParsedCapacity | None:
+    """A capacity map (its JSON) parsed, or None when something in it is malformed. A pure parser of a string
+    (extender/memo.py's policy): a cluster's few hundred thousand devices share a few parsed values, read-only
+    (Device never changes them)."""
+    try:
+        parsed, unusable_reason = _capacity_of(orjson.loads(raw_json), "", driver, "", "")
+    except ObjectError:
+        return None
+    return None if unusable_reason else parsed
+
+
+def _capacity_of(
+    raw: Mapping[str, Any], body_path: str, driver: str, slice_name: str, name: str
+) -> tuple[_ParsedCapacity, str]:
     capacity: dict[str, Fraction] = {}
     consumable: dict[str, DeviceCapacity] = {}
     unusable_reason = ""
@@ -264,12 +281,7 @@ def _parse_capacity(
             )
             policy = None
         consumable[cap_name] = DeviceCapacity(amount, policy)
-    parsed = _ParsedCapacity(capacity, consumable, default_request_fits(consumable))
-    if memo_key is not None and not unusable_reason:
-        if len(_CAPACITY_MEMO) >= _CAPACITY_MEMO_LIMIT:
-            _CAPACITY_MEMO.clear()
-        _CAPACITY_MEMO[memo_key] = parsed
-    return parsed, unusable_reason
+    return _ParsedCapacity(capacity, consumable, default_request_fits(consumable)), unusable_reason
 
 
 _NO_CAPACITY = _ParsedCapacity({}, {}, True)
