@@ -61,6 +61,11 @@ def pod_object(index: int, rng: random.Random) -> dict[str, Any]:
     return pod
 
 
+def queued_pod(name: str, template: str = "") -> Any:
+    """A pod of LocalQueue q, parsed, with one claim from `template` (none without)."""
+    return parse_pod(b.pod(name, "bench", templates={"gpu": template} if template else None, queue="q"))
+
+
 def per_node_scores(service: SchedulingService, decision: Any, names: list[str]) -> dict[str, Any]:
     """The same decision scored node by node (no remembered answers to group by, no shortcut for a pod that takes
     no device)."""
@@ -122,8 +127,8 @@ def test_a_prioritize_scores_the_nodes_asked_never_every_node_remembered() -> No
     must cost that sample, so the score groups it publishes for the next pod hold the nodes it was asked about,
     not every node whose answer is remembered (scoring all of them made each call cost the whole cluster)."""
     service, names, _free = burst_engine(one_flavor=True)
-    service.filter(parse_pod(b.pod("first", "bench", templates={"gpu": "one"}, queue="q")), names)  # remembered
-    pod = parse_pod(b.pod("sampled", "bench", templates={"gpu": "one"}, queue="q"))
+    service.filter(queued_pod("first", "one"), names)  # every node's answer remembered
+    pod = queued_pod("sampled", "one")
     decision = service.filter(pod, names)
     sample = decision.passed[:6]
     ranking = service.prioritize(pod, sample)
@@ -140,8 +145,8 @@ def test_a_pod_that_takes_no_device_is_scored_by_headroom_alone(one_flavor: bool
     a look at every node, with quota held elsewhere in between."""
     service, names, _free = burst_engine(one_flavor)
     for index in range(6):
-        service.filter(parse_pod(b.pod(f"gpu-{index}", "bench", templates={"gpu": "one"}, queue="q")), names)
-        pod = parse_pod(b.pod(f"cpu-only-{index}", "bench", queue="q"))
+        service.filter(queued_pod(f"gpu-{index}", "one"), names)
+        pod = queued_pod(f"cpu-only-{index}")
         decision = service.filter(pod, names)
         assert decision.takes_no_devices and decision.passed
         ranking = service.prioritize(pod, decision.passed)
