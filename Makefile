@@ -26,9 +26,13 @@ test: deps lint
 	$(BIN)/pytest -q
 
 # The fast loop, on two pytest-xdist workers: no stress, fuzz, long property runs, differential, e2e or browser.
-# Markers in pyproject.toml; make test still runs all of them.
+# Markers in pyproject.toml; make test still runs all of them. Loading and compiling were a quarter of the loop:
+# the schemathesis plugin is not loaded (only tests/service/test_fuzz_http.py uses it, all of it marked slow),
+# and bytecode with pytest's rewritten asserts is cached between runs even where the environment sets
+# PYTHONDONTWRITEBYTECODE (__pycache__ is gitignored).
+unit: export PYTHONDONTWRITEBYTECODE =
 unit: $(STAMP)
-	$(BIN)/pytest -q -n 2 -m "not slow and not e2e and not oracle and not browser and not image and not helm"
+	$(BIN)/pytest -q -n 2 -p no:schemathesis --ignore=tests/service/test_fuzz_http.py -m "not slow and not e2e and not oracle and not browser and not image and not helm"
 
 # Style, formatting, the type checker (mypy strict on the package, the test kit and the benchmarks) and the layer
 # contract (import-linter).
