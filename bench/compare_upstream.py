@@ -35,7 +35,7 @@ from typing import Any
 from extender.decisions.devices.feasibility import device_outcomes
 from extender.decisions.devices.pod_claims import resolve_pod_claims
 from extender.decisions.devices.selection import DeviceMatcher
-from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.state.collector import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from testkit import builders as b
 from testkit.builds.oracle import ensure_oracle_binary

@@ -32,7 +32,7 @@ from bench.loop_bench import CLOCKS, PrefilledSource, bind_events, choose
 from bench.loop_bench import Burst as LoopBurst
 from extender.service import SchedulingService
 from extender.service.config import ExtenderConfig, parse_config
-from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.state.collector import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from testkit import builders as b
 from testkit.clusters import build_cluster

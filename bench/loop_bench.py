@@ -40,7 +40,7 @@ import orjson
 from extender.decisions.ranking import score_nodes
 from extender.decisions.scheduling import decide_pod
 from extender.service import ExtenderConfig, SchedulingService
-from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
+from extender.state.collector import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from extender.state.sources import SourceHealth, SourceWithoutWatches
 from extender.state.store import ClusterStore

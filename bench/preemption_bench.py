@@ -24,7 +24,7 @@ from collections import Counter
 from typing import Any
 
 import bench.loop_bench as loop
-from extender.service.gc_tuning import tune_for_large_heap
+from extender.state.collector import tune_for_large_heap
 from extender.state.core import parse_pod
 from extender.state.store import ClusterStore
 from testkit import builders as b

@@ -5,7 +5,7 @@ Run: .venv/bin/python -m bench.sync_bench [--nodes 5000] [--pods 20000] [--event
 (bench/scale_bench.py runs it at several sizes, one process each; `make bench-scale`.)
 
 - time to ready: objects decoded from JSON bytes (as the live source receives them), parsed and indexed with
-  store.replace per kind (decode and parse inside state/bulk_load.py's bulk_load, as a watcher's list runs),
+  store.replace per kind (decode and parse inside state/collector.py's bulk_load, as a watcher's list runs),
   the first snapshot, the quota context and usage: what the extender does before its first verdict. Peak RSS
   of the process, and what the loaded state adds to it (RSS after minus before, the generator's JSON freed),
   per node and per pod.
@@ -39,8 +39,7 @@ import orjson
 
 from extender.decisions.quota.attribution import pod_usage
 from extender.decisions.quota.context import KueueConfigRef, build_quota_context
-from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
-from extender.state.bulk_load import bulk_load
+from extender.state.collector import bulk_load, freeze_loaded_state, tune_for_large_heap
 from extender.state.core import parse_pod
 from extender.state.indexes.usage import UsageIndex
 from extender.state.store import ClusterStore

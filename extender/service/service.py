@@ -38,7 +38,6 @@ from extender.service.drift import (
 )
 from extender.service.errors import BindError, NotLeadingError, NotSyncedError
 from extender.service.gang_attempts import GangAttempts, GangStatus, gang_group, gang_status
-from extender.service.gc_tuning import freeze_loaded_state, tune_for_large_heap
 from extender.service.history import DecisionHistory, DecisionRecord
 from extender.service.leadership import Leadership
 from extender.service.parking import ParkedPods
@@ -46,6 +45,7 @@ from extender.service.quota_context_cache import QuotaContextCache
 from extender.service.quota_view import QuotaView
 from extender.service.view_builder import CaughtUp, QuotaViewBuilder, book_pod
 from extender.state.bookings import BookingMemory
+from extender.state.collector import freeze_loaded_state, tune_for_large_heap
 from extender.state.core import Pod
 from extender.state.kueue.local_queue import pod_queue_name
 from extender.state.podgroups.podgroup import PodGroup

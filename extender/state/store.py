@@ -17,8 +17,8 @@ from typing import Any
 
 import immutables
 
-from extender.state.bulk_load import bulk_load, loaded
 from extender.state.capacity import SharedUse, add_share
+from extender.state.collector import bulk_load, loaded
 from extender.state.core import POD_CLAIM_NAME_ANNOTATION, Node, Pod
 from extender.state.dra.claims import ResourceClaim
 from extender.state.dra.devices import DeviceKey, ResourceSlice
@@ -135,7 +135,7 @@ class ClusterStore:
         and returned as an error, the rule the watch path follows too (ResourceWatcher._apply): one bad object
         never fails its kind, and a list and a watch agree that it is absent.
         """
-        with bulk_load():  # millions of objects at the largest clusters: the collector paused (state/bulk_load.py)
+        with bulk_load():  # millions of objects at the largest clusters: the collector paused (state/collector.py)
             errors = self._replace(kind, raws)
         return errors
 

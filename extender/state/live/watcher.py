@@ -26,7 +26,7 @@ import orjson
 import urllib3
 
 from extender.kube.api import ApiError, KubeApi, iter_lines, status_causes, too_large_resource_version
-from extender.state.bulk_load import bulk_load
+from extender.state.collector import bulk_load
 from extender.state.errors import ObjectError
 from extender.state.kinds import object_key
 from extender.state.live.resources import Resource, list_objects, normalise_item

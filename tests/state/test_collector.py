@@ -1,4 +1,4 @@
-"""The collector paused during bulk loads (state/bulk_load.py): paused while any load runs, on whichever thread,
+"""The collector paused during bulk loads (state/collector.py): paused while any load runs, on whichever thread,
 resumed when the last ends, and a large load's objects frozen out of later collections."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from extender.state import bulk_load as bulk
+from extender.state import collector as bulk
 from extender.state.store import ClusterStore
 from testkit import builders as b
 
