@@ -87,14 +87,15 @@ def score_nodes(
     strategy = decision.strategy
     names = node_names if isinstance(node_names, list) else list(node_names)
     settled = decision.settled
-    if decision.quota.pod_rejection is None and (settled is not None or decision.takes_no_devices):
+    if (
+        decision.quota.pod_rejection is None
+        and (settled is not None or decision.takes_no_devices)
+        and all(map(decision.verdicts.allocations.__contains__, names))  # none refused, none not looked at
+    ):
         if settled is not None:
             grouped = _scores_by_group(decision, names, settled, snapshot, caches, strategy, weights)
-        elif all(map(decision.verdicts.allocations.__contains__, names)):
-            # The same device parts on every node (no device taken): only the quota headroom tells them apart.
+        else:  # the same device parts on every node (no device taken): only the quota headroom tells them apart
             grouped = _scores_by_headroom(decision, names, [caches.score_part(NO_DEVICE_PARTS)] * len(names), weights)
-        else:
-            grouped = None
         if grouped is not None:
             return Ranking(decision, grouped)
         # Asked about nodes that did not pass or were decided afresh (explain asks about all): the device fit
@@ -116,9 +117,8 @@ def _scores_by_group(
     are one lookup in the answers' score groups (computed here for the nodes they lack, and published for the
     next pod of this shape); nodes of equal parts and one quota headroom (one NodeQuota) share a breakdown, so
     past the lookups the scores are a few comprehensions in C. The work is the nodes asked, never the nodes
-    remembered: at 65,000 nodes kube-scheduler asks about 5 % of them."""
-    if not all(map(decision.verdicts.allocations.__contains__, names)):
-        return None  # a node this decision refused or did not look at
+    remembered: at 65,000 nodes kube-scheduler asks about 5 % of them. Every node asked has an allocation in
+    the decision (score_nodes checks)."""
     groups = settled.scores.get(strategy, NO_SCORE_GROUPS)
     looked_up = list(map(groups.parts.get, names))
     if None in looked_up:

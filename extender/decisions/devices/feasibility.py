@@ -87,11 +87,12 @@ def device_outcomes(
         # question built per node (kube-scheduler's own DynamicResources plugin skips such a pod in PreFilter).
         # Its class counts are known (none), so quota charges the first node once and every other joins its
         # bucket (decisions/quota/decision.py _nodes_by_charge) instead of counting each node's devices.
-        if all(map(nodes.__contains__, node_names)):  # the usual case: each allocation made in C
-            empty = map(new_allocation, zip(node_names, repeat(()), repeat(())))
-            return DeviceOutcomes(dict(zip(node_names, empty, strict=True)), {})
-        known = {name: new_allocation((name, (), ())) for name in node_names if name in nodes}
-        return DeviceOutcomes(known, {name: unknown_node(name) for name in node_names if name not in known})
+        every_known = all(map(nodes.__contains__, node_names))  # the usual case
+        known = node_names if every_known else [name for name in node_names if name in nodes]
+        empty = map(new_allocation, zip(known, repeat(()), repeat(())))  # each allocation made in C
+        allocations = dict(zip(known, empty, strict=True))
+        unknown = {} if every_known else {name: unknown_node(name) for name in node_names if name not in allocations}
+        return DeviceOutcomes(allocations, unknown)
     allocated = snapshot.allocated
     classes = snapshot.device_classes
     allocator = PodAllocator(

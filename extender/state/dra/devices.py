@@ -118,6 +118,10 @@ def consumed_by_name(consumed: Sequence[tuple[str, Fraction]], driver: str) -> d
     return {qualify(name, driver): amount for name, amount in consumed}
 
 
+# An attribute's value field -> the Python type a decoded JSON value of it has (DeviceAttribute, resource/v1).
+_ATTRIBUTE_TYPES: Mapping[str, type] = {"int": int, "bool": bool, "string": str, "version": str}
+
+
 def _parse_attribute(raw: object, path: str) -> Attribute:
     if not isinstance(raw, Mapping):
         raise ObjectError(path, f"must be an object, got {type_name(raw)}")
@@ -130,7 +134,7 @@ def _parse_attribute(raw: object, path: str) -> Attribute:
         raise ObjectError(path, "must have exactly one of int, bool, string, version")
     kind = present[0]
     value = raw[kind]
-    expected = {"int": int, "bool": bool, "string": str, "version": str}[kind]
+    expected = _ATTRIBUTE_TYPES[kind]
     if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
         raise ObjectError(child_path(path, kind), f"must be a {kind}, got {type_name(value)}")
     return Attribute(kind, cast("int | bool | str", value))  # checked just above
@@ -201,9 +205,6 @@ def _parse_capacity_policy(raw: Mapping[str, Any], path: str) -> CapacityPolicy 
         if valid_range.step is not None and valid_range.min is None:
             raise ObjectError(child_path(range_path, "min"), "required when validRange is defined")
     return CapacityPolicy(_optional_quantity(policy, "default", policy_path), valid_values, valid_range)
-
-
-_ATTRIBUTE_TYPES: Mapping[str, type] = {"int": int, "bool": bool, "string": str, "version": str}
 
 
 def _parse_attributes(raw: Mapping[str, Any], body_path: str, driver: str) -> dict[str, Attribute]:
