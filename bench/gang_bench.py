@@ -49,11 +49,7 @@ def burst(nodes: int, config: ExtenderConfig, gang: int | None) -> LoopBurst:
     freeze_loaded_state()
     snapshot = store.snapshot()
     free = {
-        name: [
-            int(d.name.rsplit("-", 1)[1])
-            for d in snapshot.node_devices(name).devices
-            if d.key not in snapshot.allocated
-        ]
+        name: [d.name for d in snapshot.node_devices(name).devices if d.key not in snapshot.allocated]
         for name in snapshot.nodes
     }
     return LoopBurst(service, sorted(snapshot.nodes), free)

@@ -1,6 +1,6 @@
 """The scheduling loop as kube-scheduler drives it, state changing between every two pods.
 
-Run: .venv/bin/python -m bench.loop_bench [--nodes 200 1000] [--pods 400] [--rounds 3]
+Run: .venv/bin/python -m bench.loop_bench [--nodes 200 1000] [--pods 400] [--rounds 3] [--shape partitionable]
 
 Per pod: filter over every node, prioritize over the nodes that passed, then the watch events the binding
 causes (the generated claim allocated and reserved for the pod, the pod bound), then the next pod. A static
@@ -47,7 +47,7 @@ from extender.state.store import ClusterStore
 from extender.transport.verb_answers import PrioritizeAhead
 from extender.transport.wire import ExtenderArgs, filter_result, host_priority_list
 from testkit import builders as b
-from testkit.clusters import build_cluster
+from testkit.clusters import PARTITIONED_COUNT, PARTITIONED_TEMPLATE, build_cluster, partitioned_cluster
 
 STEPS = ("view", "decide", "score", "respond", "events")
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -89,40 +89,48 @@ class PrefilledSource(SourceWithoutWatches):
 class Burst:
     service: SchedulingService
     names: list[str]
-    free: dict[str, list[int]]  # node -> free GPU indexes (what the benchmark's "in-tree plugin" allocates)
+    free: dict[str, list[str]]  # node -> its free devices (what the benchmark's "in-tree plugin" allocates)
+    template: str = "one"  # the claim template of the burst's pods (testkit/clusters.py)
+    per_pod: int = 1  # the devices it asks for
 
 
-def new_burst(nodes: int) -> Burst:
+# --shape: the cluster a burst runs on, and the template and device count of its pods
+SHAPES = ("gpus", "partitionable")
+
+
+def new_burst(nodes: int, shape: str = "gpus") -> Burst:
     tune_for_large_heap()
+    if shape == "partitionable":
+        return burst_over(partitioned_cluster(nodes, with_quota=True), PARTITIONED_TEMPLATE, PARTITIONED_COUNT)
     return burst_over(build_cluster(nodes, with_quota=True))
 
 
-def burst_over(store: ClusterStore) -> Burst:
+def burst_over(store: ClusterStore, template: str = "one", per_pod: int = 1) -> Burst:
     """The service over a filled store, asking about every node (bench/scaling_bench.py fills its own)."""
     service = SchedulingService(PrefilledSource(), ExtenderConfig(), store=store)
     service.start()
     freeze_loaded_state()
     snapshot = store.snapshot()
-    free: dict[str, list[int]] = {}
+    free: dict[str, list[str]] = {}
     for name in snapshot.nodes:
         devices = snapshot.node_devices(name).devices
-        free[name] = [int(d.name.rsplit("-", 1)[1]) for d in devices if d.key not in snapshot.allocated]
-    return Burst(service, sorted(snapshot.nodes), free)
+        free[name] = [d.name for d in devices if d.key not in snapshot.allocated]
+    return Burst(service, sorted(snapshot.nodes), free, template, per_pod)
 
 
-def pod_object(index: int) -> dict[str, Any]:
-    return b.pod(f"burst-{index}", "bench", templates={"gpu": "one"}, queue="q")
+def pod_object(index: int, template: str = "one") -> dict[str, Any]:
+    return b.pod(f"burst-{index}", "bench", templates={"gpu": template}, queue="q")
 
 
 def bind_events(burst: Burst, raw_pod: dict[str, Any], node: str) -> None:
     """What the API server sends after kube-scheduler's PreBind and Bind: the claim, then the bound pod."""
     uid = raw_pod["metadata"]["uid"]
-    device = burst.free[node].pop(0)
+    taken = [burst.free[node].pop(0) for _ in range(burst.per_pod)]
     claim = b.claim(
         f"{raw_pod['metadata']['name']}-gpu",
         "bench",
-        [b.exact_request("gpu", 1)],
-        allocated=[("gpu", node, f"gpu-{device}")],
+        [b.exact_request("gpu", burst.per_pod)],
+        allocated=[("gpu", node, device) for device in taken],
         allocated_node=node,
         reserved_for=[(raw_pod["metadata"]["name"], uid)],
         owner_uid=uid,
@@ -140,11 +148,11 @@ def choose(passed: list[str], scores: dict[str, int]) -> str:
     return next(name for name in passed if scores.get(name, 0) == best)
 
 
-def run_verbs(nodes: int, pods: int) -> tuple[list[float], list[float]]:
+def run_verbs(nodes: int, pods: int, shape: str = "gpus") -> tuple[list[float], list[float]]:
     """Per-pod time of filter + prioritize through the service and the wire format (what kube-scheduler waits
     for), and of prioritize's answer made ahead once filter's is out (transport/verb_answers.py PrioritizeAhead, as the
     server runs it: while kube-scheduler runs its own score plugins); events not counted."""
-    return run_burst(new_burst(nodes), pods)
+    return run_burst(new_burst(nodes, shape), pods)
 
 
 def run_burst(burst: Burst, pods: int) -> tuple[list[float], list[float]]:
@@ -153,7 +161,7 @@ def run_burst(burst: Burst, pods: int) -> tuple[list[float], list[float]]:
     ahead = PrioritizeAhead(service)
     costs, ahead_costs = [], []
     for index in range(pods):
-        raw = pod_object(index)
+        raw = pod_object(index, burst.template)
         pod = parse_pod(raw)
         evict_caches()
         started = clock()
@@ -176,9 +184,9 @@ def run_burst(burst: Burst, pods: int) -> tuple[list[float], list[float]]:
     return costs, ahead_costs
 
 
-def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
+def run_steps(nodes: int, pods: int, shape: str = "gpus") -> dict[str, list[float]]:
     """The same loop, each step timed through the public pieces the service's verbs are made of."""
-    burst = new_burst(nodes)
+    burst = new_burst(nodes, shape)
     service = burst.service
     steps: dict[str, list[float]] = {step: [] for step in STEPS}
     weights = service.options.weights
@@ -188,7 +196,7 @@ def run_steps(nodes: int, pods: int) -> dict[str, list[float]]:
         return clock()
 
     for index in range(pods):
-        raw = pod_object(index)
+        raw = pod_object(index, burst.template)
         pod = parse_pod(raw)
         started = begin()
         view = service.quota_view()
@@ -232,13 +240,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     parser.add_argument("--cold", action="store_true", help="evict the CPU caches before each call and the events")
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="gpus",
+        help="gpus: 8 GPUs a node, 1-GPU pods; partitionable: scheduler_perf's Partitionable (two devices a node "
+        "drawing on shared counters, 2-device pods)",
+    )
     args = parser.parse_args()
     global clock
     clock = CLOCKS[args.clock]
     if args.cold:
         enable_cache_eviction()
     print("Scheduling loop: filter over all nodes, prioritize over the passing ones, then the binding's watch events")
-    print(f"(1-GPU pods with a LocalQueue, {args.pods} per round, {args.rounds} rounds;", end=" ")
+    pods_are = "1-GPU pods" if args.shape == "gpus" else "2-device pods on partitionable devices"
+    print(f"({pods_are} with a LocalQueue, {args.pods} per round, {args.rounds} rounds;", end=" ")
     print(f"medians in ms per pod, {args.clock} clock{', caches evicted before each call' if args.cold else ''})")
     print()
     header = f"{'nodes':>6} {'verbs':>8} {'pods/s':>8} {'ahead':>8} " + " ".join(f"{step:>8}" for step in STEPS)
@@ -247,10 +263,10 @@ def main() -> None:
         verbs, made_ahead = [], []
         split: dict[str, list[float]] = {step: [] for step in STEPS}
         for _ in range(args.rounds):
-            costs, ahead_costs = run_verbs(nodes, args.pods)
+            costs, ahead_costs = run_verbs(nodes, args.pods, args.shape)
             verbs.append(median_ms(costs))
             made_ahead.append(median_ms(ahead_costs))
-            for step, values in run_steps(nodes, args.pods).items():
+            for step, values in run_steps(nodes, args.pods, args.shape).items():
                 split[step].append(median_ms(values))
         verb_ms = statistics.median(verbs)
         parts = " ".join(f"{statistics.median(split[step]):8.3f}" for step in STEPS)

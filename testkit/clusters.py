@@ -30,6 +30,39 @@ def build_cluster(
     return store
 
 
+# scheduler_perf's Partitionable case (k8s.io/kubernetes test/integration/scheduler_perf/dra/partitionabledevices,
+# its templates resourceslice-partitionable-countersets.yaml and -devices.yaml): per node one pool of two slices,
+# a counter set of four counters of 1, and two devices that draw two counters each; pods ask for both devices.
+PARTITIONED_TEMPLATE = "two-partitions"
+PARTITIONED_COUNT = 2
+
+
+def partitioned_cluster(nodes: int, *, with_quota: bool = False) -> ClusterStore:
+    """A store of `nodes` nodes of scheduler_perf's Partitionable shape, filled as a live list fills one."""
+    objects = cluster_objects(0, with_quota=with_quota)
+    objects["ResourceClaimTemplate"] = [
+        b.claim_template(PARTITIONED_TEMPLATE, "bench", [b.exact_request("gpu", PARTITIONED_COUNT)])
+    ]
+    counters = [{"name": "counter-set", "counters": {f"counter{i}": {"value": "1"} for i in range(1, 5)}}]
+    for index in range(nodes):
+        name = f"node-{index:05d}"
+        capacity_type = "on-demand" if index % 2 == 0 else "spot"
+        objects["Node"].append(b.node(name, {"example.com/capacity-type": capacity_type}))
+        devices = []
+        for position, drawn in enumerate((("counter1", "counter2"), ("counter3", "counter4"))):
+            consumes = [{"counterSet": "counter-set", "counters": {c: {"value": "1"} for c in drawn}}]
+            devices.append(b.gpu_device(position, node_name=name, name=f"device-{position + 1}", consumes=consumes))
+        objects["ResourceSlice"] += [
+            b.gpu_slice(name, 0, slice_count=2, name=f"{name}-counters", devices=[], shared_counters=counters),
+            b.gpu_slice(name, 0, slice_count=2, name=f"{name}-devices", devices=devices),
+        ]
+    store = ClusterStore()
+    for kind, items in objects.items():
+        store.replace(kind, items)
+    store.set_synced(True)
+    return store
+
+
 def cluster_objects(
     nodes: int,
     devices_per_node: int = 8,

@@ -12,6 +12,8 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | selectable | class signature / NodeDevices | a slice, node-label or DeviceTaintRule event (new NodeDevices) |
 | free | class signature / NodeDevices | as above, and entries carry the node's allocation versions (an entry also |
 | | | holds the commonest pod's allocation on the node, shared by every pod of that request shape) |
+| searched | search-shape token / NodeDevices | as free: the full search's allocation for a one-claim pod shape |
+| | | (partitionable devices, consumable capacity, constraints, firstAvailable), with the node's versions |
 | device_room | - / NodeDevices | as above (state/indexes/device_room.py) |
 | device_layout | - / NodeDevices | a slice or node-label event (the units a node's devices form) |
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
@@ -22,6 +24,7 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | | | out new tokens; answers under the old ones are never found again and leave with their entries) |
 | settled | - / (class signature, request-shape token) | carries its snapshot version; a later snapshot drops |
 | | | the nodes its change list names (claim, slice, Node events on them), or all (pools spanning nodes); |
+| | | it holds the shortcut's answers and, where the full search serves the shape, the search's allocations; |
 | | | its score groups (ScoreGroups) follow it, less the nodes dropped |
 
 The gates (decisions/devices/features.py) are one value for the service's life; the memos whose answers depend on
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.decisions.devices.cel import ActivationCache, ProgramCache, new_program_cache
-from extender.decisions.devices.free_entries import FreeEntry
+from extender.decisions.devices.free_entries import FreeEntry, SearchedEntry
 from extender.decisions.devices.results import Allocation, ChosenDevice
 from extender.decisions.devices.selector_verdicts import ClassSignature, Selectable, Verdict
 from extender.decisions.devices.settled import SettledNodes
@@ -65,6 +68,9 @@ class DecisionCaches:
         default_factory=lambda: BoundedMemo("selectable", MAX_NODE_LISTS)
     )
     free: BoundedMemo[NodeDevices, FreeEntry] = field(default_factory=lambda: BoundedMemo("free", MAX_NODE_LISTS))
+    searched: BoundedMemo[NodeDevices, SearchedEntry] = field(
+        default_factory=lambda: BoundedMemo("searched", MAX_NODE_LISTS)
+    )
     device_room: DeviceRoomIndex = field(default_factory=DeviceRoomIndex)
     gated: BoundedMemo[NodeDevices, NodeDevices] = field(default_factory=lambda: BoundedMemo("gated", MAX_NODE_LISTS))
     # Keyed by id() of the devices taken: hashing the tuple would hash every ChosenDevice (and its Device) per
@@ -114,6 +120,7 @@ class DecisionCaches:
             self.verdicts,
             self.selectable,
             self.free,
+            self.searched,
             self.device_room.memo,
             self.device_room.layouts,
             self.node_scores,

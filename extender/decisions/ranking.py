@@ -239,10 +239,11 @@ def _scaled(
 def _score_parts(
     allocation: Allocation, snapshot: ClusterSnapshot, node: str, caches: DecisionCaches, strategy: str
 ) -> ScoreParts:
-    """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations of the
-    shortcut, by the devices taken and by the allocation itself (see score_nodes)."""
+    """A node's (device fit, firstAvailable) parts, interned; remembered for one-claim allocations, by the
+    devices taken and by the allocation itself (see score_nodes): the shortcut's and the full search's are kept
+    per node until its allocations change (free-list entries, caches.searched), so the same objects come back."""
     claims = allocation.claims
-    if allocation.known_class_counts is None or len(claims) != 1:  # a search result: never the same objects
+    if len(claims) != 1:  # several claims: an allocation made afresh for each pod
         return caches.score_part(node_parts(allocation, caches.device_room.room(snapshot, node), strategy))
     memo = caches.node_scores
     taken = claims[0].devices

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from extender.decisions.devices.results import Allocation, ChosenDevice
+from extender.decisions.devices.results import Allocation, AllocationOutcome, ChosenDevice
 from extender.decisions.devices.settled import Shortfall
 from extender.state.dra.devices import Device
 
@@ -32,3 +32,17 @@ class FreeEntry(NamedTuple):
     local_version: int  # the node's allocation version the entry was computed at
     shared_version: int  # the version of allocations on pools spanning nodes
     result: FreeSelectable | None  # None: the plain answer does not apply (taints, counters, selector errors)
+
+
+class SearchedEntry(NamedTuple):
+    """The full search's answer for a one-claim pod shape on a node (decisions/devices/pod_allocator.py,
+    PodAllocator._searched_outcome), under the same validity rule as FreeEntry: the node's devices (the memo's
+    key) and its allocation versions. Partitionable devices, consumable capacity, constraints and firstAvailable
+    all go to the search, which upstream runs per node on every call (allocator_experimental.go, Allocate); its
+    answer changes only when what it reads changes."""
+
+    local_version: int
+    shared_version: int
+    # Made for the shape's claim (pod_allocator.SHAPE_LABEL): an allocation is positional, as the shortcut's
+    # (FreeSelectable.allocations); a refusal's texts are told of each pod's own claim when read.
+    outcome: AllocationOutcome

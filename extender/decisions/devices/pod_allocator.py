@@ -19,6 +19,7 @@ from extender.decisions.devices.allocator import DEFAULT_SEARCH_BUDGET, allocate
 from extender.decisions.devices.explain import count_shortfall
 from extender.decisions.devices.features import DEFAULT_FEATURES, Features, gate_failure, gated_devices
 from extender.decisions.devices.free_devices import FreeView, free_selectable
+from extender.decisions.devices.free_entries import SearchedEntry
 from extender.decisions.devices.results import (
     AllocatedClaim,
     Allocation,
@@ -41,6 +42,19 @@ from extender.state.dra.device_class import DeviceClass
 from extender.state.dra.devices import DeviceKey
 from extender.state.inventory import NodeDevices
 from extender.state.snapshot import ClusterSnapshot
+
+# The label of the claim the full search runs for when its answer is kept for every pod of a shape
+# (PodAllocator._searched_outcome): a text no claim's own label contains, replaced by the pod's claim in refusals.
+SHAPE_LABEL = "claim \x00shape\x00"
+
+
+def _relabelled(refusal: NotAllocatable, label: str) -> NotAllocatable:
+    """A refusal made for the shape's claim, told of the pod's own claim."""
+    return refusal._replace(
+        summary=refusal.summary.replace(SHAPE_LABEL, label),
+        detail=refusal.detail.replace(SHAPE_LABEL, label),
+        claim=refusal.claim.replace(SHAPE_LABEL, label),
+    )
 
 
 class _Unfit(tuple[ChosenDevice, ...]):
@@ -120,11 +134,28 @@ class PodAllocator:
             # share it: PodDecision.claim_labels says whose claim it is).
             claim = self.pending[0]
             self._shared_claim = claim if not claim.claim_key else replace(claim, label="", claim_key="")
-            shape = (claim.pod_claim_name, self._shared_claim.label, claim.spec)
+            # The gates and the budget too: where the shortcut gives way to the full search (counters, shared
+            # devices), the search's allocations join the same remembered answers (_look_up_entries).
+            shape = (claim.pod_claim_name, self._shared_claim.label, claim.spec, features, budget)
             self._shared_key = matcher.caches.request_shape(shape)
             self._alternatives = self.chosen_alternatives[0]
             self._refusals: dict[tuple[int, int], NotAllocatable] = {}  # (selectable, free) -> refusal on node ""
             self._settled_key = (self._free_view.signature, self._shared_key)
+        # One claim and no allocated claim to check: the full search's answer on a node depends on nothing of
+        # this pod but its claim's shape, so the allocations it finds are kept per node (caches.searched) for
+        # every pod of the shape, as the shortcut's are (the claim they carry is the shape's shared claim).
+        self._search_claims: tuple[PendingClaim, ...] = ()
+        self._searched: Mapping[NodeDevices, SearchedEntry] | None = None
+        if len(self.pending) == 1 and not self.allocated_claims and self._gated is None and not self._gate_refusal:
+            claim = self.pending[0]
+            referenced = tuple(
+                classes.get(sub.device_class_name) for request in claim.spec.requests for sub in request.alternatives
+            )
+            self._search_token = matcher.caches.request_shape(
+                ("search", claim.pod_claim_name, claim.spec, referenced, features, budget)
+            )
+            self._search_claims = (replace(claim, label=SHAPE_LABEL, claim_key=""),)
+            self._searched = matcher.caches.searched.table(self._search_token)
         # What settle_remembered found in the memo, and what of it holds for this snapshot plus what it added
         # (`remember` publishes the latter when it differs).
         self._memo: SettledNodes | None = None
@@ -162,6 +193,8 @@ class PodAllocator:
                 if self.allocated_claims:
                     return check_allocated_claims(question.node, self.allocated_claims) or fast
                 return fast
+        if self._searched is not None:
+            return self._searched_outcome(question)
         return allocate(
             question,
             self.pending,
@@ -171,6 +204,50 @@ class PodAllocator:
             features=self.features,
             holders=self.holders,
         )
+
+    def _searched_outcome(self, question: NodeQuestion) -> AllocationOutcome:
+        """The full search's answer for this pod's shape on the node, remembered while the node's devices and
+        allocation versions stay as they were. The search runs for the shape's claim, labelled SHAPE_LABEL; a
+        refusal's texts get the pod's own claim in its place. A refusal that names who holds a device is not
+        kept: a claim's reservedFor changes no allocation version."""
+        assert self._searched is not None
+        node_name = question.node.name
+        local_version = self.snapshot.alloc_versions.get(node_name, 0)
+        shared_version = self.snapshot.shared_alloc_version
+        entry = self._searched.get(question.devices)
+        if (
+            entry is not None
+            and entry.local_version == local_version
+            and entry.shared_version == shared_version
+            and entry.outcome.node == node_name
+        ):
+            outcome = entry.outcome
+        else:
+            named_holders = False
+
+            def holders(key: DeviceKey) -> Sequence[str]:
+                nonlocal named_holders
+                named_holders = True
+                return self.holders(key)
+
+            outcome = allocate(
+                question,
+                self._search_claims,
+                (),
+                self.matcher,
+                budget=self.budget,
+                features=self.features,
+                holders=holders,
+            )
+            if type(outcome) is Allocation:  # its class counts once, for quota's charge on every later pod
+                outcome = outcome._replace(known_class_counts=outcome.class_counts())
+            if not named_holders:
+                self.matcher.caches.searched.put(
+                    question.devices, SearchedEntry(local_version, shared_version, outcome), self._search_token
+                )
+        if type(outcome) is NotAllocatable:
+            return _relabelled(outcome, self.pending[0].label)
+        return outcome
 
     def holders(self, key: DeviceKey) -> Sequence[str]:
         """The claims holding a device and the pods they are reserved for: one pass over the snapshot's claims,
@@ -204,6 +281,10 @@ class PodAllocator:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast
+            if self._searched is not None:  # what on_node does next, without asking the shortcut again
+                return self._searched_outcome(
+                    NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated)
+                )
         return self.on_node(NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated))
 
     def _one_request(self, node_name: str, devices: NodeDevices) -> AllocationOutcome | None:
@@ -320,16 +401,19 @@ class PodAllocator:
         return settled
 
     def _look_up_entries(self, node_names: Sequence[str], hits: dict[str, Allocation | Shortfall]) -> list[str]:
-        """Each node's remembered answer in its free-list entry, if the entry holds for this snapshot, into
-        `hits`; returns the nodes without one (FreeView.get's hit test inlined: no calls, no new objects)."""
+        """Each node's remembered answer in its free-list entry, or the full search's allocation where the
+        shortcut gives way to it (caches.searched), if it holds for this snapshot, into `hits`; returns the
+        nodes without one (FreeView.get's hit test inlined: no calls, no new objects)."""
         resolved = self.snapshot.resolved_node_devices
         entries = self._free_view.entries
+        searched = self._searched
         versions = self.snapshot.alloc_versions
         shared_version = self.snapshot.shared_alloc_version
         key = self._shared_key
         rest: list[str] = []
         for name in node_names:
-            entry = entries.get(resolved.get(name))  # type: ignore[arg-type]
+            devices = resolved.get(name)
+            entry = entries.get(devices)  # type: ignore[arg-type]
             if (
                 entry is not None
                 and entry.shared_version == shared_version
@@ -339,6 +423,15 @@ class PodAllocator:
                 and remembered.node == name
             ):
                 hits[name] = remembered
+            elif (
+                searched is not None
+                and (found := searched.get(devices)) is not None  # type: ignore[arg-type]
+                and found.shared_version == shared_version
+                and found.local_version == versions.get(name, 0)
+                and type(outcome := found.outcome) is Allocation
+                and outcome.node == name
+            ):
+                hits[name] = outcome
             else:
                 rest.append(name)
         return rest
