@@ -95,7 +95,7 @@ def score_nodes(
         if settled is not None:
             grouped = _scores_by_group(decision, names, settled, snapshot, caches, strategy, weights)
         else:  # the same device parts on every node (no device taken): only the quota headroom tells them apart
-            grouped = _scores_by_headroom(decision, names, [caches.score_part(NO_DEVICE_PARTS)] * len(names), weights)
+            grouped = _scores_of_one_part(decision, names, caches.score_part(NO_DEVICE_PARTS), weights)
         if grouped is not None:
             return Ranking(decision, grouped)
         # Asked about nodes that did not pass or were decided afresh (explain asks about all): the device fit
@@ -160,6 +160,30 @@ def _scores_by_headroom(
         for key, headroom in set(keys)
     }
     return dict(zip(names, map(by_key.__getitem__, keys), strict=True))
+
+
+def _scores_of_one_part(
+    decision: PodDecision, names: list[str], parts: ScoreParts, weights: ScoringWeights
+) -> dict[str, ScoreBreakdown] | None:
+    """_scores_by_headroom when every node has the same parts (a pod that takes no device): one breakdown per
+    quota bucket, given to the bucket's nodes and then to the nodes asked in C, with no per-node key built. None
+    when quota refused a node asked (the caller scores node by node)."""
+    strategy = decision.strategy
+    quota = decision.quota
+    scale = fit_scale((parts[0].value,))
+    if not quota.per_node:  # outside quota: full headroom on every node
+        return dict.fromkeys(names, combine(parts[0], parts[1], 1.0, strategy, weights, scale))
+    by_headroom: dict[float, ScoreBreakdown] = {}
+    of_node: dict[str, ScoreBreakdown] = {}
+    for node_quota, bucket in quota.passed_groups:
+        headroom = quota_headroom(node_quota)
+        breakdown = by_headroom.get(headroom)
+        if breakdown is None:
+            breakdown = by_headroom[headroom] = combine(parts[0], parts[1], headroom, strategy, weights, scale)
+        of_node.update(dict.fromkeys(bucket, breakdown))
+    if not all(map(of_node.__contains__, names)):
+        return None  # quota refused one of the nodes asked
+    return dict(zip(names, map(of_node.__getitem__, names), strict=True))
 
 
 def _scores_node_by_node(
