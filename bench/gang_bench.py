@@ -1,6 +1,7 @@
 """A gang attempt as kube-scheduler's pod-group cycle drives it: the cost of deciding for the group.
 
 Run: .venv/bin/python -m bench.gang_bench [--nodes 1000] [--gang 64] [--placements 8] [--rounds 3] [--clock cpu]
+     [--no-devices]
 
 kube-scheduler schedules a PodGroup in one cycle (pkg/scheduler/schedule_one_podgroup.go): filter (and
 prioritize) for each member in turn, every member assumed before the next, nothing bound until the whole group
@@ -17,6 +18,10 @@ of one placement. Per round, each over a fresh cluster:
 - placements: the same gang evaluated once per placement (the nodes split into `--placements` domains), every
   member through filter + prioritize over its placement's nodes, the hold the most of every placement's;
 - singles: the same N pods without a PodGroup (or with the gates off: the same path).
+
+`--no-devices`: members with no claim, only a LocalQueue (the shape of scheduler_perf's GangScheduling and
+TopologyAwareScheduling pods, which ask for cpu and memory alone; here they request nothing the generated queue
+covers, so quota is decided and charges nothing); bound without a claim.
 
 Figures: the median per call and the whole attempt (sum of its calls), medians over rounds, and the ratios.
 """
@@ -55,13 +60,16 @@ def burst(nodes: int, config: ExtenderConfig, gang: int | None) -> LoopBurst:
     return LoopBurst(service, sorted(snapshot.nodes), free)
 
 
-def attempt(run: LoopBurst, pods: int, grouped: bool, clock: object, placements: int = 1) -> list[float]:
+def attempt(
+    run: LoopBurst, pods: int, grouped: bool, clock: object, placements: int = 1, devices: bool = True
+) -> list[float]:
     """One cycle: per placement, filter + prioritize per member over the placement's nodes, all before any
     binding; then the bindings' events of the last placement."""
     tick = CLOCKS[str(clock)]
     service, costs = run.service, []
+    templates = {"gpu": "one"} if devices else None
     members = [
-        b.pod(f"w{index}", "bench", templates={"gpu": "one"}, queue="q", pod_group="train" if grouped else "")
+        b.pod(f"w{index}", "bench", templates=templates, queue="q", pod_group="train" if grouped else "")
         for index in range(pods)
     ]
     for raw in members:  # kube-scheduler's pod-group cycle starts once minCount members exist
@@ -70,7 +78,7 @@ def attempt(run: LoopBurst, pods: int, grouped: bool, clock: object, placements:
     chosen: list[tuple[dict[str, Any], str]] = []
     for names in domains:
         # what kube-scheduler's assumptions take within the placement (reverted after it)
-        left = {name: len(run.free[name]) for name in names}
+        left = {name: len(run.free[name]) if devices else pods for name in names}
         chosen = []
         for index, raw in enumerate(members):
             pod = parse_pod(raw)
@@ -86,11 +94,15 @@ def attempt(run: LoopBurst, pods: int, grouped: bool, clock: object, placements:
             node = choose(open_nodes, scores)
             left[node] -= 1
             chosen.append((raw, node))
-    if grouped:
+    if grouped and devices:  # claim-less members charge nothing the queue covers: their hold holds nothing
         hold = service.reservations.get("podgroup:bench/train")
         assert hold is not None and sum(hold.charges.values()) >= pods, "the attempt's hold lost the group"
     for raw, node in chosen:
-        bind_events(run, raw, node)
+        if devices:
+            bind_events(run, raw, node)
+        else:
+            bound = {**raw, "spec": {**raw["spec"], "nodeName": node}, "status": {"phase": "Pending"}}
+            service.store.apply("Pod", "MODIFIED", bound)
     if grouped:
         service.quota_view()
         assert service.reservations.get("podgroup:bench/train") is None, "the hold outlived the group's binding"
@@ -104,6 +116,7 @@ def main() -> None:
     parser.add_argument("--placements", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    parser.add_argument("--no-devices", action="store_true", help="members with no claim, only a LocalQueue")
     args = parser.parse_args()
     tune_for_large_heap()
     results: dict[str, list[tuple[float, float, float]]] = {"gang": [], "placements": [], "singles": []}
@@ -111,9 +124,10 @@ def main() -> None:
     for _ in range(args.rounds):
         for label, grouped, placements in runs:
             run = burst(args.nodes, parse_config(GATES_ON), args.gang if grouped else None)
-            costs = attempt(run, args.gang, grouped, args.clock, placements)
+            costs = attempt(run, args.gang, grouped, args.clock, placements, not args.no_devices)
             results[label].append((statistics.median(costs), costs[0], sum(costs[1:])))
-    print(f"Gang attempt: {args.gang} 1-GPU members x filter + prioritize over {args.nodes} nodes, no event between;")
+    kind = "claim-less" if args.no_devices else "1-GPU"
+    print(f"Gang attempt: {args.gang} {kind} members x filter + prioritize over {args.nodes} nodes, no event between;")
     each = args.nodes // args.placements
     print(f"placements: the same gang evaluated in {args.placements} placements of {each} nodes")
     print(f"({args.rounds} rounds, {args.clock} clock; medians over rounds)")
