@@ -31,6 +31,7 @@ import numpy as np
 from bench.trace_model import Cluster, TraceNode, TracePod, read_nodes, read_pods, stream, typical_shapes
 from bench.trace_policies import (
     ALL_POLICIES,
+    STEERED,
     WHAT_IFS,
     BestFitPolicy,
     DotProductPolicy,
@@ -42,6 +43,7 @@ from bench.trace_policies import (
     KubeSchedulerPolicy,
     Policy,
     RandomPolicy,
+    SteeredPolicy,
     unit_fit_values,
 )
 
@@ -158,6 +160,11 @@ def policy_factory(name: str, workload: Sequence[TracePod]) -> Callable[[Cluster
         target = typical_shapes(workload)
         first_fit_gpu, random_ties = "first-fit" in name, "random-ties" in name
         return lambda cluster: FGDPolicy(cluster, target, first_fit_gpu, random_ties)
+    if name == "kube-scheduler-MostAllocated":
+        return lambda _cluster: KubeSchedulerPolicy(most_allocated=True)
+    if name in STEERED:
+        cpu_only, whole = STEERED[name]
+        return lambda _cluster: SteeredPolicy(name, cpu_only, whole)
     if name == "extender":
         return lambda _cluster: ExtenderPolicy(ExtenderScoring(unit_fit_values))
     raise ValueError(f"unknown policy {name!r}; known: {', '.join(ALL_POLICIES + WHAT_IFS)}")

@@ -22,6 +22,7 @@ from bench.trace_model import (
     MILLI,
     NONZERO_CPU,
     NONZERO_MEMORY_MIB,
+    BoolArray,
     Cluster,
     FloatArray,
     Fragmentation,
@@ -201,7 +202,7 @@ class FGDPolicy(ScorePolicy):
 # --- kube-scheduler ----------------------------------------------------------------------------------------------
 
 
-def in_tree_scores(cluster: Cluster, pod: TracePod, feasible: IntArray) -> FloatArray:
+def in_tree_scores(cluster: Cluster, pod: TracePod, feasible: IntArray, most_allocated: bool = False) -> FloatArray:
     """kube-scheduler v1.37's default score plugins that tell these nodes apart for a bare pod with cpu and memory
     requests, at their default weight 1 (pkg/scheduler/apis/config/v1 default plugins): NodeResourcesFit
     LeastAllocated over cpu and memory (noderesources/least_allocated.go: (allocatable - requested) * 100 /
@@ -209,30 +210,42 @@ def in_tree_scores(cluster: Cluster, pod: TracePod, feasible: IntArray) -> Float
     NodeResourcesBalancedAllocation (balanced_allocation.go: (1 - std of the cpu and memory fractions) * 100, the
     fractions of what pods request, capped at 1). TaintToleration, NodeAffinity, PodTopologySpread (no spread
     constraints, no owner for the system defaults), InterPodAffinity and ImageLocality score every node of the
-    trace the same and drop out of the choice; the DynamicResources plugin does not score."""
+    trace the same and drop out of the choice; the DynamicResources plugin does not score. `most_allocated`: the
+    profile's NodeResourcesFit set to MostAllocated instead (most_allocated.go: requested * 100 / allocatable per
+    resource, requested capped at allocatable, averaged)."""
     cpu_alloc, memory_alloc = cluster.cpu_total[feasible], cluster.memory_total[feasible]
     cpu = cluster.cpu_nonzero[feasible] + (pod.cpu_milli or NONZERO_CPU)
     memory = cluster.memory_nonzero[feasible] + (pod.memory_mib or NONZERO_MEMORY_MIB)
-    least_cpu = np.where(cpu <= cpu_alloc, (cpu_alloc - cpu) * 100 // cpu_alloc, 0)
-    least_memory = np.where(memory <= memory_alloc, (memory_alloc - memory) * 100 // memory_alloc, 0)
-    least = (least_cpu + least_memory) // 2
+    if most_allocated:
+        fit_cpu = np.minimum(cpu, cpu_alloc) * 100 // cpu_alloc
+        fit_memory = np.minimum(memory, memory_alloc) * 100 // memory_alloc
+    else:
+        fit_cpu = np.where(cpu <= cpu_alloc, (cpu_alloc - cpu) * 100 // cpu_alloc, 0)
+        fit_memory = np.where(memory <= memory_alloc, (memory_alloc - memory) * 100 // memory_alloc, 0)
+    fit = (fit_cpu + fit_memory) // 2
     cpu_share = np.minimum(1.0, (cluster.cpu_total[feasible] - cluster.cpu_left[feasible] + pod.cpu_milli) / cpu_alloc)
     memory_share = np.minimum(
         1.0, (cluster.memory_total[feasible] - cluster.memory_left[feasible] + pod.memory_mib) / memory_alloc
     )
     balanced = np.trunc((1.0 - np.abs(cpu_share - memory_share) / 2.0) * 100.0)
-    total: FloatArray = (least + balanced).astype(np.float64)
+    total: FloatArray = (fit + balanced).astype(np.float64)
     return total
 
 
 class KubeSchedulerPolicy(ScorePolicy):
-    """kube-scheduler alone: its in-tree scores; the allocator's first fit decides the GPUs."""
+    """kube-scheduler alone: its in-tree scores; the allocator's first fit decides the GPUs. `most_allocated`:
+    a profile with NodeResourcesFit MostAllocated (a what-if)."""
 
     name = "kube-scheduler"
     random_ties = True
 
+    def __init__(self, most_allocated: bool = False) -> None:
+        self.most_allocated = most_allocated
+        if most_allocated:
+            self.name = "kube-scheduler-MostAllocated"
+
     def scores(self, cluster: Cluster, pod: TracePod, feasible: IntArray) -> FloatArray:
-        return in_tree_scores(cluster, pod, feasible)
+        return in_tree_scores(cluster, pod, feasible, self.most_allocated)
 
     def gpus(self, cluster: Cluster, pod: TracePod, node: int, rng: np.random.Generator) -> list[int]:
         return first_fit(cluster.gpu_left[node], pod)
@@ -324,9 +337,59 @@ class ExtenderPolicy(ScorePolicy):
         return first_fit(cluster.gpu_left[node], pod)
 
 
+# --- what-ifs -----------------------------------------------------------------------------------------------------
+
+
+class SteeredPolicy(ScorePolicy):
+    """What-if (docs/trace.md, "Where cpu-only tasks go"): kube-scheduler alone, after an extender's filter has
+    kept only some of the feasible nodes, as a filter may (pkg/scheduler/extender.go HTTPExtender.Filter: the
+    nodes it names are all that pass). `cpu_only`: a task without GPUs keeps the nodes with the least idle GPU
+    share (its cpu and memory then strand no idle GPU). `whole`: a task of whole GPUs keeps the nodes with the
+    fewest untouched GPUs (it fills the node that has least room for its kind). kube-scheduler's in-tree scores
+    and random ties choose among the nodes kept; the allocator's first fit takes the GPUs."""
+
+    random_ties = True
+
+    def __init__(self, name: str, cpu_only: bool, whole: bool) -> None:
+        self.name, self.cpu_only, self.whole = name, cpu_only, whole
+
+    def kept(self, cluster: Cluster, pod: TracePod, feasible: IntArray) -> BoolArray | None:
+        left = cluster.gpu_left[feasible]
+        if pod.num_gpu == 0 and self.cpu_only:
+            idle = left.sum(axis=1)
+            kept: BoolArray = idle == idle.min()
+            return kept
+        if pod.num_gpu and not pod.shares and self.whole:
+            untouched = (left == MILLI).sum(axis=1)  # columns past a node's GPUs hold 0
+            fullest: BoolArray = untouched == untouched.min()
+            return fullest
+        return None
+
+    def scores(self, cluster: Cluster, pod: TracePod, feasible: IntArray) -> FloatArray:
+        own = in_tree_scores(cluster, pod, feasible)
+        kept = self.kept(cluster, pod, feasible)
+        if kept is None:
+            return own
+        # the nodes dropped are out of the choice: below every node kept (in-tree scores are at most 200)
+        steered: FloatArray = np.where(kept, own, own - 1000.0)
+        return steered
+
+    def gpus(self, cluster: Cluster, pod: TracePod, node: int, rng: np.random.Generator) -> list[int]:
+        return first_fit(cluster.gpu_left[node], pod)
+
+
+STEERED = {
+    "steer-cpu-only": (True, False),
+    "steer-whole": (False, True),
+    "steer-both": (True, True),
+}
+
+
 PAPER_POLICIES = ("Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD")
 OUR_POLICIES = ("kube-scheduler", "extender")
 ALL_POLICIES = PAPER_POLICIES + OUR_POLICIES
 # What-ifs that take FGD apart (docs/trace.md): ties as kube-scheduler breaks them (at random, not by node name),
-# GPUs as the DRA allocator takes them (the first with room, not FGD's pick), and both.
-WHAT_IFS = ("FGD-random-ties", "FGD-first-fit", "FGD-first-fit-random-ties")
+# GPUs as the DRA allocator takes them (the first with room, not FGD's pick), and both; and kube-scheduler alone
+# after a filter that steers cpu-only tasks, whole-GPU tasks, or both (SteeredPolicy), or with a profile whose
+# NodeResourcesFit packs (MostAllocated).
+WHAT_IFS = ("FGD-random-ties", "FGD-first-fit", "FGD-first-fit-random-ties", *STEERED, "kube-scheduler-MostAllocated")

@@ -22,7 +22,7 @@ from bench.trace_model import (
     stream,
     typical_shapes,
 )
-from bench.trace_policies import FGDPolicy, GpuPackingPolicy, KubeSchedulerPolicy, unit_fit_values
+from bench.trace_policies import FGDPolicy, GpuPackingPolicy, KubeSchedulerPolicy, SteeredPolicy, unit_fit_values
 from extender.decisions import scoring
 from tests.support.requirements import missing_requirement
 
@@ -164,6 +164,29 @@ def test_kube_scheduler_spreads_by_least_allocated() -> None:
     task = pod("s", 1000, 500)
     node, gpus = KubeSchedulerPolicy().choose(cluster, task, np.array([0, 1]), np.random.default_rng(0))
     assert (node, gpus) == (1, [0])  # b is emptier; the allocator's first fit takes its GPU 0
+
+
+def test_most_allocated_packs_where_least_allocated_spreads() -> None:
+    cluster = tiny_cluster()
+    task = pod("s", 1000, 500)
+    node, _ = KubeSchedulerPolicy(most_allocated=True).choose(cluster, task, np.array([0, 1]), np.random.default_rng(0))
+    assert node == 0  # a already runs 4 cpus
+
+
+def test_steered_filters_keep_cpu_only_tasks_off_idle_gpus_and_whole_gpus_on_the_fullest_node() -> None:
+    cluster = Cluster([TraceNode(name, 32000, 65536, 2, "T4") for name in ("a", "b", "c")])
+    cluster.place(pod("whole", 1000, 1000), 0, [0])  # a: one GPU left untouched
+    cluster.place(pod("share", 1000, 400), 1, [0])  # b: 1600m idle, one GPU untouched
+    rng = np.random.default_rng(0)
+    feasible = np.array([0, 1, 2])
+    cpu_only = SteeredPolicy("steer-cpu-only", cpu_only=True, whole=False)
+    assert cpu_only.choose(cluster, pod("cpu", 1000, 0), feasible, rng)[0] == 0  # a: 1000m idle, the least
+    # a task of whole GPUs: spread by kube-scheduler (c is emptiest) unless steered to the fewest untouched
+    assert cpu_only.choose(cluster, pod("one", 1000, 1000), feasible, rng)[0] == 2
+    whole = SteeredPolicy("steer-whole", cpu_only=False, whole=True)
+    for seed in range(8):  # a or b, never c, whatever the tie-break
+        node, gpus = whole.choose(cluster, pod("one", 1000, 1000), feasible, np.random.default_rng(seed))
+        assert node in (0, 1) and gpus == [1]
 
 
 def test_stream_tunes_to_the_ratio_and_is_seeded() -> None:
