@@ -143,7 +143,8 @@ class PodAllocator:
             self._settled_key = (self._free_view.signature, self._shared_key)
         # One claim and no allocated claim to check: the full search's answer on a node depends on nothing of
         # this pod but its claim's shape, so the allocations it finds are kept per node (caches.searched) for
-        # every pod of the shape, as the shortcut's are (the claim they carry is the shape's shared claim).
+        # every pod of the shape, as the shortcut's are (the claim they carry stands for the shape: SHAPE_LABEL;
+        # PodDecision.claim_labels says whose claim it is).
         self._search_claims: tuple[PendingClaim, ...] = ()
         self._searched: Mapping[NodeDevices, SearchedEntry] | None = None
         if len(self.pending) == 1 and not self.allocated_claims and self._gated is None and not self._gate_refusal:
