@@ -35,7 +35,7 @@ to it as well.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -50,7 +50,6 @@ from extender.service.gang_tree import (
     GangTree,
     composite_of_key,
     tree_levels,
-    tree_members,
     tree_of,
 )
 from extender.service.history import DecisionRecord
@@ -197,6 +196,28 @@ class GangAttempts:
         self._placed_bookings: list[tuple[str, str, str, Amounts]] = []
         self.lost = 0
         self.won = 0
+        # _placed_members' memo: the snapshot it holds for, and (PodGroup keys) -> (placed pods, their uids)
+        self._placed_of: tuple[ClusterSnapshot | None, dict[tuple[str, ...], tuple[list[Pod], frozenset[str]]]] = (
+            None,
+            {},
+        )
+
+    def _placed_members(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> list[Pod]:
+        """The placed pods of these PodGroups, in members_of's order: worked out once per snapshot and groups
+        (a member's filter asks for them several times, and every member of a gang asks)."""
+        if self._placed_of[0] is not snapshot:
+            self._placed_of = (snapshot, {})
+        found = self._placed_of[1].get(leaves)
+        if found is None:
+            found = self._placed_of[1][leaves] = (
+                [member for leaf in leaves for member in snapshot.members_of(leaf) if placed(member)],
+                frozenset(member.uid for leaf in leaves for member in snapshot.members_of(leaf) if placed(member)),
+            )
+        return list(found[0])
+
+    def _placed_uids(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> frozenset[str]:
+        self._placed_members(snapshot, leaves)
+        return self._placed_of[1][leaves][1]
 
     def need(
         self,
@@ -207,11 +228,22 @@ class GangAttempts:
         *,
         group_claims: bool,
     ) -> GangNeed:
-        members = snapshot.members_of(group.key)
-        placed_count = sum(1 for member in members if member.uid != pod.uid and placed(member))
-        live = [member for member in members if not member.is_terminal]
-        present = len(live) + (0 if any(member.uid == pod.uid for member in live) else 1)
-        pending = tuple(member for member in live if member.uid != pod.uid and not placed(member))
+        # One pass over the members (a gang may have a thousand, and every member's call asks)
+        placed_count = live = 0
+        pod_live = False
+        pending_members: list[Pod] = []
+        for member in snapshot.members_of(group.key):
+            if member.is_terminal:
+                continue
+            live += 1
+            if member.uid == pod.uid:
+                pod_live = True
+            elif member.node_name or member.nominated_node_name:  # placed()
+                placed_count += 1
+            else:
+                pending_members.append(member)
+        present = live + (0 if pod_live else 1)
+        pending = tuple(pending_members)
         demand = (
             group_claims_demand(pending_group_claims(snapshot, pod), context.resource_for_class) if group_claims else {}
         )
@@ -249,7 +281,7 @@ class GangAttempts:
         asked: dict[FlavorSet, dict[str, Amounts]] = {}
         if attempt is not None:
             # placed members are usage's now: only those still waiting are part of the group's charge as asked
-            placed_uids = {member.uid for member in tree_members(view.snapshot, tree) if placed(member)}
+            placed_uids = self._placed_uids(view.snapshot, tree.leaves)
             asked = {
                 flavors: {uid: own for uid, own in branch.own.items() if uid not in placed_uids}
                 for flavors, branch in attempt.branches.items()
@@ -288,7 +320,7 @@ class GangAttempts:
         attempt.min_count = tree.min_members
         attempt.cluster_queue = decision.quota.cluster_queue or attempt.cluster_queue
         released: list[tuple[Reservation, str]] = []
-        placed_uids = frozenset(member.uid for member in tree_members(snapshot, tree) if placed(member))
+        placed_uids = self._placed_uids(snapshot, tree.leaves)
         if gang.waiting:
             attempt.last_refusal = gang.waiting
             released += self._lose(attempt, reservations, snapshot, "fewer members than minCount")
@@ -403,7 +435,7 @@ class GangAttempts:
                 for leaf, condition in now_conditions.items()
                 if condition is not None and condition != attempt.conditions[leaf]
             }
-            placed_members = [member for member in members if placed(member)]
+            placed_members = self._placed_members(snapshot, tuple(attempt.conditions))
             # PodGroupInitiallyScheduled=True is written when the cycle ends, before any member is bound or even
             # nominated (submitPodGroupAlgorithmResult): the group is placed, but where is not known yet, and its
             # members' quota is still the hold's to keep. So it only gives the attempt the patience of one that
@@ -419,7 +451,9 @@ class GangAttempts:
                 released += self._end(attempt, reservations)
             elif gone or any(condition.status == "False" for condition in changed.values()):
                 released += self._lose(attempt, reservations, snapshot, "kube-scheduler gave the attempt up")
-            elif now - attempt.last_call > self._window(attempt, members, snapshot, len(placed_members)):
+            elif now - attempt.last_call > self.window_seconds and now - attempt.last_call > self._window(
+                attempt, members, snapshot, len(placed_members)
+            ):  # the shortest window first: _window walks every member
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
             elif placed_members:
                 self._keep_winner(attempt, placed_members)
@@ -653,7 +687,7 @@ def gang_status(
     )
 
 
-def _cluster_queues(members: list[Pod], context: QuotaContext) -> tuple[str, ...]:
+def _cluster_queues(members: Sequence[Pod], context: QuotaContext) -> tuple[str, ...]:
     """The ClusterQueues the members' LocalQueues name (what the group's quota is decided against)."""
     if not context.enabled:
         return ()

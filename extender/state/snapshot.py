@@ -95,6 +95,9 @@ class ClusterSnapshot:
     # What node_devices answered for this snapshot: it cannot change within one snapshot, so later requests
     # against the same snapshot pay one lookup per node.
     _resolved_devices: dict[str, NodeDevices] = field(default_factory=dict, repr=False, compare=False)
+    # What members_of answered for this snapshot (a gang of a thousand pods is asked about once per member's
+    # call, several times): the members cannot change within one snapshot.
+    _members: dict[str, tuple[Pod, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def pools(self) -> Mapping[PoolKey, Pool]:
@@ -207,10 +210,14 @@ class ClusterSnapshot:
     def scheduling_workloads(self) -> Mapping[str, SchedulingWorkload]:
         return self.objects["SchedulingWorkload"]
 
-    def members_of(self, group_key: str) -> list[Pod]:
+    def members_of(self, group_key: str) -> tuple[Pod, ...]:
         """The pods of a PodGroup, by key order (the order every group decision walks them in)."""
-        pods = self.pods
-        return [pods[key] for key in sorted(self.group_members.get(group_key, ())) if key in pods]
+        found = self._members.get(group_key)
+        if found is None:
+            pods = self.pods
+            found = tuple(pods[key] for key in sorted(self.group_members.get(group_key, ())) if key in pods)
+            self._members[group_key] = found
+        return found
 
     def claim_for_pod(self, pod: Pod, ref: PodClaimRef) -> ResourceClaim | None:
         """The ResourceClaim behind one pod.spec.resourceClaims entry, if it exists yet."""

@@ -68,7 +68,7 @@ def test_store_indexes_group_members_through_pod_events() -> None:
     store.apply("Pod", "MODIFIED", moved)
     store.apply("Pod", "DELETED", b.pod("a", "ns", pod_group="g"))
     snapshot = store.snapshot()
-    assert snapshot.members_of("ns/g") == []
+    assert snapshot.members_of("ns/g") == ()
     assert "ns/g" not in snapshot.group_members
     assert [p.name for p in snapshot.members_of("ns/h")] == ["b"]
 
