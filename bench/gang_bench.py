@@ -33,7 +33,7 @@ import statistics
 import time
 from typing import Any
 
-from bench.loop_bench import CLOCKS, PrefilledSource, bind_events, choose
+from bench.loop_bench import CLOCKS, PrefilledSource, bind_events, bind_pod, choose
 from bench.loop_bench import Burst as LoopBurst
 from extender.service import SchedulingService
 from extender.service.config import ExtenderConfig, parse_config
@@ -101,8 +101,7 @@ def attempt(
         if devices:
             bind_events(run, raw, node)
         else:
-            bound = {**raw, "spec": {**raw["spec"], "nodeName": node}, "status": {"phase": "Pending"}}
-            service.store.apply("Pod", "MODIFIED", bound)
+            bind_pod(service.store, raw, node)
     if grouped:
         service.quota_view()
         assert service.reservations.get("podgroup:bench/train") is None, "the hold outlived the group's binding"

@@ -137,8 +137,12 @@ def bind_events(burst: Burst, raw_pod: dict[str, Any], node: str) -> None:
         owner_name=raw_pod["metadata"]["name"],  # as the ResourceClaim controller names the pod it made it for
         pod_claim_name="gpu",
     )
-    store = burst.service.store
-    store.apply("ResourceClaim", "ADDED", claim)
+    burst.service.store.apply("ResourceClaim", "ADDED", claim)
+    bind_pod(burst.service.store, raw_pod, node)
+
+
+def bind_pod(store: ClusterStore, raw_pod: dict[str, Any], node: str) -> None:
+    """The pod as the API server sends it once kube-scheduler's Bind set its node."""
     bound = {**raw_pod, "spec": {**raw_pod["spec"], "nodeName": node}, "status": {"phase": "Pending"}}
     store.apply("Pod", "MODIFIED", bound)
 

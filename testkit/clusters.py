@@ -22,8 +22,14 @@ def build_cluster(
     with_quota: bool = False,
 ) -> ClusterStore:
     """A store filled through the same code path as a live list (store.replace per kind)."""
+    return filled_store(
+        cluster_objects(nodes, devices_per_node, allocated_share, seed=seed, pods=pods, with_quota=with_quota)
+    )
+
+
+def filled_store(objects: dict[str, list[dict[str, Any]]]) -> ClusterStore:
+    """A store filled with `objects` (by kind) through the path a live list takes (store.replace per kind)."""
     store = ClusterStore()
-    objects = cluster_objects(nodes, devices_per_node, allocated_share, seed=seed, pods=pods, with_quota=with_quota)
     for kind, items in objects.items():
         store.replace(kind, items)
     store.set_synced(True)
@@ -56,11 +62,7 @@ def partitioned_cluster(nodes: int, *, with_quota: bool = False) -> ClusterStore
             b.gpu_slice(name, 0, slice_count=2, name=f"{name}-counters", devices=[], shared_counters=counters),
             b.gpu_slice(name, 0, slice_count=2, name=f"{name}-devices", devices=devices),
         ]
-    store = ClusterStore()
-    for kind, items in objects.items():
-        store.replace(kind, items)
-    store.set_synced(True)
-    return store
+    return filled_store(objects)
 
 
 def cluster_objects(

@@ -196,28 +196,24 @@ class GangAttempts:
         self._placed_bookings: list[tuple[str, str, str, Amounts]] = []
         self.lost = 0
         self.won = 0
-        # _placed_members' memo: the snapshot it holds for, and (PodGroup keys) -> (placed pods, their uids)
-        self._placed_of: tuple[ClusterSnapshot | None, dict[tuple[str, ...], tuple[list[Pod], frozenset[str]]]] = (
-            None,
-            {},
-        )
+        # _placed_members' memo: the snapshot it holds for, and PodGroup keys -> their placed pods
+        self._placed_snapshot: ClusterSnapshot | None = None
+        self._placed_of: dict[tuple[str, ...], tuple[Pod, ...]] = {}
 
-    def _placed_members(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> list[Pod]:
+    def _placed_members(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> tuple[Pod, ...]:
         """The placed pods of these PodGroups, in members_of's order: worked out once per snapshot and groups
         (a member's filter asks for them several times, and every member of a gang asks)."""
-        if self._placed_of[0] is not snapshot:
-            self._placed_of = (snapshot, {})
-        found = self._placed_of[1].get(leaves)
+        if self._placed_snapshot is not snapshot:
+            self._placed_snapshot, self._placed_of = snapshot, {}
+        found = self._placed_of.get(leaves)
         if found is None:
-            found = self._placed_of[1][leaves] = (
-                [member for leaf in leaves for member in snapshot.members_of(leaf) if placed(member)],
-                frozenset(member.uid for leaf in leaves for member in snapshot.members_of(leaf) if placed(member)),
+            found = self._placed_of[leaves] = tuple(
+                member for leaf in leaves for member in snapshot.members_of(leaf) if placed(member)
             )
-        return list(found[0])
+        return found
 
     def _placed_uids(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> frozenset[str]:
-        self._placed_members(snapshot, leaves)
-        return self._placed_of[1][leaves][1]
+        return frozenset(member.uid for member in self._placed_members(snapshot, leaves))
 
     def need(
         self,
@@ -238,7 +234,7 @@ class GangAttempts:
             live += 1
             if member.uid == pod.uid:
                 pod_live = True
-            elif member.node_name or member.nominated_node_name:  # placed()
+            elif placed(member):
                 placed_count += 1
             else:
                 pending_members.append(member)
@@ -427,7 +423,6 @@ class GangAttempts:
         self.adopt(snapshot, reservations)
         now = reservations.now()
         for attempt in list(self._attempts.values()):
-            members = [member for leaf in attempt.conditions for member in snapshot.members_of(leaf)]
             gone = self._gone(snapshot, attempt)
             now_conditions = {leaf: _condition(snapshot, leaf) for leaf in attempt.conditions}
             changed = {
@@ -452,7 +447,7 @@ class GangAttempts:
             elif gone or any(condition.status == "False" for condition in changed.values()):
                 released += self._lose(attempt, reservations, snapshot, "kube-scheduler gave the attempt up")
             elif now - attempt.last_call > self.window_seconds and now - attempt.last_call > self._window(
-                attempt, members, snapshot, len(placed_members)
+                attempt, snapshot, len(placed_members)
             ):  # the shortest window first: _window walks every member
                 released += self._lose(attempt, reservations, snapshot, "no call for the group in the window")
             elif placed_members:
@@ -464,7 +459,7 @@ class GangAttempts:
                     self._hold(attempt, (member.uid for member in placed_members), reservations)
         return released
 
-    def _book_placed(self, attempt: Attempt, placed_members: list[Pod]) -> None:
+    def _book_placed(self, attempt: Attempt, placed_members: Sequence[Pod]) -> None:
         """Each placed member's charge in the branch its node is in, once, for the service to book."""
         for member in placed_members:
             node = member.node_name or member.nominated_node_name
@@ -479,7 +474,7 @@ class GangAttempts:
         return taken
 
     @staticmethod
-    def _keep_winner(attempt: Attempt, placed_members: list[Pod]) -> None:
+    def _keep_winner(attempt: Attempt, placed_members: Sequence[Pod]) -> None:
         """The branches whose nodes hold a placed member: the placement kube-scheduler kept. The others go (when
         no branch holds one, as for branches adopted from the journal, all stay)."""
         nodes = {member.node_name or member.nominated_node_name for member in placed_members}
@@ -496,7 +491,7 @@ class GangAttempts:
             return composite_of_key(snapshot, attempt.group_key) is None
         return attempt.group_key not in snapshot.pod_groups
 
-    def _window(self, attempt: Attempt, members: list[Pod], snapshot: ClusterSnapshot, placed_count: int) -> float:
+    def _window(self, attempt: Attempt, snapshot: ClusterSnapshot, placed_count: int) -> float:
         """How long the attempt may go without a call. Once minCount members passed our filter in one branch,
         kube-scheduler has likely placed the group and is binding it (Permit, PreBind): those pods show as
         nominated or bound soon, and letting their quota go before would open a window for another pod to take
@@ -504,7 +499,8 @@ class GangAttempts:
         groups = snapshot.pod_groups
         free = sum(
             1
-            for member in members
+            for leaf in attempt.conditions
+            for member in snapshot.members_of(leaf)
             if not member.is_terminal
             and charges_nothing(member, group.claims if (group := groups.get(member.group_key)) is not None else ())
         )

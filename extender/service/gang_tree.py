@@ -144,8 +144,3 @@ def _composite_need(snapshot: ClusterSnapshot, composite: CompositePodGroup, pod
         groups_needed=max(0, wanted - complete),
         children=tuple(child for child in children if not _complete(child)),
     )
-
-
-def tree_members(snapshot: ClusterSnapshot, tree: GangTree) -> list[Pod]:
-    """Every pod of the tree's PodGroups."""
-    return [member for leaf in tree.leaves for member in snapshot.members_of(leaf)]

@@ -282,11 +282,10 @@ class PodAllocator:
             fast = self._one_request(node.name, devices)
             if fast is not None:
                 return fast
-            if self._searched is not None:  # what on_node does next, without asking the shortcut again
-                return self._searched_outcome(
-                    NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated)
-                )
-        return self.on_node(NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated))
+        question = NodeQuestion(node, devices, allocated, classes, self.snapshot.shared_allocated)
+        if self._takes_shortcut and self._searched is not None:  # on_node's next step, the shortcut not asked again
+            return self._searched_outcome(question)
+        return self.on_node(question)
 
     def _one_request(self, node_name: str, devices: NodeDevices) -> AllocationOutcome | None:
         """The commonest pod: one claim, one ExactCount request. Its devices on a node are remembered with the
