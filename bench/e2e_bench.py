@@ -54,7 +54,6 @@ import re
 import shutil
 import ssl
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -71,9 +70,9 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+from bench.null_extender import build_go_null_extender
 from extender.decisions.scoring import STRATEGIES
 from extender.transport.thread_cpu import stat_cpu_seconds
-from testkit.builds.go import build_env, locate_go
 from testkit.control_plane import (
     DEVICE_CLASS,
     KUEUE_CRD_DIR,
@@ -107,8 +106,6 @@ MODE_LABELS = {
     NULL_MODE: "with the null extender under our server (the floor)",
     GO_NULL_MODE: "with the null extender in Go",
 }
-GO_NULL_SOURCE = REPO_ROOT / "bench" / "null_extender_go"
-GO_NULL_BINARY = REPO_ROOT / "bench" / ".build" / "null_extender_go"
 THREADS = 8
 
 
@@ -192,20 +189,6 @@ def start_null_extender(plane: ControlPlane, mode: str, go_binary: Path) -> Comp
     component.url = f"http://{address}"
     wait_http_ready(component, f"{component.url}/readyz")
     return component
-
-
-def build_go_null_extender() -> Path:
-    """bench/null_extender_go built into bench/.build (gitignored; the standard library only, nothing fetched).
-    Rebuilt when its source is newer than the binary."""
-    sources = list(GO_NULL_SOURCE.iterdir())
-    if GO_NULL_BINARY.exists() and all(p.stat().st_mtime <= GO_NULL_BINARY.stat().st_mtime for p in sources):
-        return GO_NULL_BINARY
-    go = locate_go()
-    if go is None:
-        raise SystemExit("--floor needs the Go toolchain (`go`) to build bench/null_extender_go")
-    GO_NULL_BINARY.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([go, "build", "-o", str(GO_NULL_BINARY), "."], cwd=GO_NULL_SOURCE, env=build_env(), check=True)
-    return GO_NULL_BINARY
 
 
 def start_schedulers(plane: ControlPlane, extender_urls: dict[str, str], qps: int) -> None:

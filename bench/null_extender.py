@@ -20,8 +20,10 @@ kube-scheduler's own plugins cost for the next pods. The bench prints the nodes 
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -30,6 +32,10 @@ from extender.service import ExtenderConfig
 from extender.transport.foreground import ForegroundWork
 from extender.transport.server import ExtenderServer, ExtenderWorker, ListenerSettings, ServerLimits, gunicorn_options
 from extender.transport.wire import filter_error
+from testkit.builds.go import build_env, locate_go
+
+GO_NULL_SOURCE = Path(__file__).resolve().parent / "null_extender_go"
+GO_NULL_BINARY = Path(__file__).resolve().parent / ".build" / "null_extender_go"
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -70,6 +76,20 @@ class NullVerbs:
     def respond(self, path: str, body: bytes) -> tuple[int, list[tuple[str, str]], _Answer]:
         encoded = _answer(path.strip("/"), orjson.loads(body).get("NodeNames") or [])
         return 200, [("Content-Type", "application/json"), ("Content-Length", str(len(encoded)))], _Answer([encoded])
+
+
+def build_go_null_extender() -> Path:
+    """bench/null_extender_go built into bench/.build (gitignored; the standard library only, nothing fetched).
+    Rebuilt when its source is newer than the binary."""
+    sources = list(GO_NULL_SOURCE.iterdir())
+    if GO_NULL_BINARY.exists() and all(p.stat().st_mtime <= GO_NULL_BINARY.stat().st_mtime for p in sources):
+        return GO_NULL_BINARY
+    go = locate_go()
+    if go is None:
+        raise SystemExit("the Go floor needs the Go toolchain (`go`) to build bench/null_extender_go")
+    GO_NULL_BINARY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([go, "build", "-o", str(GO_NULL_BINARY), "."], cwd=GO_NULL_SOURCE, env=build_env(), check=True)
+    return GO_NULL_BINARY
 
 
 def main() -> None:

@@ -17,7 +17,10 @@ nodeCacheCapable, as config/kube-scheduler-config.yaml), the extender watching t
 (started by the benchmark's prepare hook, tests/e2e/harness/schedperf). The time ratio is throughput without /
 throughput with (Average): the goal is <= 1.10. With --floor a third run calls an extender that decides nothing
 (bench/null_extender.py under our own server, launched as the harness launches `dra-extender serve`): the floor
-of the protocol in this case, what calling any extender this way costs the scheduler's cycle.
+of the protocol in this case, what calling any extender this way costs the scheduler's cycle. With --go-floor one
+more run calls bench/null_extender_go (the same answers from a minimal Go server, as `bench.e2e_bench --floor`
+builds it): the floor without our server's request handling, so that the two floors apart say what our server
+costs the case and what any extender costs it.
 
 Output: one line per case, the JSON of every case under bench/results/ (gitignored), and last
 `scheduler-perf: N cases, worst time ratio R (CASE)`. Exit status 1 only when a run failed (the benchmark binary
@@ -41,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from bench.null_extender import build_go_null_extender
 from bench.scheduler_perf_results import (
     CaseResult,
     ExtenderRecord,
@@ -67,6 +71,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 QUEUE_NAME = "scheduler-perf"
 MODES = ("without", "with")
 FLOOR = "floor"  # with --floor, after the two modes
+GO_FLOOR = "go-floor"  # with --go-floor, last
 
 
 class RunError(RuntimeError):
@@ -304,7 +309,7 @@ def run_mode(
     workdir = run_dir / f"{case.name}-{mode}"
     workdir.mkdir(parents=True)
     listen = f"127.0.0.1:{free_port()}"
-    extender_url = f"http://{listen}" if mode in ("with", FLOOR) else None
+    extender_url = f"http://{listen}" if mode in ("with", FLOOR, GO_FLOOR) else None
     scheduler_config = workdir / "scheduler-config.yaml"
     scheduler_config.write_text(yaml.safe_dump(scheduler_configuration(extender_url)))
     config, threshold = generated_config(perf_dir, case, workdir, scheduler_config)
@@ -329,6 +334,9 @@ def run_mode(
     env.pop("SCHEDPERF_EXTENDER_BIN", None)
     if mode == FLOOR:
         env |= {"SCHEDPERF_EXTENDER_BIN": str(null_extender_launcher(workdir)), "SCHEDPERF_EXTENDER_LISTEN": listen}
+    if mode == GO_FLOOR:
+        launcher = go_null_extender_launcher(workdir, build_go_null_extender())
+        env |= {"SCHEDPERF_EXTENDER_BIN": str(launcher), "SCHEDPERF_EXTENDER_LISTEN": listen}
     if mode == "with":
         extender_config = workdir / "extender.yaml"
         extender_config.write_text(yaml.safe_dump(EXTENDER_CONFIG))
@@ -372,7 +380,7 @@ def run_mode(
     if throughput is None and not failures:
         failures.append(f"{mode}: no SchedulingThroughput measured (log: {log})")
     record: ExtenderRecord | None = None
-    if mode == "with":
+    if extender_url is not None:
         records = sorted(workdir.glob("*/extender.json"))
         if records:
             record = read_extender_record(records[0])
@@ -390,6 +398,18 @@ def null_extender_launcher(directory: Path) -> Path:
     return launcher
 
 
+def go_null_extender_launcher(directory: Path, binary: Path) -> Path:
+    """An executable the harness starts as it starts `dra-extender serve`, which runs bench/null_extender_go on the
+    address after --listen (the Go server takes only that)."""
+    launcher = directory / "go-null-extender"
+    launcher.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do\n  if [ "$1" = --listen ]; then exec '
+        f'{binary} "$2"; fi\n  shift\ndone\necho "no --listen" >&2\nexit 2\n'
+    )
+    launcher.chmod(0o755)
+    return launcher
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=CONFIG, help="our cases file (default: %(default)s)")
@@ -401,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run (default: %(default)s)")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the benchmark binary")
     parser.add_argument("--floor", action="store_true", help="also run each case with an extender that decides nothing")
+    parser.add_argument(
+        "--go-floor", action="store_true", help="also run each case with a Go server that decides nothing"
+    )
     args = parser.parse_args(argv)
 
     cases = load_cases(args.config, args.cases, args.param)
@@ -418,12 +441,16 @@ def main(argv: list[str] | None = None) -> int:
         record: ExtenderRecord | None = None
         threshold: float | None = None
         failures: list[str] = []
-        for mode in (*MODES, FLOOR) if args.floor else MODES:
+        floor_cpu: dict[str, float] = {}
+        for mode in (*MODES, *((FLOOR,) if args.floor else ()), *((GO_FLOOR,) if args.go_floor else ())):
             throughput, mode_record, threshold, mode_failures = run_mode(
                 binary, perf_dir, case, mode, run_dir, etcd, args.timeout
             )
             throughputs[mode] = throughput
-            record = mode_record or record
+            if mode == "with":
+                record = mode_record
+            elif mode_record is not None:
+                floor_cpu[mode] = mode_record.cpu_seconds
             failures += mode_failures
         workload = case.workload + (f" {case.params}" if case.params else "")
         result = CaseResult(
@@ -434,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             throughputs["with"],
             record,
             floor=throughputs.get(FLOOR),
+            go_floor=throughputs.get(GO_FLOOR),
+            floor_cpu_seconds=floor_cpu,
         )
         result.failures = failures
         results.append(result)

@@ -188,6 +188,11 @@ class CaseResult:
     failures: list[str] = field(default_factory=list)
     # With --floor: the same scheduler configuration calling an extender that decides nothing (bench/null_extender.py)
     floor: Throughput | None = None
+    # With --go-floor: the same answers from bench/null_extender_go, a minimal Go server: what any extender costs,
+    # our server's request handling left out
+    go_floor: Throughput | None = None
+    # The CPU seconds of each floor's process tree over its run (the harness's extender.json), by mode
+    floor_cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def time_ratio(self) -> float | None:
@@ -198,6 +203,11 @@ class CaseResult:
     def floor_ratio(self) -> float | None:
         """The same ratio for the extender that decides nothing: what calling any extender costs this case."""
         return _ratio(self.without, self.floor)
+
+    @property
+    def go_floor_ratio(self) -> float | None:
+        """The same ratio for the Go server that decides nothing."""
+        return _ratio(self.without, self.go_floor)
 
     def line(self) -> str:
         def pods(throughput: Throughput | None) -> str:
@@ -216,6 +226,10 @@ class CaseResult:
             floor_ratio = self.floor_ratio
             shown = f"{floor_ratio:.3f}" if floor_ratio is not None else "n/a"
             parts.append(f"[protocol floor: {pods(self.floor)} pods/s, time ratio {shown}]")
+        if self.go_floor is not None:
+            go_ratio = self.go_floor_ratio
+            shown = f"{go_ratio:.3f}" if go_ratio is not None else "n/a"
+            parts.append(f"[Go floor: {pods(self.go_floor)} pods/s, time ratio {shown}]")
         if self.extender is not None:
             per_pod = self.extender.calls_per_pod()
             cpu = self.extender.cpu_ms_per_call()
@@ -251,6 +265,9 @@ class CaseResult:
             "timeRatio": self.time_ratio,
             "floor": asdict(self.floor) if self.floor else None,
             "floorTimeRatio": self.floor_ratio,
+            "goFloor": asdict(self.go_floor) if self.go_floor else None,
+            "goFloorTimeRatio": self.go_floor_ratio,
+            "floorCpuSeconds": self.floor_cpu_seconds,
             "extender": extender,
             "failures": self.failures,
         }

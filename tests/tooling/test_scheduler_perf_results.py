@@ -4,6 +4,7 @@ configuration the driver generates from an upstream test case (bench/scheduler_p
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +173,29 @@ def test_the_protocol_floor_is_reported_beside_and_never_counts_as_the_case_rati
     assert "protocol floor" not in CaseResult("gang", "w", None, throughput(100), throughput(50), None).line()
 
 
+def test_the_go_floor_and_each_floors_cpu_are_reported_beside_the_python_floor() -> None:
+    result = CaseResult(
+        "tas",
+        "w",
+        None,
+        throughput(100),
+        throughput(40),
+        None,
+        floor=throughput(50),
+        go_floor=throughput(80),
+        floor_cpu_seconds={"floor": 12.5, "go-floor": 3.0},
+    )
+    assert result.go_floor_ratio == pytest.approx(1.25)
+    line = result.line()
+    assert line.index("[protocol floor: 50.0 pods/s, time ratio 2.000]") < line.index(
+        "[Go floor: 80.0 pods/s, time ratio 1.250]"
+    )
+    encoded = json.loads(json.dumps(result.to_json()))
+    assert encoded["goFloorTimeRatio"] == pytest.approx(1.25) and encoded["goFloor"]["average"] == 80
+    assert encoded["floorCpuSeconds"] == {"floor": 12.5, "go-floor": 3.0}
+    assert summary_line([result]) == "scheduler-perf: 1 cases, worst time ratio 2.500 (tas)"
+
+
 # --- the generated configuration -------------------------------------------------------------------------
 
 UPSTREAM = """
@@ -271,3 +295,12 @@ def test_the_shipped_cases_name_upstream_workloads_and_both_modes_share_the_sche
     assert entry["nodeCacheCapable"] is True and entry["filterVerb"] == "filter"
     assert entry["prioritizeVerb"] == "prioritize"
     assert {k: v for k, v in with_extender.items() if k != "extenders"} == without
+
+
+def test_the_go_floor_launcher_takes_the_listen_address_the_harness_passes(tmp_path: Path) -> None:
+    launcher = driver.go_null_extender_launcher(tmp_path, Path("/bin/echo"))
+    args = ["serve", "--kubeconfig", "/k", "--listen", "127.0.0.1:8888", "--config", "/c"]
+    proc = subprocess.run([str(launcher), *args], capture_output=True, text=True, check=True)
+    assert proc.stdout == "127.0.0.1:8888\n"
+    refused = subprocess.run([str(launcher), "serve"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "no --listen" in refused.stderr
