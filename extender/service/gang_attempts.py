@@ -182,6 +182,18 @@ class AttemptView:
     branches: tuple[BranchView, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class _Census:
+    """A PodGroup's members as one snapshot has them, for every member's need: the group's side of
+    kube-scheduler's pod-group cycle (pkg/scheduler/schedule_one_podgroup.go), which asks about each member in
+    turn against the same cluster."""
+
+    live: frozenset[str]  # uids of the members not finished
+    placed: frozenset[str]  # of those, the ones bound or nominated
+    pending: tuple[Pod, ...]  # the rest, in members_of's order
+    pending_index: dict[str, int]  # uid -> its place in `pending`
+
+
 class GangAttempts:
     """Owned by the service; every method is called under the reservation ledger's lock."""
 
@@ -196,15 +208,21 @@ class GangAttempts:
         self._placed_bookings: list[tuple[str, str, str, Amounts]] = []
         self.lost = 0
         self.won = 0
-        # _placed_members' memo: the snapshot it holds for, and PodGroup keys -> their placed pods
-        self._placed_snapshot: ClusterSnapshot | None = None
+        # The per-snapshot memos of the member walks: the snapshot they hold for, PodGroup keys -> their placed pods
+        # (_placed_members), PodGroup key -> its members' census (_census)
+        self._memo_snapshot: ClusterSnapshot | None = None
         self._placed_of: dict[tuple[str, ...], tuple[Pod, ...]] = {}
+        self._census_of: dict[str, _Census] = {}
+
+    def _memo_for(self, snapshot: ClusterSnapshot) -> None:
+        """Start the member-walk memos afresh when the snapshot is not the one they hold for."""
+        if self._memo_snapshot is not snapshot:
+            self._memo_snapshot, self._placed_of, self._census_of = snapshot, {}, {}
 
     def _placed_members(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> tuple[Pod, ...]:
         """The placed pods of these PodGroups, in members_of's order: worked out once per snapshot and groups
         (a member's filter asks for them several times, and every member of a gang asks)."""
-        if self._placed_snapshot is not snapshot:
-            self._placed_snapshot, self._placed_of = snapshot, {}
+        self._memo_for(snapshot)
         found = self._placed_of.get(leaves)
         if found is None:
             found = self._placed_of[leaves] = tuple(
@@ -215,6 +233,21 @@ class GangAttempts:
     def _placed_uids(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> frozenset[str]:
         return frozenset(member.uid for member in self._placed_members(snapshot, leaves))
 
+    def _census(self, snapshot: ClusterSnapshot, group_key: str) -> _Census:
+        self._memo_for(snapshot)
+        found = self._census_of.get(group_key)
+        if found is None:
+            live = [member for member in snapshot.members_of(group_key) if not member.is_terminal]
+            placed_uids = frozenset(member.uid for member in live if placed(member))
+            pending = tuple(member for member in live if member.uid not in placed_uids)
+            found = self._census_of[group_key] = _Census(
+                frozenset(member.uid for member in live),
+                placed_uids,
+                pending,
+                {member.uid: index for index, member in enumerate(pending)},
+            )
+        return found
+
     def need(
         self,
         snapshot: ClusterSnapshot,
@@ -224,22 +257,15 @@ class GangAttempts:
         *,
         group_claims: bool,
     ) -> GangNeed:
-        # One pass over the members (a gang may have a thousand, and every member's call asks)
-        placed_count = live = 0
-        pod_live = False
-        pending_members: list[Pod] = []
-        for member in snapshot.members_of(group.key):
-            if member.is_terminal:
-                continue
-            live += 1
-            if member.uid == pod.uid:
-                pod_live = True
-            elif placed(member):
-                placed_count += 1
-            else:
-                pending_members.append(member)
-        present = live + (0 if pod_live else 1)
-        pending = tuple(pending_members)
+        # The members as this snapshot has them, counted once for every member's call (a gang may have a
+        # thousand, and each of them is asked about), then the pod itself taken out
+        census = self._census(snapshot, group.key)
+        uid = pod.uid
+        pod_live = uid in census.live
+        placed_count = len(census.placed) - (uid in census.placed)
+        present = len(census.live) + (0 if pod_live else 1)
+        index = census.pending_index.get(uid)
+        pending = census.pending if index is None else census.pending[:index] + census.pending[index + 1 :]
         demand = (
             group_claims_demand(pending_group_claims(snapshot, pod), context.resource_for_class) if group_claims else {}
         )

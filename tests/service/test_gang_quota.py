@@ -7,16 +7,19 @@ reverts them all when fewer than minCount fit; Kueue admits a pod set whole, one
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.decisions.gang.quota import CATEGORY_GANG_WAITING
+from extender.decisions.quota.context import QuotaContext
 from extender.service.config import parse_config
-from extender.service.gang_attempts import WON_PATIENCE, hold_id
-from extender.state.core import parse_pod
+from extender.service.gang_attempts import WON_PATIENCE, GangAttempts, hold_id, placed
+from extender.state.core import Pod, parse_pod
+from extender.state.snapshot import ClusterSnapshot
+from extender.state.store import ClusterStore
 from testkit import builders as b
 from testkit.scenarios import (
     RESOURCE,
@@ -585,3 +588,71 @@ def test_members_beyond_min_count_are_refused_on_their_own_and_leave_the_hold() 
         assert filter_(engine, obj).passed
     assert held(engine) == {OD: 8}  # four asked and passed: kube-scheduler binds the four
     assert not filter_(engine, pods[4]).passed
+
+
+# --- a member's need from its group's census ------------------------------------------------------------------
+
+CENSUS_MEMBERS = 6
+CENSUS_STATES = ("pending", "nominated", "bound", "finished")
+
+
+def census_member(index: int, state: str) -> dict[str, Any]:
+    return b.pod(
+        f"w{index}",
+        "ns",
+        queue="q",
+        pod_group="train",
+        node_name="n1" if state == "bound" else "",
+        nominated_node="n2" if state == "nominated" else "",
+        phase="Succeeded" if state == "finished" else "",
+    )
+
+
+def walked(snapshot: ClusterSnapshot, pod: Pod, group_key: str) -> tuple[int, int, tuple[str, ...]]:
+    """(placed, present, pending uids) counted for this pod alone."""
+    live = [member for member in snapshot.members_of(group_key) if not member.is_terminal]
+    others = [member for member in live if member.uid != pod.uid]
+    present = len(live) + (0 if any(member.uid == pod.uid for member in live) else 1)
+    return (
+        sum(1 for member in others if placed(member)),
+        present,
+        tuple(member.uid for member in others if not placed(member)),
+    )
+
+
+census_steps = st.lists(
+    st.tuples(
+        st.integers(0, CENSUS_MEMBERS - 1),
+        st.sampled_from((*CENSUS_STATES, "deleted")),
+        st.integers(0, CENSUS_MEMBERS),  # the member asked about; CENSUS_MEMBERS is never in the view
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(census_steps)
+def test_a_members_need_from_the_census_equals_a_walk_for_that_member(history: list[tuple[int, str, int]]) -> None:
+    """A member's need, read from its group's census kept per snapshot (GangAttempts.need), equals a walk over
+    the members made for that member alone, through any history of members arriving, being placed and
+    finishing."""
+    store = ClusterStore()
+    store.apply("PodGroup", "ADDED", b.pod_group("train", "ns", min_count=CENSUS_MEMBERS))
+    attempts = GangAttempts(30.0)
+    context = cast(QuotaContext, None)  # read only for a group's own claims, which these members have none of
+    present: set[int] = set()
+    for index, state, asked in history:
+        if state == "deleted":
+            if index in present:
+                store.apply("Pod", "DELETED", census_member(index, "pending"))
+                present.discard(index)
+        else:
+            store.apply("Pod", "MODIFIED" if index in present else "ADDED", census_member(index, state))
+            present.add(index)
+        snapshot = store.snapshot()
+        group = snapshot.pod_groups["ns/train"]
+        # twice per snapshot: the second time from the census the first call made
+        for pod in (parse_pod(census_member(asked, "pending")), parse_pod(census_member(asked, "pending"))):
+            need = attempts.need(snapshot, pod, group, context, group_claims=False)
+            assert (need.placed, need.present, tuple(m.uid for m in need.pending)) == walked(snapshot, pod, group.key)
