@@ -79,8 +79,9 @@ class NullVerbs:
 
 
 def build_go_null_extender() -> Path:
-    """bench/null_extender_go built into bench/.build (gitignored; the standard library only, nothing fetched).
-    Rebuilt when its source is newer than the binary."""
+    """bench/null_extender_go built into bench/.build (gitignored; the standard library only, nothing fetched),
+    the same answers from a Go server: the floor with no Python in it, for `bench.e2e_bench --floor` and
+    `bench.scheduler_perf_bench --go-floor`. Rebuilt when its source is newer than the binary."""
     sources = list(GO_NULL_SOURCE.iterdir())
     if GO_NULL_BINARY.exists() and all(p.stat().st_mtime <= GO_NULL_BINARY.stat().st_mtime for p in sources):
         return GO_NULL_BINARY
