@@ -19,6 +19,8 @@ NewAllocator), every memo a decision uses is one of these explicit objects, pass
 | node_scores | strategy / devices taken (a tuple of one free-list entry) | slice or claim event on the node |
 | allocation_scores | strategy / an allocation (of one free-list entry) | as node_scores |
 | score_parts | - / (device fit, firstAvailable) | nothing: interning only |
+| empty_allocations | - / node name | nothing: interning only (a pod that takes no device: the same allocation |
+| | | on a node whatever the pod) |
 | gated | Features / NodeDevices | as selectable; only filled when a gate that changes devices is off |
 | request_shapes | - / request shape | nothing: a shape always stands for the same allocation (a cleared memo hands |
 | | | out new tokens; answers under the old ones are never found again and leave with their entries) |
@@ -90,6 +92,12 @@ class DecisionCaches:
     score_parts: BoundedMemo[tuple[FitParts, float], tuple[FitParts, float]] = field(
         default_factory=lambda: BoundedMemo("score_parts", MAX_REQUEST_SHAPES)
     )
+    # Node name -> the allocation of a pod that takes no device there (decisions/devices/feasibility.py
+    # empty_allocations): copied per call in C rather than made per node, a thousand of them for each claim-less
+    # pod at 1000 nodes. Bounded by the node names a cluster has had.
+    empty_allocations: BoundedMemo[str, Allocation] = field(
+        default_factory=lambda: BoundedMemo("empty_allocations", MAX_NODE_LISTS)
+    )
     # A request shape (what the commonest pod's allocation on a node depends on) -> a token standing for it in
     # every node's free-list entry: hashing the token costs nothing, hashing the shape (a claim spec) a lot.
     request_shapes: BoundedMemo[tuple[object, ...], object] = field(
@@ -126,6 +134,7 @@ class DecisionCaches:
             self.node_scores,
             self.allocation_scores,
             self.score_parts,
+            self.empty_allocations,
             self.gated,
             self.request_shapes,
             self.settled,

@@ -441,3 +441,34 @@ def test_a_pod_without_claims_fits_every_known_node_as_the_allocator_answers_eac
     every = device_outcomes(snapshot, resolve_pod_claims(snapshot, pod), known, matcher)
     assert list(every.allocations) == known and not every.refusals
     assert every.allocations == {name: found[name] for name in known}
+
+
+def test_a_claim_less_pods_allocations_are_interned_per_node_and_each_call_gets_its_own_map() -> None:
+    """The empty allocations are kept per node name in the caller's caches (DecisionCaches.empty_allocations):
+    a later call over some of the same nodes hands out the same objects, in the order asked, in a map of its own
+    (the caller adds to it), and a memo cleared when full still answers every node."""
+    from extender.decisions.caches import DecisionCaches
+    from extender.decisions.devices.feasibility import device_outcomes
+    from extender.decisions.devices.pod_claims import resolve_pod_claims
+    from extender.decisions.devices.results import Allocation
+    from extender.decisions.devices.selection import DeviceMatcher
+    from extender.memo import BoundedMemo
+    from extender.state.core import parse_pod
+
+    store = cluster(*(b.node(f"n{index}") for index in range(6)))
+    snapshot = store.snapshot()
+    claims = resolve_pod_claims(snapshot, parse_pod(b.pod("p", "ns", queue="team-a")))
+    caches = DecisionCaches()
+    matcher = DeviceMatcher(caches)
+    first = device_outcomes(snapshot, claims, ["n0", "n1", "n2"], matcher).allocations
+    first["extra"] = Allocation("extra", ())  # the caller's own map
+    later = device_outcomes(snapshot, claims, ["n2", "n0", "n3"], matcher).allocations
+    assert list(later) == ["n2", "n0", "n3"]
+    assert later["n2"] is first["n2"] and later["n0"] is first["n0"] and "extra" not in later
+    assert all(allocation == Allocation(name, (), ()) for name, allocation in later.items())
+
+    small = DeviceMatcher(DecisionCaches(empty_allocations=BoundedMemo("empty_allocations", 2)))
+    for asked in (["n0", "n1", "n2", "n3"], ["n4", "n0"], ["n5", "n1", "n4", "n0"], ["n0", "n1"]):
+        got = device_outcomes(snapshot, claims, asked, small).allocations
+        assert got == {name: Allocation(name, (), ()) for name in asked} and list(got) == asked
+    assert small.caches.empty_allocations.clears > 0
