@@ -189,7 +189,8 @@ class _Census:
     turn against the same cluster."""
 
     live: frozenset[str]  # uids of the members not finished
-    placed: frozenset[str]  # of those, the ones bound or nominated
+    placed: tuple[Pod, ...]  # of those, the ones bound or nominated, in members_of's order
+    placed_uids: frozenset[str]
     pending: tuple[Pod, ...]  # the rest, in members_of's order
     pending_index: dict[str, int]  # uid -> its place in `pending`
 
@@ -208,45 +209,40 @@ class GangAttempts:
         self._placed_bookings: list[tuple[str, str, str, Amounts]] = []
         self.lost = 0
         self.won = 0
-        # The per-snapshot memos of the member walks: the snapshot they hold for, PodGroup keys -> their placed pods
-        # (_placed_members), PodGroup key -> its members' census (_census)
-        self._memo_snapshot: ClusterSnapshot | None = None
-        self._placed_of: dict[tuple[str, ...], tuple[Pod, ...]] = {}
+        # The census of each PodGroup (_census), for the snapshot it was counted in
+        self._census_snapshot: ClusterSnapshot | None = None
         self._census_of: dict[str, _Census] = {}
 
-    def _memo_for(self, snapshot: ClusterSnapshot) -> None:
-        """Start the member-walk memos afresh when the snapshot is not the one they hold for."""
-        if self._memo_snapshot is not snapshot:
-            self._memo_snapshot, self._placed_of, self._census_of = snapshot, {}, {}
-
-    def _placed_members(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> tuple[Pod, ...]:
-        """The placed pods of these PodGroups, in members_of's order: worked out once per snapshot and groups
-        (a member's filter asks for them several times, and every member of a gang asks)."""
-        self._memo_for(snapshot)
-        found = self._placed_of.get(leaves)
-        if found is None:
-            found = self._placed_of[leaves] = tuple(
-                member for leaf in leaves for member in snapshot.members_of(leaf) if placed(member)
-            )
-        return found
-
-    def _placed_uids(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> frozenset[str]:
-        return frozenset(member.uid for member in self._placed_members(snapshot, leaves))
-
     def _census(self, snapshot: ClusterSnapshot, group_key: str) -> _Census:
-        self._memo_for(snapshot)
+        """The group's members as `snapshot` has them: counted once per snapshot (a member's filter asks several
+        times, and every member of a gang asks)."""
+        if self._census_snapshot is not snapshot:
+            self._census_snapshot, self._census_of = snapshot, {}
         found = self._census_of.get(group_key)
         if found is None:
             live = [member for member in snapshot.members_of(group_key) if not member.is_terminal]
-            placed_uids = frozenset(member.uid for member in live if placed(member))
+            placed_members = tuple(member for member in live if placed(member))
+            placed_uids = frozenset(member.uid for member in placed_members)
             pending = tuple(member for member in live if member.uid not in placed_uids)
             found = self._census_of[group_key] = _Census(
                 frozenset(member.uid for member in live),
+                placed_members,
                 placed_uids,
                 pending,
                 {member.uid: index for index, member in enumerate(pending)},
             )
         return found
+
+    def _placed_members(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> tuple[Pod, ...]:
+        """The placed pods of these PodGroups, in members_of's order, from their censuses."""
+        if len(leaves) == 1:
+            return self._census(snapshot, leaves[0]).placed
+        return tuple(member for leaf in leaves for member in self._census(snapshot, leaf).placed)
+
+    def _placed_uids(self, snapshot: ClusterSnapshot, leaves: tuple[str, ...]) -> frozenset[str]:
+        if len(leaves) == 1:
+            return self._census(snapshot, leaves[0]).placed_uids
+        return frozenset().union(*(self._census(snapshot, leaf).placed_uids for leaf in leaves))
 
     def need(
         self,
@@ -262,7 +258,7 @@ class GangAttempts:
         census = self._census(snapshot, group.key)
         uid = pod.uid
         pod_live = uid in census.live
-        placed_count = len(census.placed) - (uid in census.placed)
+        placed_count = len(census.placed) - (uid in census.placed_uids)
         present = len(census.live) + (0 if pod_live else 1)
         index = census.pending_index.get(uid)
         pending = census.pending if index is None else census.pending[:index] + census.pending[index + 1 :]
